@@ -1,0 +1,23 @@
+# The two commands of the README's quickstart, and a few conveniences.
+VENV ?= .venv
+export FORGE_VENV := $(abspath $(VENV))
+
+.PHONY: setup train test test-fast bench clean
+
+setup:            ## create/refresh the project venv (a no-op when nothing changed)
+	@bash scripts/setup.sh
+
+train: setup      ## the main job; until `forge train` lands (issue 5) it checks the machine
+	$(VENV)/bin/forge doctor
+
+test: setup       ## the whole test suite, slow tests included (what CI runs)
+	$(VENV)/bin/python -m pytest
+
+test-fast: setup  ## everything but the slow tests
+	$(VENV)/bin/python -m pytest -m "not slow"
+
+bench: setup      ## every benchmark; figures go to benchmarks/results/
+	$(VENV)/bin/python benchmarks/cli_startup.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build dist

@@ -1,0 +1,98 @@
+"""The ``forge`` command line (Typer + Rich).
+
+Each command lives in one module of :mod:`forge_cli.commands` with a ``register(app)`` function;
+plugins add theirs through the ``register_commands`` hook. Nothing heavy is imported here: each
+command imports what it needs inside its own function, so ``forge --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from forge_cli.errors import ForgeError
+
+COMMAND_MODULES = ("version", "doctor", "config", "plugins", "scaffold")
+
+
+class ForgeGroup(TyperGroup):
+    """Turns a :class:`ForgeError` from any command into one red line and exit code 1."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ForgeError as exc:
+            from forge_cli.console import error
+
+            error(str(exc))
+            raise typer.Exit(1) from None
+
+
+@dataclass
+class State:
+    """Global options, read by commands through :func:`get_state`."""
+
+    config_path: Optional[Path] = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    _config: Any = None
+
+    def config(self) -> Any:
+        """The resolved :class:`~forge_cli.config.ForgeConfig` (loaded once)."""
+        if self._config is None:
+            from forge_cli.config import load_config
+
+            self._config = load_config(self.config_path, overrides=self.overrides)
+        return self._config
+
+
+_state = State()
+
+
+def get_state() -> State:
+    return _state
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        cls=ForgeGroup,
+        name="forge",
+        help="Forge: train LLM agents with reinforcement learning.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_show_locals=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.callback()
+    def root(
+        config: Optional[Path] = typer.Option(
+            None, "--config", "-c", metavar="FILE", help="forge.toml to use (default: ./forge.toml if present).", envvar="FORGE_CONFIG"
+        ),
+        set_: list[str] = typer.Option(
+            [], "--set", "-s", metavar="KEY=VALUE", help="Override a config key: --set pool.window_fraction=0.5 (repeatable)."
+        ),
+    ) -> None:
+        from forge_cli import plugins
+        from forge_cli.config import parse_set_flags
+
+        plugins.flush_warnings()  # plugins that failed to import, once per invocation
+        global _state
+        _state = State(config_path=config, overrides=parse_set_flags(set_))
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"forge_cli.commands.{name}").register(app)
+
+    from forge_cli import plugins
+
+    pm, registry = plugins.get_manager_uncollected()
+    plugins.add_commands(pm, registry, app)
+    return app
+
+
+def main() -> None:
+    build_app()()

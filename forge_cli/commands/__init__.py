@@ -1,0 +1,1 @@
+"""One module per ``forge`` command (or command group); each has ``register(app)``."""

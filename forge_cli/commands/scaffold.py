@@ -1,0 +1,245 @@
+"""``forge scaffold list|show|add|remove``: the scaffolds plugins registered, and installing them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+
+def _installed_label(spec: Any) -> str:
+    from forge_cli.installer import installed
+
+    if spec.kind == "white":
+        return "built-in"
+    done = installed(spec)
+    return f"yes ({done.version})" if done else "no"
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="List, inspect, install and remove agent scaffolds.", no_args_is_help=True)
+    app.add_typer(group, name="scaffold")
+
+    @group.command("list")
+    def list_cmd(
+        kind: str = typer.Option(None, "--kind", help="Only 'white' or 'black' scaffolds."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    ) -> None:
+        """Every registered scaffold: kind, tool format, context policy, source plugin, installed?"""
+        from rich.table import Table
+
+        from forge_cli.commands._common import print_json, registry
+        from forge_cli.console import console
+        from forge_cli.errors import ForgeError
+
+        if kind not in (None, "white", "black"):
+            raise ForgeError(f"--kind must be 'white' or 'black', not {kind!r}")
+        entries = [e for e in registry().scaffolds.values() if kind in (None, e.value.kind)]
+        rows = [
+            {
+                "name": e.name,
+                "kind": e.value.kind,
+                "tool_format": e.value.tool_format,
+                "context_policy": e.value.context_policy,
+                "plugin": e.plugin,
+                "installed": _installed_label(e.value),
+                "description": e.value.description,
+            }
+            for e in entries
+        ]
+        if as_json:
+            print_json(rows)
+            return
+        table = Table(title="Forge scaffolds", title_justify="left")
+        for column in ("name", "kind", "tool format", "context policy", "plugin", "installed"):
+            table.add_column(column, no_wrap=column == "name")
+        for row in rows:
+            installed = row["installed"]
+            style = "green" if installed != "no" else "dim"
+            table.add_row(
+                row["name"], row["kind"], row["tool_format"], row["context_policy"], row["plugin"], f"[{style}]{installed}[/]"
+            )
+        console.print(table)
+
+    @group.command("show")
+    def show(
+        name: str = typer.Argument(..., help="Scaffold name."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a panel."),
+    ) -> None:
+        """Everything about one scaffold: its definition, install recipe, launch and options."""
+        from rich.panel import Panel
+        from rich.table import Table
+
+        from forge_cli.commands._common import print_json
+        from forge_cli.console import console
+
+        info = _describe(name)
+        if as_json:
+            print_json(info)
+            return
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        for key, value in info.items():
+            if key == "options":
+                for opt, (current, help_text) in value.items():
+                    grid.add_row(f"option {opt}", f"{current!r}  [dim]{help_text}[/]")
+            elif key == "launch":
+                grid.add_row("launch", " ".join(value["command"]))
+                for env_key, env_value in value["env"].items():
+                    grid.add_row("", f"{env_key}={env_value}")
+                for filename in value["files"]:
+                    grid.add_row("", f"writes {filename}")
+            elif value is not None:
+                grid.add_row(key.replace("_", " "), str(value))
+        console.print(Panel(grid, title=f"scaffold [bold]{name}[/]", title_align="left"))
+
+    @group.command("add")
+    def add(
+        target: str = typer.Argument(..., help="A scaffold name, a plugin folder or wheel, or a package requirement."),
+        force: bool = typer.Option(False, "--force", help="Reinstall even if already installed."),
+    ) -> None:
+        """Install a black-box agent into FORGE_HOME, or a plugin (path or package) into this environment."""
+        from forge_cli.commands._common import registry
+        from forge_cli.console import console
+
+        reg = registry()
+        if target in reg.scaffolds:
+            spec = reg.scaffolds[target].value
+            if spec.kind == "white":
+                console.print(f"'{target}' is a white-box scaffold run by Forge itself: nothing to install.")
+                return
+            _add_agent(spec, force)
+        else:
+            _add_plugin(target, list(reg.scaffolds))
+
+    @group.command("remove")
+    def remove(
+        target: str = typer.Argument(..., help="An installed black-box scaffold, or a plugin's scaffold or distribution."),
+    ) -> None:
+        """Remove an installed agent from FORGE_HOME, or uninstall the plugin distribution that registered a scaffold."""
+        from forge_cli import installer, plugins
+        from forge_cli.commands._common import registry
+        from forge_cli.console import console
+        from forge_cli.errors import ForgeError
+
+        reg = registry()
+        entry = reg.scaffolds.get(target)
+        if entry is not None and entry.value.kind == "black" and reg.plugins[entry.plugin].builtin:
+            if installer.remove_agent(entry.value):
+                console.print(f"[green]removed[/] {target} from {installer.agent_prefix(target)}")
+            else:
+                console.print(f"{target} is not installed; nothing to remove")
+            return
+        plugin = entry.plugin if entry is not None else _plugin_named(reg, target)
+        if plugin is None:
+            raise ForgeError(f"'{target}' is neither a registered scaffold nor a loaded plugin distribution")
+        info = reg.plugins[plugin]
+        if info.builtin:
+            raise ForgeError(f"'{target}' is built into Forge (plugin {plugin}) and cannot be removed")
+        dist = plugin.split(":")[0]
+        goes = ", ".join(f"{k.replace('_', ' ')} {', '.join(v)}" for k, v in info.registered.items()) or "nothing registered"
+        with console.status(f"uninstalling {dist}") as status:
+            installer.pip_uninstall(dist, on_line=lambda line: status.update(f"uninstalling {dist}: {line[:100]}"))
+        plugins.reset()
+        console.print(f"[green]uninstalled[/] {dist} (it registered: {goes})")
+
+
+def _describe(name: str) -> dict[str, Any]:
+    """One scaffold as a dict, with its options resolved from ``forge.toml``."""
+    from forge_cli.cli import get_state
+    from forge_cli.commands._common import registry
+    from forge_cli.config import find_config_file
+    from forge_cli.installer import agent_prefix, installed
+
+    reg = registry()
+    spec = reg.scaffold(name)
+    state = get_state()
+    source = find_config_file(state.config_path)
+    options = reg.options_for("scaffolds", name, state.config().scaffolds.get(name, {}), str(source or "forge.toml"))
+    info: dict[str, Any] = {
+        "kind": f"{spec.kind}-box" + (f" ({spec.family} family)" if spec.family else ""),
+        "description": spec.description,
+        "plugin": reg.scaffolds[name].plugin,
+        "api": spec.api,
+        "tool_format": spec.tool_format,
+        "context_policy": spec.context_policy,
+        "definition": str(spec.source_file) if spec.source_file else None,
+    }
+    if spec.install:
+        done = installed(spec)
+        info["install"] = f"{spec.install.manager}: {spec.install.requirement}"
+        info["installed"] = f"{done.version} at {done.prefix}" if done else f"no (would go to {agent_prefix(name)})"
+    if spec.launch:
+        info["launch"] = {"command": list(spec.launch.command), "env": spec.launch.env, "files": list(spec.launch.files)}
+    if spec.options is not None:
+        info["options"] = {
+            key: (getattr(options, key), field.description or "") for key, field in spec.options.model_fields.items()
+        }
+    return info
+
+
+def _plugin_named(reg: Any, name: str) -> str | None:
+    from forge_cli.plugins import _normalise
+
+    for plugin in reg.plugins:
+        if _normalise(plugin.split(":")[0]) == _normalise(name):
+            return plugin
+    return None
+
+
+def _progress(label: str) -> Any:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from forge_cli.console import err_console
+
+    return Progress(
+        SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(), TextColumn("[dim]{task.fields[line]}"),
+        console=err_console, transient=True,
+    )
+
+
+def _add_agent(spec: Any, force: bool) -> None:
+    from forge_cli import installer
+    from forge_cli.console import console
+
+    if not force and (done := installer.installed(spec)) is not None:
+        console.print(f"{spec.name} {done.version} is already installed at {done.prefix}")
+        return
+    with _progress(spec.name) as progress:
+        task = progress.add_task(f"installing {spec.install.requirement}", line="")
+        result = installer.install_agent(
+            spec, force=force, on_line=lambda line: progress.update(task, line=line[-80:])
+        )
+    console.print(f"[green]installed[/] {spec.name} {result.version} → {result.bin}")
+
+
+def _add_plugin(target: str, known: list[str]) -> None:
+    import difflib
+
+    from forge_cli import installer, plugins
+    from forge_cli.commands._common import registry
+    from forge_cli.console import console, warn
+    from forge_cli.errors import ForgeError
+
+    dist = installer.distribution_name(target)
+    with _progress(target) as progress:
+        task = progress.add_task(f"pip install {target}", line="")
+        try:
+            installer.pip_install(target, on_line=lambda line: progress.update(task, line=line[-80:]))
+        except ForgeError as exc:
+            close = difflib.get_close_matches(target, known, n=1)
+            hint = f" (did you mean the scaffold '{close[0]}'?)" if close else ""
+            raise ForgeError(f"could not install '{target}'{hint}: {exc}") from None
+    plugins.reset()
+    reg = registry()
+    name = _plugin_named(reg, dist)
+    if name is None:
+        warn(f"installed {dist}, but it registers no Forge plugin (no entry point in group 'forge')")
+        return
+    registered = reg.plugins[name].registered
+    console.print(f"[green]installed[/] plugin {name} {reg.plugins[name].version}")
+    for kind, names in registered.items():
+        console.print(f"  {kind.replace('_', ' ')}: {', '.join(names)}")
+    if not registered:
+        warn(f"plugin {name} loaded but registered nothing")

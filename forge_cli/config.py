@@ -1,0 +1,277 @@
+"""``forge.toml``: typed configuration with documented defaults.
+
+Precedence, lowest first: the defaults below < ``forge.toml`` (the working directory's, or
+``--config``) < environment variables ``FORGE_<SECTION>__<KEY>`` (``FORGE_POOL__WINDOW_FRACTION=0.5``)
+< CLI flags (``--set pool.window_fraction=0.5`` and each command's own options).
+
+Any unknown key, wrong type or out-of-range value is a :class:`ForgeError` whose one line names
+the key and where it came from. Plugin sections (``[scaffolds.NAME]``, ``[sandboxes.NAME]``) are
+kept as raw tables here and validated against the model the plugin registered, when the plugin's
+thing is used (see :func:`forge_cli.plugins.Registry.options_for`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from forge_cli.errors import ForgeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_FILENAME = "forge.toml"
+ENV_PREFIX = "FORGE_"
+# FORGE_* variables that are settings of the process, not config keys.
+NON_CONFIG_ENV = {"FORGE_HOME", "FORGE_LOAD_PLUGINS", "FORGE_VENV", "FORGE_ACCEL", "FORGE_CONFIG"}
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(Section):
+    """Where runs are written: each run gets ``<dir>/<name>/`` with ``config.json`` inside."""
+
+    dir: Path = Field(Path("runs"), description="Folder that holds one sub-folder per run.")
+    name: str | None = Field(None, description="Run name; default is a timestamp.")
+    seed: int = Field(0, ge=0, description="Seed for every random generator of a run.")
+
+
+class ModelConfig(Section):
+    """The policy being trained and served."""
+
+    path: Path | None = Field(
+        None, description="A local Hugging Face model folder; default: the embedded model under FORGE_HOME."
+    )
+    engine: Literal["vllm", "hf", "scripted"] = Field("vllm", description="Rollout engine.")
+    tool_format: str = Field("hermes", description="Tool-call format for sessions that do not choose one.")
+    max_model_len: int = Field(4096, gt=0, description="Longest prompt + output, in tokens.")
+
+
+class GatewayConfig(Section):
+    """The OpenAI/Anthropic-compatible HTTP server agents talk to."""
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: any free port).")
+    auth: Literal["auto", "loopback", "strict"] = Field(
+        "auto", description="auto = loopback on 127.0.0.1/localhost, strict elsewhere."
+    )
+
+
+class PoolConfig(Section):
+    """The data pool and the scheduler that feeds the trainer (DESIGN.md §4)."""
+
+    url: str = Field("sqlite", description='"sqlite" (a file in the run folder) or "postgresql://…".')
+    scheduler: Literal["windowed_fifo", "fifo", "greedy"] = Field("windowed_fifo", description="Scheduler.")
+    window_fraction: float = Field(
+        0.3, gt=0.0, le=1.0, description="W = ceil(window_fraction · max_active_groups) for windowed_fifo."
+    )
+    max_active_groups: int = Field(16, gt=0, description="N: groups submitted and not yet consumed.")
+    group_timeout_s: float = Field(1800.0, gt=0, description="A head group older than this is marked timed out.")
+    on_timeout: Literal["drop", "train"] = Field(
+        "drop", description="What to do with a timed-out group: drop it, or train on it with its failure reward."
+    )
+
+
+class LossConfig(Section):
+    """The policy-gradient loss (DESIGN.md §5)."""
+
+    type: Literal["cispo", "ppo_clip", "grpo", "reinforce"] = Field("cispo", description="Loss function.")
+    eps_low: float = Field(1e6, ge=0, description="Lower clip of the IS weight (large = no lower bound).")
+    eps_high: float = Field(0.28, ge=0, description="Upper clip of the IS weight.")
+
+
+class TrainConfig(Section):
+    """The trainer."""
+
+    engine: Literal["torch", "deepspeed"] = Field("torch", description="Train engine.")
+    lr: float = Field(5e-5, gt=0, description="Learning rate (AdamW).")
+    groups_per_step: int = Field(4, gt=0, description="P: groups consumed per train step.")
+    group_size: int = Field(8, gt=0, description="n: trajectories sampled per task.")
+    micro_batch_tokens: int = Field(8192, gt=0, description="Token budget of one packed micro-batch.")
+    loss: LossConfig = Field(default_factory=LossConfig)
+
+
+class ForgeConfig(Section):
+    """The whole configuration. Every field has a default; ``forge.toml`` may be empty."""
+
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    pool: PoolConfig = Field(default_factory=PoolConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    scaffolds: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="[scaffolds.NAME]: options handed to the plugin that registered NAME."
+    )
+    sandboxes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="[sandboxes.NAME]: options handed to the plugin that registered NAME."
+    )
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, origin: str) -> None:
+    parts = [p for p in dotted.split(".")]
+    if not all(parts):
+        raise ForgeError(f"{origin}: '{dotted}' is not a dotted config key like pool.window_fraction")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ForgeError(f"{origin}: '{dotted}': '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_value(raw: str) -> Any:
+    """A value given as text (environment, ``--set``): TOML syntax if it parses, else the string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def find_config_file(
+    explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Path | None:
+    """``--config`` (or ``$FORGE_CONFIG``) if given (it must exist), else ``./forge.toml`` if present."""
+    chosen = explicit or (os.environ if env is None else env).get("FORGE_CONFIG")
+    if chosen:
+        path = Path(chosen).expanduser()
+        if not path.is_file():
+            raise ForgeError(f"config file {path} does not exist")
+        return path
+    local = Path.cwd() / CONFIG_FILENAME
+    return local if local.is_file() else None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ForgeError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ForgeError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Config keys from ``FORGE_SECTION__KEY`` variables, and which variable set each key."""
+    tree: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name, raw in sorted(env.items()):
+        if not name.startswith(ENV_PREFIX) or name in NON_CONFIG_ENV or "__" not in name:
+            continue
+        dotted = ".".join(part.lower() for part in name[len(ENV_PREFIX):].split("__"))
+        _set_dotted(tree, dotted, parse_value(raw), f"environment variable {name}")
+        origins[dotted] = f"environment variable {name}"
+    return tree, origins
+
+
+def _describe_error(exc: ValidationError, origin_of: Any) -> str:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    dotted = ".".join(loc)
+    origin = origin_of(dotted)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        what = "unknown key"
+    elif kind == "missing":
+        what = "required key is missing"
+    else:
+        got = err.get("input")
+        what = f"{err['msg']} (got {got!r})" if not isinstance(got, dict) else err["msg"]
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{origin}: {dotted}: {what}{more}"
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ForgeConfig:
+    """Resolve the configuration: defaults < file < environment < ``overrides`` (dotted keys).
+
+    Raises :class:`ForgeError` with one line naming the bad key and its source.
+    """
+    env = os.environ if env is None else env
+    file = find_config_file(path, env)
+    file_tree = _read_toml(file) if file else {}
+    env_tree, env_origins = _env_layer(env)
+    flag_tree: dict[str, Any] = {}
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(flag_tree, dotted, value, "command-line flag")
+
+    def origin_of(dotted: str) -> str:
+        for prefix_len in range(dotted.count(".") + 1, 0, -1):
+            key = ".".join(dotted.split(".")[:prefix_len])
+            if key in (overrides or {}):
+                return f"command-line flag --set {key}"
+            if key in env_origins:
+                return env_origins[key]
+        return str(file) if file else "defaults"
+
+    merged = _merge(_merge(file_tree, env_tree), flag_tree)
+    try:
+        return ForgeConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ForgeError(_describe_error(exc, origin_of)) from None
+
+
+def parse_set_flags(items: list[str]) -> dict[str, Any]:
+    """``--set key=value`` flags into dotted overrides (values in TOML syntax, else strings)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ForgeError(f"--set expects KEY=VALUE (like pool.window_fraction=0.5), got {item!r}")
+        out[key.strip()] = parse_value(raw.strip())
+    return out
+
+
+def write_resolved(config: ForgeConfig, run_dir: Path) -> Path:
+    """Write the resolved configuration as ``config.json`` into a run folder (created if needed)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = run_dir / "config.json"
+    out.write_text(json.dumps(json.loads(config.to_json()), indent=2) + "\n")
+    return out
+
+
+def validate_options(model: type[BaseModel] | None, raw: Mapping[str, Any], where: str) -> BaseModel | dict[str, Any]:
+    """Validate one plugin section (``[scaffolds.NAME]``) against the model its plugin registered.
+
+    ``where`` names the section for the error (``forge.toml [scaffolds.NAME]``). A plugin that
+    registered no model accepts no keys.
+    """
+    if model is None:
+        if raw:
+            raise ForgeError(f"{where}: unknown key '{next(iter(raw))}' (this takes no options)")
+        return {}
+    try:
+        return model.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ForgeError(_describe_error(exc, lambda _d: where)) from None

@@ -1,0 +1,154 @@
+"""``forge doctor``'s checks: what is present and working on this machine.
+
+Imports of heavy packages run in subprocesses, in parallel, so a broken install (a torch build
+that segfaults, a vLLM that cannot import) is reported rather than crashing the check, and the
+CLI itself never imports them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+PROBE_TIMEOUT_S = 180
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's table. ``required``: the default loop cannot run without it."""
+
+    name: str
+    ok: bool | None  # None = not applicable / skipped
+    detail: str
+    required: bool
+
+
+def _probe(code: str, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
+    """Run ``code`` in a fresh interpreter; (success, its last stdout line or error line)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"import timed out after {timeout:.0f} s"
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+        return False, (lines[-1] if lines else f"exit code {done.returncode}")[:200]
+    out = [ln for ln in done.stdout.strip().splitlines() if ln.strip()]
+    return True, out[-1] if out else ""
+
+
+def _import_check(name: str, module: str, required: bool, extra: str = "", quick: bool = False) -> Callable[[], Check]:
+    def run() -> Check:
+        if quick:
+            import importlib.metadata
+            import importlib.util
+
+            if importlib.util.find_spec(module) is None:
+                return Check(name, False, "not installed", required)
+            try:
+                return Check(name, True, f"{importlib.metadata.version(name.split()[0])} (not imported: --quick)", required)
+            except importlib.metadata.PackageNotFoundError:
+                return Check(name, True, "present (not imported: --quick)", required)
+        ok, detail = _probe(f"import {module}\n{extra or f'print({module}.__version__)'}")
+        return Check(name, ok, detail if ok else f"cannot import: {detail}", required)
+
+    return run
+
+
+def _sqlite_check() -> Check:
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = sqlite3.connect(Path(tmp) / "probe.db")
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        conn.close()
+    ok = mode.lower() == "wal"
+    return Check("sqlite (WAL)", ok, f"sqlite {sqlite3.sqlite_version}, journal_mode={mode}", True)
+
+
+def _bwrap_check() -> Check:
+    path = shutil.which("bwrap")
+    if path is None:
+        return Check("bubblewrap", False, "not installed (apt-get install bubblewrap): local sandboxes keep network", False)
+    done = subprocess.run(
+        [path, "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
+        capture_output=True, text=True, timeout=20,
+    )
+    if done.returncode != 0:
+        return Check("bubblewrap", False, f"{path} cannot create a sandbox: {done.stderr.strip()[:150]}", False)
+    return Check("bubblewrap", True, f"{path}: network namespaces work", False)
+
+
+def _node_check() -> Check:
+    npm = shutil.which("npm")
+    node = shutil.which("node")
+    if not (npm and node):
+        return Check("node + npm", False, "missing: npm-packaged agents (opencode, codex, claude-code) cannot be added", False)
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    return Check("node + npm", True, f"node {version}", False)
+
+
+def _docker_check() -> Check:
+    from forge_cli.builtin.sandboxes import docker_check
+
+    why = docker_check()
+    return Check("docker engine", why is None, why or "reachable", False)
+
+
+def _postgres_check(url: str) -> Check:
+    if not url.startswith("postgresql"):
+        return Check("postgresql", None, "not configured (pool.url = sqlite)", False)
+    ok, detail = _probe(
+        "import psycopg, sys\n"
+        f"c = psycopg.connect({url!r}, connect_timeout=3)\n"
+        "print('server', c.info.server_version)",
+        timeout=20,
+    )
+    return Check("postgresql", ok, detail if ok else f"cannot connect: {detail}", True)
+
+
+def _plugin_check(registry: Any) -> Check:
+    third = [p for p in registry.plugins.values() if not p.builtin]
+    example = [p for p in third if p.name.startswith("forge-scaffold-example")]
+    if example:
+        return Check("example plugin", True, f"{example[0].name} {example[0].version} loaded", False)
+    others = f"; other plugins: {', '.join(p.name for p in third)}" if third else ""
+    return Check("example plugin", False, f"not installed (forge scaffold add plugins/forge-scaffold-example){others}", False)
+
+
+def run_checks(config: Any, registry: Any, quick: bool = False) -> list[Check]:
+    """Every check, in table order. Import probes run concurrently."""
+    py_ok = sys.version_info >= (3, 11)
+    from forge_cli import __version__
+
+    torch_extra = (
+        "print(torch.__version__, '| build:', 'cuda ' + torch.version.cuda if torch.version.cuda else 'cpu',"
+        " '| cuda available:', torch.cuda.is_available())"
+    )
+    probes: list[Callable[[], Check]] = [
+        _import_check("torch", "torch", True, torch_extra, quick),
+        _import_check("transformers", "transformers", True, quick=quick),
+        _import_check("vllm", "vllm", config.model.engine == "vllm", quick=quick),
+        _import_check("deepspeed", "deepspeed", config.train.engine == "deepspeed", quick=quick),
+        _import_check("ray", "ray", False, quick=quick),
+        _import_check("fastapi", "fastapi", True, quick=quick),
+        _import_check("uvicorn", "uvicorn", True, quick=quick),
+        _import_check("mcp", "mcp", False, "import mcp.server.mcpserver\nprint('MCPServer available')", quick),
+        _sqlite_check,
+        _bwrap_check,
+        _node_check,
+        _docker_check,
+        lambda: _postgres_check(config.pool.url),
+        lambda: _plugin_check(registry),
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda fn: fn(), probes))
+    head = [
+        Check("python", py_ok, sys.version.split()[0] + ("" if py_ok else " (Forge needs >= 3.11)"), True),
+        Check("forge", True, f"{__version__} at {Path(__file__).resolve().parent}", True),
+    ]
+    return head + results

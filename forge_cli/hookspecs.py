@@ -1,0 +1,77 @@
+"""The hooks a Forge plugin implements.
+
+A plugin is a module (or object) with functions marked ``@forge_cli.hookimpl``, published under
+the entry-point group ``forge``. Forge's own built-ins are plugins of exactly this kind.
+
+Every ``register_*`` hook receives a ``register`` callback. Call it once per thing; the host
+validates each one, and an invalid or duplicate registration is rejected with one warning line
+naming your plugin — the rest of Forge keeps working. Hooks are called with keyword arguments.
+See ``docs/plugins.md`` for a walk-through.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    import typer
+
+    from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, TaskSetSpec, ToolFormat
+
+hookspec = pluggy.HookspecMarker("forge")
+
+
+@hookspec
+def register_scaffolds(register: Callable[["ScaffoldSpec"], None]) -> None:
+    """Register agent scaffolds (harnesses) by calling ``register(ScaffoldSpec(...))``.
+
+    A white-box scaffold names its loop ``family``, its ``context_policy`` and its default
+    ``tool_format``; a black-box scaffold carries an :class:`~forge_cli.specs.InstallRecipe` and
+    a :class:`~forge_cli.specs.LaunchSpec`. Names are unique across all plugins.
+    """
+
+
+@hookspec
+def register_tool_formats(register: Callable[["ToolFormat"], None]) -> None:
+    """Register tool-call formats by calling ``register(MyFormat())``.
+
+    A format is a :class:`~forge_cli.specs.ToolFormat` instance: it renders tool schemas into the
+    prompt and parses tool calls out of generated text. ``parse`` must never raise.
+    """
+
+
+@hookspec
+def register_sandboxes(register: Callable[["SandboxSpec"], None]) -> None:
+    """Register sandboxes (where agents run) by calling ``register(SandboxSpec(...))``.
+
+    ``check()`` says whether the sandbox is usable on this machine (``None``) or why not.
+    """
+
+
+@hookspec
+def register_tasks(register: Callable[["TaskSetSpec"], None]) -> None:
+    """Register task sets by calling ``register(TaskSetSpec(...))``.
+
+    ``load(**options)`` returns an iterable of task records, each a dict with at least ``id``
+    and ``prompt`` (and whatever the set's verifier needs).
+    """
+
+
+@hookspec
+def register_rewards(register: Callable[["RewardSpec"], None]) -> None:
+    """Register reward components by calling ``register(RewardSpec(...))``.
+
+    ``compute(trajectory, **context)`` returns a float; a trajectory's reward is the logged sum
+    of its named components.
+    """
+
+
+@hookspec
+def register_commands(app: "typer.Typer") -> None:
+    """Add commands to the ``forge`` CLI: ``@app.command()`` or ``app.add_typer(...)``.
+
+    Called at start-up for every ``forge`` invocation, so keep imports inside the command
+    functions (``forge --help`` must stay fast).
+    """

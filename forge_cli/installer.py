@@ -1,0 +1,214 @@
+"""Installing things: black-box agents into ``$FORGE_HOME/agents/<name>``, plugin distributions
+into the current environment.
+
+Every step streams its output line by line to ``on_line`` (the CLI shows the latest line under
+a spinner) and into a log file, so a failure can be reported in one line with the log's path.
+An agent install is idempotent: a marker file written last records what was installed, and a
+second ``add`` with the same recipe does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from forge_cli.errors import ForgeError
+from forge_cli.paths import agents_dir, forge_home
+from forge_cli.specs import InstallRecipe, ScaffoldSpec
+
+MARKER = ".forge-install.json"
+LineSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AgentInstall:
+    """What an installed agent looks like on disk."""
+
+    name: str
+    prefix: Path
+    requirement: str
+    version: str
+    bin: Path
+    installed_at: float
+    fresh: bool = False  # True when this call installed it, False when it was already there
+
+
+def agent_prefix(name: str) -> Path:
+    return agents_dir() / name
+
+
+def install_log(name: str) -> Path:
+    """The log of the latest install of ``name`` (kept outside the prefix, so it survives a failure)."""
+    log = forge_home() / "logs" / f"install-{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    return log
+
+
+def bin_path(recipe: InstallRecipe, prefix: Path) -> Path:
+    if recipe.manager == "npm":
+        return prefix / "node_modules" / ".bin" / recipe.bin
+    return prefix / "venv" / "bin" / recipe.bin
+
+
+def installed(spec: ScaffoldSpec) -> AgentInstall | None:
+    """The recorded install of a black-box scaffold, if it is present and still runnable."""
+    if spec.install is None:
+        return None
+    prefix = agent_prefix(spec.name)
+    try:
+        data = json.loads((prefix / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    binary = Path(data.get("bin", ""))
+    if data.get("requirement") != _requirement_key(spec.install) or not binary.exists():
+        return None
+    return AgentInstall(spec.name, prefix, data["requirement"], data.get("version", "?"), binary, data.get("installed_at", 0))
+
+
+def _requirement_key(recipe: InstallRecipe) -> str:
+    return " ".join((recipe.manager, recipe.requirement, *recipe.extra_packages))
+
+
+def run_streamed(
+    what: str, cmd: list[str], log: Path, on_line: LineSink | None, env: dict[str, str] | None = None
+) -> None:
+    """Run ``cmd``, append its output to ``log``, pass each line to ``on_line``.
+
+    On failure: a ForgeError saying ``what`` failed, with the last output line and the log's path.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    last = ""
+    with log.open("a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        try:
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+            )
+        except FileNotFoundError:
+            raise ForgeError(f"'{cmd[0]}' was not found on PATH") from None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            line = line.strip()
+            if line:
+                last = line
+                if on_line:
+                    on_line(line)
+        code = proc.wait()
+    if code != 0:
+        raise ForgeError(f"{what} failed (exit {code}): {last[:300]} — full log: {log}")
+
+
+def install_agent(spec: ScaffoldSpec, *, force: bool = False, on_line: LineSink | None = None) -> AgentInstall:
+    """Install a black-box scaffold's program under ``$FORGE_HOME/agents/<name>``.
+
+    npm packages are installed into a staging folder that is renamed into place only when
+    complete (npm's ``.bin`` links are relative). A pip agent gets a venv of its own, built at its
+    final path because venvs cannot be moved. Either way, the marker file is written last, so a
+    half-finished install never counts as installed.
+    """
+    recipe = spec.install
+    if recipe is None:
+        raise ForgeError(f"scaffold '{spec.name}' is {spec.kind}-box and has no install recipe")
+    if not force and (done := installed(spec)) is not None:
+        return done
+    prefix = agent_prefix(spec.name)
+    work = prefix.with_name(f".{spec.name}.installing") if recipe.manager == "npm" else prefix
+    for folder in {work, prefix}:
+        shutil.rmtree(folder, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        installer = _install_npm if recipe.manager == "npm" else _install_pip
+        version = installer(recipe, work, install_log(spec.name), on_line)
+        if work != prefix:
+            work.rename(prefix)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    binary = bin_path(recipe, prefix)
+    if not binary.exists():
+        raise ForgeError(f"installed {recipe.requirement} but {binary} is missing — full log: {install_log(spec.name)}")
+    record = {"requirement": _requirement_key(recipe), "version": version, "bin": str(binary), "installed_at": time.time()}
+    (prefix / MARKER).write_text(json.dumps(record, indent=2))
+    return AgentInstall(spec.name, prefix, record["requirement"], version, binary, record["installed_at"], fresh=True)
+
+
+def _install_npm(recipe: InstallRecipe, prefix: Path, log: Path, on_line: LineSink | None) -> str:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ForgeError("npm is not installed: install Node.js and npm (e.g. apt-get install nodejs npm)")
+    cmd = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=http"]
+    run_streamed("npm install", [*cmd, recipe.requirement, *recipe.extra_packages], log, on_line)
+    try:
+        return json.loads((prefix / "node_modules" / recipe.package / "package.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return "?"
+
+
+def _install_pip(recipe: InstallRecipe, prefix: Path, log: Path, on_line: LineSink | None) -> str:
+    venv_dir = prefix / "venv"
+    if on_line:
+        on_line(f"creating a venv at {venv_dir}")
+    run_streamed("creating a venv", [sys.executable, "-m", "venv", str(venv_dir)], log, on_line)
+    python = str(venv_dir / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
+    run_streamed("pip install", [*pip, recipe.requirement, *recipe.extra_packages], log, on_line)
+    probe = f"import importlib.metadata as m; print(m.version({recipe.package!r}))"
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    return done.stdout.strip() or "?"
+
+
+def remove_agent(spec: ScaffoldSpec) -> bool:
+    """Delete an installed agent's folder. Returns False when nothing was installed."""
+    prefix = agent_prefix(spec.name)
+    if not prefix.exists():
+        return False
+    shutil.rmtree(prefix)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# plugin distributions
+
+
+def distribution_name(target: str) -> str:
+    """The distribution a ``forge scaffold add`` target installs: a path's project name, or the requirement's name."""
+    path = Path(target)
+    if path.exists():
+        pyproject = path / "pyproject.toml"
+        if path.is_dir() and pyproject.is_file():
+            import tomllib
+
+            try:
+                return tomllib.loads(pyproject.read_text())["project"]["name"]
+            except (KeyError, tomllib.TOMLDecodeError) as exc:
+                raise ForgeError(f"{pyproject}: cannot read [project].name ({exc})") from None
+        if path.suffix == ".whl":
+            return path.name.split("-")[0]
+        raise ForgeError(f"{path} is neither a plugin folder with a pyproject.toml nor a wheel")
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return Requirement(target).name
+    except InvalidRequirement:
+        raise ForgeError(f"'{target}' is not a scaffold name, a path, or a package requirement") from None
+
+
+def pip_install(target: str, on_line: LineSink | None = None, log: Path | None = None) -> None:
+    """``pip install TARGET`` into the environment Forge runs in."""
+    arg = str(Path(target).resolve()) if Path(target).exists() else target
+    log = log or install_log("plugin")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    run_streamed("pip install", [sys.executable, "-m", "pip", "install", "--progress-bar", "off", arg], log, on_line, env=env)
+
+
+def pip_uninstall(dist: str, on_line: LineSink | None = None) -> None:
+    run_streamed("pip uninstall", [sys.executable, "-m", "pip", "uninstall", "-y", dist], install_log("plugin"), on_line)

@@ -1,0 +1,266 @@
+"""What plugins register: scaffolds, tool formats, sandboxes, task sets and rewards.
+
+These are plain, torch-free records. A plugin builds them and hands them to the ``register``
+callback of a hook (see :mod:`forge_cli.hookspecs`); the host validates them, rejects
+duplicates, and records which plugin each came from.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel
+
+from forge_cli.errors import ForgeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+
+ScaffoldKind = Literal["white", "black"]
+# The wire API a scaffold speaks to the gateway.
+AgentApi = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+
+
+def check_name(kind: str, name: object) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ForgeError(f"{kind} name {name!r} is not valid: use lowercase letters, digits, '-' or '_'")
+    return name
+
+
+@dataclass(frozen=True)
+class InstallRecipe:
+    """How ``forge scaffold add`` installs a black-box agent into ``$FORGE_HOME/agents/<name>``.
+
+    ``manager`` is ``npm`` (``npm install --prefix``) or ``pip`` (a venv of its own, so the
+    agent's pinned dependencies never touch Forge's). ``version`` is in the manager's own
+    syntax (``^1.18.0`` for npm, ``>=2.4,<3`` for pip). ``bin`` is the program to run.
+    """
+
+    manager: Literal["npm", "pip"]
+    package: str
+    version: str
+    bin: str
+    extra_packages: tuple[str, ...] = ()
+
+    @property
+    def requirement(self) -> str:
+        if self.manager == "npm":
+            return f"{self.package}@{self.version}"
+        return f"{self.package}{self.version}"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How a black-box agent is started and pointed at the gateway.
+
+    Every string may use ``string.Template`` placeholders: ``$bin`` (the installed program),
+    ``$python`` (the agent's own venv python, pip agents), ``$scaffolds`` (Forge's scaffolds
+    folder, for runner scripts), ``$workdir`` (the agent's working folder), ``$base_url``
+    (``http://127.0.0.1:PORT/v1``), ``$gateway_url`` (the same without ``/v1``), ``$api_key``
+    (the trajectory's key), ``$model`` and ``$prompt`` (the task text); ``$$`` is a dollar sign.
+    ``files`` are written into the working folder before launch (config files).
+    """
+
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def render(self, values: dict[str, str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        def fill(text: str) -> str:
+            try:
+                return string.Template(text).substitute(values)
+            except (KeyError, ValueError) as exc:
+                raise ForgeError(f"launch template {text!r}: unknown or malformed placeholder {exc}") from None
+
+        return (
+            [fill(c) for c in self.command],
+            {k: fill(v) for k, v in self.env.items()},
+            {k: fill(v) for k, v in self.files.items()},
+        )
+
+
+@dataclass(frozen=True)
+class ScaffoldSpec:
+    """One agent harness Forge can run.
+
+    *White-box*: a Python loop Forge runs itself (``family``), with an explicit
+    ``context_policy`` (``full``, ``truncate``, ``discard-tool-output``, ``summarize``,
+    ``keep-last-k``) and a default ``tool_format``. *Black-box*: a program Forge installs
+    (``install``) and launches (``launch``) with the gateway's URL and key in its environment;
+    its context management is its own (``context_policy = "agent"``).
+
+    ``options`` is an optional pydantic model for the scaffold's ``[scaffolds.NAME]`` section in
+    ``forge.toml``; the host validates that section against it before handing it over.
+    """
+
+    name: str
+    kind: ScaffoldKind
+    description: str
+    api: AgentApi = "openai-chat"
+    tool_format: str = "hermes"
+    context_policy: str = "full"
+    family: str | None = None
+    install: InstallRecipe | None = None
+    launch: LaunchSpec | None = None
+    options: type[BaseModel] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    source_file: Path | None = None
+
+    def validate(self) -> None:
+        check_name("scaffold", self.name)
+        if self.kind not in ("white", "black"):
+            raise ForgeError(f"scaffold '{self.name}': kind must be 'white' or 'black', not {self.kind!r}")
+        if not self.description:
+            raise ForgeError(f"scaffold '{self.name}': a description is required")
+        if self.kind == "white" and not self.family:
+            raise ForgeError(f"scaffold '{self.name}': a white-box scaffold names its loop family")
+        if self.kind == "black" and (self.install is None or self.launch is None):
+            raise ForgeError(f"scaffold '{self.name}': a black-box scaffold needs an install recipe and a launch")
+        if self.options is not None and not (isinstance(self.options, type) and issubclass(self.options, BaseModel)):
+            raise ForgeError(f"scaffold '{self.name}': options must be a pydantic model class")
+
+    @classmethod
+    def from_toml(cls, path: Path) -> "ScaffoldSpec":
+        """Read a scaffold definition file (the format of Forge's own ``scaffolds/*.toml``)."""
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ForgeError(f"{path}: cannot read scaffold definition: {exc}") from None
+        try:
+            install = data.pop("install", None)
+            launch = data.pop("launch", None)
+            spec = cls(
+                install=InstallRecipe(**{**install, "extra_packages": tuple(install.get("extra_packages", ()))})
+                if install
+                else None,
+                launch=LaunchSpec(
+                    command=tuple(launch["command"]), env=launch.get("env", {}), files=launch.get("files", {})
+                )
+                if launch
+                else None,
+                source_file=path,
+                **data,
+            )
+        except (TypeError, KeyError) as exc:
+            raise ForgeError(f"{path}: invalid scaffold definition: {exc}") from None
+        spec.validate()
+        return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# tool-call formats
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed tool call: a name and its arguments (a JSON object, or a raw string for freeform tools)."""
+
+    name: str
+    arguments: dict[str, Any] | str
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """A tool call the model tried to make and that did not parse: a process-reward signal."""
+
+    text: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ParsedOutput:
+    """Generated text split into what the user sees (``content``) and the tool calls it made."""
+
+    content: str
+    calls: list[ToolCall]
+    errors: list[ParseError] = field(default_factory=list)
+
+
+class ToolFormat:
+    """A tool-call format: how tool schemas go into the prompt and how calls come out of text.
+
+    Subclasses set ``name`` and ``description`` and implement the three methods. The contract
+    that tests check for every registered format: for any call ``c``,
+    ``parse(format_calls([c])).calls == [c]`` (the round trip), and ``parse`` never raises —
+    text that looks like a call but does not parse is returned in ``errors``.
+    """
+
+    name: str = ""
+    description: str = ""
+
+    def render_tools(self, tools: list[dict[str, Any]]) -> str:
+        """System-prompt text that lists ``tools`` (OpenAI function schemas) and how to call them."""
+        raise NotImplementedError
+
+    def format_calls(self, calls: list[ToolCall]) -> str:
+        """The assistant text that makes ``calls`` in this format (for rendering history)."""
+        raise NotImplementedError
+
+    def parse(self, text: str) -> ParsedOutput:
+        """Split generated ``text`` into content and tool calls. Never raises."""
+        raise NotImplementedError
+
+    def validate(self) -> None:
+        check_name("tool format", self.name)
+        if not self.description:
+            raise ForgeError(f"tool format '{self.name}': a description is required")
+        for method in ("render_tools", "format_calls", "parse"):
+            if getattr(type(self), method) is getattr(ToolFormat, method):
+                raise ForgeError(f"tool format '{self.name}': {method}() is not implemented")
+
+
+# ---------------------------------------------------------------------------------------------
+# sandboxes, tasks, rewards
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """A place where agents run. ``check`` returns ``None`` when usable here, else why not."""
+
+    name: str
+    description: str
+    check: Callable[[], str | None]
+    options: type[BaseModel] | None = None
+
+    def validate(self) -> None:
+        check_name("sandbox", self.name)
+        if not callable(self.check):
+            raise ForgeError(f"sandbox '{self.name}': check must be callable")
+
+
+@dataclass(frozen=True)
+class TaskSetSpec:
+    """A named set of tasks. ``load(**options)`` yields task records (dicts with at least ``id`` and ``prompt``)."""
+
+    name: str
+    description: str
+    load: Callable[..., Any]
+
+    def validate(self) -> None:
+        check_name("task set", self.name)
+        if not callable(self.load):
+            raise ForgeError(f"task set '{self.name}': load must be callable")
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """A named reward component: ``compute(trajectory, **context) -> float``."""
+
+    name: str
+    description: str
+    compute: Callable[..., float]
+
+    def validate(self) -> None:
+        check_name("reward", self.name)
+        if not callable(self.compute):
+            raise ForgeError(f"reward '{self.name}': compute must be callable")

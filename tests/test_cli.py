@@ -1,0 +1,111 @@
+"""The CLI through Typer's runner: commands, errors, and what start-up imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from forge_cli import __version__
+
+
+def test_version(cli):
+    result = cli("version")
+    assert result.exit_code == 0
+    assert f"forge {__version__}" in result.stdout
+
+
+def test_help_lists_every_command(cli):
+    result = cli("--help")
+    assert result.exit_code == 0
+    for command in ("version", "doctor", "plugins", "config", "scaffold"):
+        assert command in result.stdout
+
+
+def test_start_up_imports_nothing_heavy():
+    code = (
+        "import sys\n"
+        "from forge_cli.cli import build_app\n"
+        "from forge_cli import plugins\n"
+        "build_app(); plugins.get_registry()\n"
+        "heavy = [m for m in ('torch', 'vllm', 'deepspeed', 'ray', 'transformers', 'docker', 'fastapi') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_forge_help_process_exits_zero():
+    done = subprocess.run([sys.executable, "-m", "forge_cli", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert "scaffold" in done.stdout
+
+
+def test_scaffold_list_shows_builtins(cli):
+    result = cli("scaffold", "list", "--json")
+    assert result.exit_code == 0
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    white = {"react", "truncate-bc", "discard-tool-output", "summarize", "keep-last-k"}
+    black = {"opencode", "mini-swe-agent", "aider", "codex", "claude-code", "openai-agents", "smolagents"}
+    assert white | black <= set(rows)
+    assert all(rows[n]["kind"] == "white" and rows[n]["installed"] == "built-in" for n in white)
+    assert all(rows[n]["kind"] == "black" and rows[n]["installed"] == "no" for n in black)
+    assert rows["truncate-bc"]["context_policy"] == "truncate"
+    assert rows["opencode"]["plugin"] == "forge:scaffolds"
+
+
+def test_scaffold_list_table_and_filter(cli):
+    result = cli("scaffold", "list", "--kind", "white")
+    assert result.exit_code == 0
+    assert "truncate-bc" in result.stdout and "opencode" not in result.stdout
+    bad = cli("scaffold", "list", "--kind", "grey")
+    assert bad.exit_code == 1
+    assert "--kind must be 'white' or 'black'" in bad.stderr
+
+
+def test_scaffold_show(cli):
+    result = cli("scaffold", "show", "codex")
+    assert result.exit_code == 0
+    assert "@openai/codex@^0.171.0" in result.stdout
+    assert "wire_api" in result.stdout
+
+
+def test_unknown_scaffold_is_one_red_line(cli):
+    result = cli("scaffold", "show", "nope")
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: no scaffold named 'nope'")
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_add_white_box_is_a_no_op(cli):
+    result = cli("scaffold", "add", "truncate-bc")
+    assert result.exit_code == 0
+    assert "nothing to install" in result.stdout
+
+
+def test_add_unknown_target_is_a_clear_error(cli):
+    result = cli("scaffold", "add", "not a package!")
+    assert result.exit_code == 1
+    assert "is not a scaffold name, a path, or a package requirement" in result.stderr
+
+
+def test_remove_builtin_white_box_refused(cli):
+    result = cli("scaffold", "remove", "react")
+    assert result.exit_code == 1
+    assert "built into Forge" in result.stderr
+
+
+def test_remove_not_installed_agent(cli):
+    result = cli("scaffold", "remove", "aider")
+    assert result.exit_code == 0
+    assert "not installed" in result.stdout
+
+
+def test_plugins_lists_builtins(cli):
+    result = cli("plugins", "--json")
+    assert result.exit_code == 0
+    plugins = {p["name"]: p for p in json.loads(result.stdout)}
+    assert plugins["forge:tool-formats"]["registered"] == {"tool_formats": ["hermes"]}
+    assert set(plugins["forge:sandboxes"]["registered"]["sandboxes"]) == {"local", "docker"}
+    assert all(p["builtin"] for p in plugins.values())

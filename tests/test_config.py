@@ -1,0 +1,128 @@
+"""forge.toml: defaults < file < FORGE_* environment < flags, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forge_cli.config import ForgeConfig, load_config, parse_set_flags, write_resolved
+from forge_cli.errors import ForgeError
+
+
+def test_defaults_need_no_file():
+    config = load_config(env={})
+    assert config == ForgeConfig()
+    assert config.pool.window_fraction == 0.3
+    assert config.pool.scheduler == "windowed_fifo"
+    assert config.train.loss.type == "cispo"
+
+
+def test_precedence(tmp_path):
+    (tmp_path / "forge.toml").write_text("[pool]\nwindow_fraction = 0.5\nmax_active_groups = 8\n[train]\nlr = 1e-4\n")
+    from_file = load_config(env={})
+    assert (from_file.pool.window_fraction, from_file.pool.max_active_groups) == (0.5, 8)
+    env = {"FORGE_POOL__WINDOW_FRACTION": "0.6", "FORGE_TRAIN__LOSS__EPS_HIGH": "0.2", "FORGE_HOME": "/x"}
+    from_env = load_config(env=env)
+    assert from_env.pool.window_fraction == 0.6
+    assert from_env.pool.max_active_groups == 8  # the file's value survives a partial override
+    assert from_env.train.loss.eps_high == 0.2
+    from_flag = load_config(env=env, overrides={"pool.window_fraction": 0.7})
+    assert from_flag.pool.window_fraction == 0.7
+    assert from_flag.train.lr == 1e-4
+
+
+def test_explicit_config_path(tmp_path):
+    other = tmp_path / "elsewhere.toml"
+    other.write_text('[model]\nengine = "hf"\n')
+    assert load_config(other, env={}).model.engine == "hf"
+    with pytest.raises(ForgeError, match="does not exist"):
+        load_config(tmp_path / "missing.toml", env={})
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[pool]\nwindow_fraction = 1.5\n", "pool.window_fraction: Input should be less than or equal to 1"),
+        ("[pool]\nwindow_fractio = 0.5\n", "pool.window_fractio: unknown key"),
+        ("[pool]\nwindow_fraction = 'abc'\n", "pool.window_fraction: Input should be a valid number"),
+        ("[train]\nengine = 'jax'\n", "train.engine: Input should be 'torch' or 'deepspeed'"),
+        ("[nonsense]\nx = 1\n", "nonsense: unknown key"),
+        ("[pool\n", "not valid TOML"),
+    ],
+)
+def test_file_errors_name_key_and_file(tmp_path, toml, message):
+    path = tmp_path / "forge.toml"
+    path.write_text(toml)
+    with pytest.raises(ForgeError) as info:
+        load_config(env={})
+    assert str(info.value).startswith(str(path))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_env_and_flag_errors_name_their_source():
+    with pytest.raises(ForgeError, match=r"^environment variable FORGE_POOL__WINDOW_FRACTION: pool.window_fraction"):
+        load_config(env={"FORGE_POOL__WINDOW_FRACTION": "7"})
+    with pytest.raises(ForgeError, match=r"^command-line flag --set pool.bogus: pool.bogus: unknown key"):
+        load_config(env={}, overrides={"pool.bogus": 1})
+    with pytest.raises(ForgeError, match="expects KEY=VALUE"):
+        parse_set_flags(["pool.window_fraction"])
+
+
+def test_set_values_use_toml_syntax():
+    assert parse_set_flags(["a.b=0.5", "a.c=true", "a.d=hello", "a.e=[1, 2]"]) == {
+        "a.b": 0.5,
+        "a.c": True,
+        "a.d": "hello",
+        "a.e": [1, 2],
+    }
+
+
+def test_resolved_config_written_as_json(tmp_path):
+    config = load_config(env={}, overrides={"pool.window_fraction": 0.25, "scaffolds.react.max_turns": 3})
+    out = write_resolved(config, tmp_path / "runs" / "r1")
+    data = json.loads(out.read_text())
+    assert data["pool"]["window_fraction"] == 0.25
+    assert data["scaffolds"] == {"react": {"max_turns": 3}}
+    assert ForgeConfig.model_validate(data) == config
+
+
+def test_example_forge_toml_is_valid():
+    example = Path(__file__).resolve().parent.parent / "forge.toml"
+    assert load_config(example, env={}) is not None
+
+
+# ---- through the CLI ---------------------------------------------------------------------------
+
+
+def test_cli_bad_config_is_one_line_exit_1(cli, tmp_path):
+    (tmp_path / "forge.toml").write_text("[gateway]\nport = 99999\n")
+    result = cli("config", "show")
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [f"Error: {tmp_path / 'forge.toml'}: gateway.port: Input should be less than or equal to 65535 (got 99999)"]
+    assert result.stdout == ""
+
+
+def test_cli_precedence(cli, tmp_path):
+    (tmp_path / "forge.toml").write_text("[gateway]\nport = 9000\nhost = '127.0.0.2'\n")
+    result = cli("--set", "gateway.port=9100", "config", "show", env={"FORGE_GATEWAY__HOST": "127.0.0.3"})
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["gateway"]["port"] == 9100 and data["gateway"]["host"] == "127.0.0.3"
+
+
+def test_cli_plugin_section_validated(cli, tmp_path):
+    (tmp_path / "forge.toml").write_text("[scaffolds.truncate-bc]\ncontext_budget_tokens = 2048\n")
+    shown = cli("scaffold", "show", "truncate-bc")
+    assert shown.exit_code == 0 and "2048" in shown.stdout
+    (tmp_path / "forge.toml").write_text("[scaffolds.truncate-bc]\ncontext_budget = 2048\n")
+    bad = cli("scaffold", "show", "truncate-bc")
+    assert bad.exit_code == 1
+    assert "[scaffolds.truncate-bc]: context_budget: unknown key" in bad.stderr
+    (tmp_path / "forge.toml").write_text("[scaffolds.no-such]\nx = 1\n")
+    unknown = cli("config", "show")
+    assert unknown.exit_code == 1
+    assert "no scaffold named 'no-such' is registered" in unknown.stderr

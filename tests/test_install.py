@@ -1,0 +1,133 @@
+"""Installing: the wheel into a fresh venv, the example plugin by path, a black-box agent from npm.
+
+These run the real tools (pip, npm, venv) against the package registries and are marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLE_PLUGIN, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    assert done.returncode == 0, f"{cmd} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory):
+    """Forge built as a wheel (no editable install) and installed into a brand-new venv."""
+    base = tmp_path_factory.mktemp("wheel")
+    # build from a clean copy of the tracked tree, as a user's `pip install .` of a checkout would
+    src = base / "src"
+    files = _run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT).stdout.split()
+    for rel in files:
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(base / "dist"), str(src)])
+    wheel = next((base / "dist").glob("forge_cli-*.whl"))
+    venv = base / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)])
+    return venv
+
+
+def _forge(venv: Path, *args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_") and k != "PYTHONPATH"}
+    env["FORGE_HOME"] = str(home)
+    return subprocess.run([str(venv / "bin" / "forge"), *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_wheel_ships_scaffolds_and_sandboxes(wheel_venv, tmp_path):
+    done = _forge(wheel_venv, "scaffold", "list", "--json", home=tmp_path / "home", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    names = {row["name"] for row in json.loads(done.stdout)}
+    assert {"truncate-bc", "react", "opencode", "codex", "smolagents"} <= names
+    show = _forge(wheel_venv, "scaffold", "show", "smolagents", "--json", home=tmp_path / "home", cwd=tmp_path)
+    site = next((wheel_venv / "lib").glob("python3*/site-packages"))
+    definition = site / "forge_cli" / "_data" / "scaffolds" / "black" / "smolagents.toml"
+    assert definition.is_file()
+    assert (site / "forge_cli" / "_data" / "scaffolds" / "runners" / "smolagents_runner.py").is_file()
+    assert (site / "forge_cli" / "_data" / "sandboxes").is_dir()
+    assert json.loads(show.stdout)["definition"] == str(definition)
+    # the installed package, not the checkout, answered
+    where = _run([str(wheel_venv / "bin" / "python"), "-c", "import forge_cli; print(forge_cli.__file__)"], cwd=tmp_path)
+    assert where.stdout.strip().startswith(str(site))
+
+
+def test_add_example_plugin_by_path_then_remove(wheel_venv, tmp_path):
+    home = tmp_path / "home"
+    added = _forge(wheel_venv, "scaffold", "add", str(EXAMPLE_PLUGIN), home=home, cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    assert "installed plugin forge-scaffold-example" in added.stdout
+    assert "scaffolds: example-sexpr" in added.stdout and "tool formats: sexpr" in added.stdout
+    listed = json.loads(_forge(wheel_venv, "scaffold", "list", "--json", home=home, cwd=tmp_path).stdout)
+    row = next(r for r in listed if r["name"] == "example-sexpr")
+    assert (row["plugin"], row["tool_format"], row["kind"]) == ("forge-scaffold-example", "sexpr", "white")
+    # its [scaffolds.example-sexpr] section reaches it, validated
+    (tmp_path / "forge.toml").write_text('[scaffolds.example-sexpr]\npersona = "You are terse."\n')
+    shown = _forge(wheel_venv, "scaffold", "show", "example-sexpr", home=home, cwd=tmp_path)
+    assert shown.returncode == 0 and "You are terse." in shown.stdout
+    (tmp_path / "forge.toml").write_text("[scaffolds.example-sexpr]\npersona = 3\n")
+    bad = _forge(wheel_venv, "scaffold", "show", "example-sexpr", home=home, cwd=tmp_path)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines() == [
+        f"Error: {tmp_path / 'forge.toml'} [scaffolds.example-sexpr]: persona: Input should be a valid string (got 3)"
+    ]
+    (tmp_path / "forge.toml").unlink()
+    removed = _forge(wheel_venv, "scaffold", "remove", "example-sexpr", home=home, cwd=tmp_path)
+    assert removed.returncode == 0, removed.stderr
+    listed = json.loads(_forge(wheel_venv, "scaffold", "list", "--json", home=home, cwd=tmp_path).stdout)
+    assert "example-sexpr" not in {r["name"] for r in listed}
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
+def test_add_opencode_installs_from_npm_into_forge_home(cli, tmp_path):
+    home = Path(os.environ["FORGE_HOME"])
+    first = cli("scaffold", "add", "opencode")
+    assert first.exit_code == 0, first.stderr
+    binary = home / "agents" / "opencode" / "node_modules" / ".bin" / "opencode"
+    assert f"installed opencode 1." in first.stdout and binary.exists()
+    version = _run([str(binary), "--version"]).stdout.strip()
+    assert version.startswith("1.")
+    listed = json.loads(cli("scaffold", "list", "--json").stdout)
+    assert next(r for r in listed if r["name"] == "opencode")["installed"] == f"yes ({version})"
+    # idempotent: the second add does nothing, quickly
+    t0 = time.monotonic()
+    again = cli("scaffold", "add", "opencode")
+    assert again.exit_code == 0 and "already installed" in again.stdout
+    assert time.monotonic() - t0 < 5
+    removed = cli("scaffold", "remove", "opencode")
+    assert removed.exit_code == 0 and not (home / "agents" / "opencode").exists()
+
+
+def test_failed_agent_install_leaves_nothing_behind(cli, monkeypatch, tmp_path):
+    """A pip agent whose package cannot be installed: one red line with the log, no half install."""
+    import dataclasses
+
+    from forge_cli import installer, plugins
+    from forge_cli.specs import InstallRecipe
+
+    spec = plugins.get_registry().scaffold("aider")
+    broken = dataclasses.replace(spec, install=InstallRecipe("pip", str(tmp_path / "no-such-dir"), "", "aider"))
+    with pytest.raises(Exception) as info:
+        installer.install_agent(broken)
+    message = str(info.value)
+    assert message.startswith("pip install failed (exit 1):") and "does not exist" in message
+    assert message.endswith(str(Path(os.environ["FORGE_HOME"]) / "logs" / "install-aider.log"))
+    assert "no-such-dir" in (Path(os.environ["FORGE_HOME"]) / "logs" / "install-aider.log").read_text()
+    assert not installer.agent_prefix("aider").exists()
+    assert installer.installed(spec) is None

@@ -1,0 +1,79 @@
+"""Every registered tool-call format: render → text → parse gives the calls back; parse never raises."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forge_cli.builtin.tool_formats import HermesFormat
+from forge_cli.specs import ToolCall
+from tests.conftest import EXAMPLE_PLUGIN
+
+sys.path.insert(0, str(EXAMPLE_PLUGIN))
+from forge_scaffold_example import SexprFormat  # noqa: E402
+
+FORMATS = [HermesFormat(), SexprFormat()]
+
+json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
+json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
+arguments = st.dictionaries(st.text(max_size=12), json_value, max_size=5) | st.text(max_size=40)
+names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
+calls = st.lists(st.builds(ToolCall, name=names, arguments=arguments), min_size=1, max_size=4)
+
+
+def _plain(call: ToolCall) -> tuple:
+    return call.name, call.arguments
+
+
+def test_every_builtin_format_is_covered():
+    from forge_cli import plugins
+
+    plugins.reset()
+    registered = {name for name, e in plugins.get_registry().tool_formats.items() if e.plugin.startswith("forge:")}
+    assert registered <= {f.name for f in FORMATS}
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(made=calls, prose=st.text(max_size=60))
+def test_round_trip(fmt, made, prose):
+    text = fmt.format_calls(made)
+    parsed = fmt.parse(text)
+    assert [_plain(c) for c in parsed.calls] == [_plain(c) for c in made]
+    assert parsed.errors == [] and parsed.content == ""
+    # with prose before the calls (prose that itself contains no call)
+    quiet = fmt.parse(prose)
+    if not quiet.calls and not quiet.errors:
+        mixed = fmt.parse(prose + "\n" + text)
+        assert [_plain(c) for c in mixed.calls] == [_plain(c) for c in made]
+        assert mixed.content == prose.strip()
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@settings(max_examples=300)
+@given(text=st.text(max_size=200) | st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "(call f ", "{", "}", '"', ")", "x", "\n", '{"name": "f"'])).map("".join))
+def test_parse_never_raises(fmt, text):
+    parsed = fmt.parse(text)
+    assert isinstance(parsed.content, str)
+
+
+def test_hermes_bad_call_is_a_parse_error_not_a_crash():
+    parsed = HermesFormat().parse('Let me look.\n<tool_call>\n{"name": "ls", "arguments": {"path": }\n</tool_call>')
+    assert parsed.calls == [] and parsed.content == "Let me look."
+    assert len(parsed.errors) == 1 and "not valid JSON" in parsed.errors[0].reason
+    missing_name = HermesFormat().parse('<tool_call>{"arguments": {}}</tool_call>')
+    assert "missing string field 'name'" in missing_name.errors[0].reason
+
+
+def test_hermes_unterminated_call_at_end_of_generation_still_parses():
+    parsed = HermesFormat().parse('<tool_call>\n{"name": "ls", "arguments": {"path": "/"}}')
+    assert [_plain(c) for c in parsed.calls] == [("ls", {"path": "/"})]
+
+
+def test_hermes_render_lists_tools():
+    tool = {"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}}
+    text = HermesFormat().render_tools([tool])
+    assert '"name": "bash"' in text and "<tools>" in text and "<tool_call>" in text
