@@ -235,7 +235,16 @@ def _add_plugin(target: str, known: list[str]) -> None:
     reg = registry()
     name = _plugin_named(reg, dist)
     if name is None:
-        warn(f"installed {dist}, but it registers no Forge plugin (no entry point in group 'forge')")
+        import importlib.metadata
+
+        try:
+            has_entry_point = any(ep.group == "forge" for ep in importlib.metadata.distribution(dist).entry_points)
+        except importlib.metadata.PackageNotFoundError:
+            has_entry_point = False
+        if has_entry_point:
+            warn(f"installed {dist}; it is a Forge plugin but FORGE_LOAD_PLUGINS does not allow it")
+        else:
+            warn(f"installed {dist}, but it registers no Forge plugin (no entry point in group 'forge')")
         return
     registered = reg.plugins[name].registered
     console.print(f"[green]installed[/] plugin {name} {reg.plugins[name].version}")
