@@ -2,18 +2,21 @@
 VENV ?= .venv
 export FORGE_VENV := $(abspath $(VENV))
 
-.PHONY: setup train test test-fast bench clean
+.PHONY: setup system-deps train test test-fast bench clean
 
 setup:            ## create/refresh the project venv (a no-op when nothing changed)
 	@bash scripts/setup.sh
 
+system-deps:      ## Debian packages the tests use (PostgreSQL server), installed if missing
+	@bash scripts/system-deps.sh
+
 train: setup      ## the main job; until `forge train` lands (issue 5) it checks the machine
 	$(VENV)/bin/forge doctor
 
-test: setup       ## the whole test suite, slow tests included (what CI runs)
+test: setup system-deps  ## the whole test suite, slow tests included (what CI runs)
 	$(VENV)/bin/python -m pytest
 
-test-fast: setup  ## everything but the slow tests
+test-fast: setup system-deps  ## everything but the slow tests
 	$(VENV)/bin/python -m pytest -m "not slow"
 
 bench: setup      ## every benchmark; figures go to benchmarks/results/

@@ -65,3 +65,78 @@ def fake_dist(tmp_path, monkeypatch):
         return site
 
     return make
+
+
+# ---- a real PostgreSQL server for the pool tests ---------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory):
+    """A throwaway PostgreSQL cluster on 127.0.0.1, started for this test session."""
+    import glob
+    import shutil
+    import subprocess
+
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+    if not bins:
+        message = "PostgreSQL server binaries are missing (scripts/system-deps.sh installs them)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    bindir = Path(bins[-1])
+    import tempfile
+
+    # not under pytest's tmp tree: that is 0700 root, and the server runs as 'postgres'
+    base = Path(tempfile.mkdtemp(prefix="forge-test-pg-"))
+    data, sock = base / "data", base / "sock"
+    sock.mkdir()
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        shutil.chown(base, "postgres")
+        shutil.chown(sock, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "forge", "--no-sync"],
+                   check=True, capture_output=True)
+    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=60"
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-o", opts, "-w", "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql://forge@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def pool_spec(request, tmp_path):
+    """How to open one fresh pool, on each backend: ('sqlite', path) or ('postgres', url, schema)."""
+    import uuid
+
+    if request.param == "sqlite":
+        return ("sqlite", str(tmp_path / "pool.sqlite"))
+    url = request.getfixturevalue("pg_url")
+    return ("postgres", url, f"t_{uuid.uuid4().hex[:12]}")
+
+
+def open_spec(spec, **kw):
+    from forge_cli.pool import DataPool
+
+    if spec[0] == "sqlite":
+        return DataPool.sqlite(spec[1], **kw)
+    return DataPool.postgres(spec[1], spec[2], **kw)
+
+
+@pytest.fixture
+def pool(pool_spec):
+    p = open_spec(pool_spec)
+    yield p
+    p.close()

@@ -1,0 +1,20 @@
+"""The data pool: durable storage of trajectories and the schedulers that feed the trainer."""
+
+from __future__ import annotations
+
+from forge_cli.pool.store import DataPool, PoolFull, open_pool
+from forge_cli.pool.types import (
+    Batch,
+    Completion,
+    Event,
+    Group,
+    GroupStatus,
+    Sample,
+    Trajectory,
+    TrajectoryStatus,
+)
+
+__all__ = [
+    "Batch", "Completion", "DataPool", "Event", "Group", "GroupStatus", "PoolFull", "Sample",
+    "Trajectory", "TrajectoryStatus", "open_pool",
+]

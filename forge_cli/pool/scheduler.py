@@ -1,0 +1,92 @@
+"""Which finished groups the trainer may take next (DESIGN.md §4).
+
+The generation queue is ``Q = [G_0, G_1, …]`` in submission order; the head ``i`` is the oldest
+group not yet consumed. A scheduler with window ``W`` may take any *complete* group in
+``[G_i, G_{i+W-1}]``, in any order, and never one at index ``≥ i + W``, however finished; the
+window moves only when the head is consumed. ``W = 1`` is strict FIFO, ``W = ∞`` greedy.
+
+A head that has outlived its time budget is marked timed out so one dead agent cannot stall
+training: ``on_timeout = "drop"`` removes it from the queue untrained, ``"train"`` closes its
+unfinished trajectories as timed out and lets it be taken with whatever reward they earn.
+
+:func:`select` is pure (no database, no clock of its own), which is what the property tests
+exercise; :class:`~forge_cli.pool.store.DataPool.take_batch` applies its decision atomically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+SchedulerName = Literal["windowed_fifo", "fifo", "greedy"]
+OnTimeout = Literal["drop", "train"]
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One active (not yet consumed) group as the scheduler sees it."""
+
+    queue_index: int
+    group_id: str
+    complete: bool  # every trajectory is in a terminal state
+    submitted_at: float
+    timeout_s: float | None = None
+
+    def expired(self, now: float) -> bool:
+        return self.timeout_s is not None and now - self.submitted_at > self.timeout_s
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to take (in order), and which heads timed out (dropped or to be closed)."""
+
+    take: list[str]
+    timed_out: list[str] = field(default_factory=list)
+    head_before: int | None = None
+
+
+def window_size(scheduler: SchedulerName, window_fraction: float, max_active_groups: int) -> int | None:
+    """``W`` for a scheduler: 1 for fifo, None (∞) for greedy, ``ceil(fraction · N)`` (≥ 1) otherwise."""
+    if scheduler == "fifo":
+        return 1
+    if scheduler == "greedy":
+        return None
+    if scheduler == "windowed_fifo":
+        return max(1, math.ceil(window_fraction * max_active_groups))
+    raise ValueError(f"unknown scheduler {scheduler!r}")
+
+
+def select(
+    active: list[QueueEntry],
+    max_groups: int,
+    window: int | None,
+    now: float,
+    on_timeout: OnTimeout = "drop",
+) -> Decision:
+    """Choose up to ``max_groups`` complete groups under the window rule, oldest first.
+
+    ``active`` holds every submitted, unconsumed group. Taking the head moves the window at
+    once, so one call behaves exactly like ``max_groups`` calls that take one group each.
+    """
+    if window is not None and window < 1:
+        raise ValueError("window must be >= 1 (or None for greedy)")
+    remaining = sorted(active, key=lambda e: e.queue_index)
+    head_before = remaining[0].queue_index if remaining else None
+    take: list[str] = []
+    timed_out: list[str] = []
+    while remaining and len(take) < max_groups:
+        head = remaining[0]
+        if not head.complete and head.expired(now):
+            timed_out.append(head.group_id)
+            if on_timeout == "drop":
+                remaining.pop(0)
+                continue
+            remaining[0] = head = replace(head, complete=True)
+        limit = head.queue_index + window if window is not None else math.inf
+        chosen = next((e for e in remaining if e.complete and e.queue_index < limit), None)
+        if chosen is None:
+            break
+        take.append(chosen.group_id)
+        remaining.remove(chosen)
+    return Decision(take=take, timed_out=timed_out, head_before=head_before)

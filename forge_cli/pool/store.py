@@ -1,0 +1,624 @@
+"""The data pool: a durable store of groups, trajectories, completions, events and rewards.
+
+Two backends behind one class and one schema (:mod:`forge_cli.pool.schema`): SQLite in WAL mode
+(the embedded default, safe for several processes on one machine) and PostgreSQL (many
+machines). Every write is one transaction, committed (and, for SQLite, fsynced:
+``synchronous=FULL``) before the call returns. Every bad input raises :class:`ForgeError`
+before anything is written, so the pool is left unchanged.
+
+Writers that change the queue (submitting groups, taking batches) serialise on one lock —
+SQLite's ``BEGIN IMMEDIATE``, a ``FOR UPDATE`` on a meta row in PostgreSQL — so queue indices
+are dense and in submission order, and a take sees a consistent queue.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from forge_cli.errors import ForgeError
+from forge_cli.pool import scheduler as sched
+from forge_cli.pool.schema import (
+    POSTGRES,
+    SCHEMA_VERSION,
+    SQLITE,
+    Dialect,
+    pack_floats,
+    pack_ints,
+    unpack_floats,
+    unpack_ints,
+)
+from forge_cli.pool.types import (
+    Batch,
+    Completion,
+    Event,
+    Group,
+    GroupStatus,
+    Trajectory,
+    TrajectoryStatus,
+)
+
+INT32_MAX = 2**31 - 1
+TERMINAL = tuple(s.value for s in TrajectoryStatus if s.terminal)
+_COMPLETION_COLS = (
+    "id, trajectory_id, seq, prompt_ids, output_ids, output_logprobs, policy_version, sampling, "
+    "finish_reason, started_at, finished_at, tool_format, parse_errors, request"
+)
+_TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error"
+_GROUP_COLS = "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step"
+
+
+def _check_ids(name: str, values: Any) -> list[int]:
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ForgeError(f"{name} must be a list of integers")
+    if values and (min(values) < 0 or max(values) > INT32_MAX):
+        raise ForgeError(f"{name} holds a token id outside 0..{INT32_MAX}")
+    return list(values)
+
+
+class DataPool:
+    """A pool in one SQLite file or one PostgreSQL schema. Open with :meth:`sqlite`,
+    :meth:`postgres` or :func:`open_pool`. Thread-safe; one connection per instance (open one
+    instance per process)."""
+
+    def __init__(self, conn: Any, dialect: Dialect, location: str, clock: Callable[[], float] = time.time) -> None:
+        self._conn = conn
+        self.dialect = dialect
+        self.location = location
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._closed = False
+        self._init_schema()
+
+    # ---- opening and closing -------------------------------------------------------------------
+
+    @classmethod
+    def sqlite(cls, path: str | Path, clock: Callable[[], float] = time.time) -> "DataPool":
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA busy_timeout=60000")
+        except sqlite3.Error as exc:
+            raise ForgeError(f"cannot open the SQLite pool at {path}: {exc}") from None
+        return cls(conn, SQLITE, str(path), clock)
+
+    @classmethod
+    def postgres(cls, url: str, schema: str = "forge", clock: Callable[[], float] = time.time) -> "DataPool":
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
+            raise ForgeError(f"PostgreSQL schema name {schema!r} must be lowercase letters, digits and '_'")
+        try:
+            import psycopg
+        except ImportError:
+            raise ForgeError("pool.url names PostgreSQL but psycopg is not installed (pip install 'psycopg[binary]')") from None
+        try:
+            conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise ForgeError(f"cannot connect to the PostgreSQL pool at {_redact(url)}: {str(exc).strip()}") from None
+        with conn.cursor() as cur:
+            # several processes may create the schema at once: serialise on an advisory lock
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"forge-schema-{schema}",))
+            cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            cur.execute(f'SET search_path TO "{schema}"')
+        conn.commit()
+        return cls(conn, POSTGRES, f"{_redact(url)} schema {schema}", clock)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def __enter__(self) -> "DataPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- transactions ----------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self, queue_lock: bool = False) -> Iterator[Any]:
+        """One write transaction; ``queue_lock`` serialises with every other queue writer."""
+        with self._lock:
+            if self._closed:
+                raise ForgeError(f"the pool at {self.location} is closed")
+            cur = self._conn.cursor()
+            try:
+                if self.dialect is SQLITE:
+                    cur.execute("BEGIN IMMEDIATE")
+                elif queue_lock:
+                    cur.execute("SELECT value FROM meta WHERE key = 'next_queue_index' FOR UPDATE")
+                yield _Cursor(cur, self.dialect)
+                if self.dialect is SQLITE:
+                    cur.execute("COMMIT")
+                else:
+                    self._conn.commit()
+            except BaseException:
+                if self.dialect is SQLITE:
+                    if self._conn.in_transaction:
+                        cur.execute("ROLLBACK")
+                else:
+                    self._conn.rollback()
+                raise
+            finally:
+                cur.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[Any]:
+        """A consistent read (one snapshot)."""
+        with self._lock:
+            if self._closed:
+                raise ForgeError(f"the pool at {self.location} is closed")
+            cur = self._conn.cursor()
+            try:
+                if self.dialect is SQLITE:
+                    cur.execute("BEGIN")
+                yield _Cursor(cur, self.dialect)
+            finally:
+                if self.dialect is SQLITE:
+                    cur.execute("COMMIT")
+                else:
+                    self._conn.commit()
+                cur.close()
+
+    def _init_schema(self) -> None:
+        with self._tx() as cur:
+            if self.dialect is POSTGRES:
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext('forge-tables'))")
+            for statement in self.dialect.ddl():
+                cur.execute(statement)
+            for key, value in (("schema_version", str(SCHEMA_VERSION)), ("next_queue_index", "0")):
+                cur.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
+            version = cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0]
+            if int(version) != SCHEMA_VERSION:
+                raise ForgeError(f"the pool at {self.location} has schema version {version}; this Forge reads {SCHEMA_VERSION}")
+
+    # ---- writes ----------------------------------------------------------------------------------
+
+    def submit_group(
+        self,
+        task_id: str,
+        n: int,
+        scaffold: str,
+        *,
+        max_active: int | None = None,
+        timeout_s: float | None = None,
+        group_id: str | None = None,
+    ) -> Group:
+        """Append a group of ``n`` queued trajectories to the generation queue.
+
+        ``max_active`` (N) is the admission bound: with N groups submitted and not consumed, it
+        raises :class:`PoolFull` and writes nothing.
+        """
+        if not isinstance(n, int) or n < 1:
+            raise ForgeError(f"a group needs n >= 1 trajectories, got {n!r}")
+        if not task_id or not scaffold:
+            raise ForgeError("a group needs a task_id and a scaffold")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ForgeError(f"timeout_s must be > 0, got {timeout_s!r}")
+        group_id = group_id or uuid.uuid4().hex
+        now = self.clock()
+        with self._tx(queue_lock=True) as cur:
+            if max_active is not None:
+                active = cur.one("SELECT COUNT(*) FROM groups WHERE status = ?", (GroupStatus.ACTIVE.value,))[0]
+                if active >= max_active:
+                    raise PoolFull(f"{active} groups are active, the admission bound is {max_active}")
+            index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
+            cur.execute("UPDATE meta SET value = ? WHERE key = 'next_queue_index'", (str(index + 1),))
+            cur.execute(
+                f"INSERT INTO groups ({_GROUP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL)",
+                (group_id, index, task_id, n, GroupStatus.ACTIVE.value, now, timeout_s),
+            )
+            trajectories = []
+            for member in range(n):
+                tid = uuid.uuid4().hex
+                cur.execute(
+                    "INSERT INTO trajectories (id, group_id, member, task_id, scaffold, queue_index, status) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (tid, group_id, member, task_id, scaffold, index, TrajectoryStatus.QUEUED.value),
+                )
+                trajectories.append(Trajectory(tid, group_id, task_id, scaffold, index, TrajectoryStatus.QUEUED))
+        return Group(group_id, index, task_id, n, GroupStatus.ACTIVE, now, timeout_s, trajectories=trajectories)
+
+    def start_trajectory(self, trajectory_id: str) -> None:
+        """queued → running."""
+        self._transition(trajectory_id, (TrajectoryStatus.QUEUED,), TrajectoryStatus.RUNNING, started=True)
+
+    def finish_trajectory(self, trajectory_id: str, *, rewards: dict[str, float] | None = None) -> None:
+        """running → completed, with its reward components in the same transaction.
+
+        Setting the rewards here (rather than after) matters: the moment the last trajectory of a
+        group is terminal, the scheduler may hand the group to the trainer.
+        """
+        self._transition(trajectory_id, (TrajectoryStatus.RUNNING,), TrajectoryStatus.COMPLETED, rewards=rewards)
+
+    def fail_trajectory(
+        self, trajectory_id: str, error: str, *, timed_out: bool = False, rewards: dict[str, float] | None = None
+    ) -> None:
+        """queued/running → failed (or timed_out): a crashing agent is a failed trajectory.
+
+        ``rewards`` are its failure reward components, set in the same transaction.
+        """
+        status = TrajectoryStatus.TIMED_OUT if timed_out else TrajectoryStatus.FAILED
+        self._transition(
+            trajectory_id, (TrajectoryStatus.QUEUED, TrajectoryStatus.RUNNING), status, error=str(error)[:4000], rewards=rewards
+        )
+
+    def _transition(
+        self,
+        trajectory_id: str,
+        allowed: tuple[TrajectoryStatus, ...],
+        to: TrajectoryStatus,
+        *,
+        started: bool = False,
+        error: str | None = None,
+        rewards: dict[str, float] | None = None,
+    ) -> None:
+        if rewards is not None:
+            _check_rewards(rewards)
+        now = self.clock()
+        allowed_values = tuple(s.value for s in allowed)
+        marks = ", ".join("?" * len(allowed_values))
+        # one conditional UPDATE: a concurrent timeout (take_batch) and this call cannot both win
+        if started:
+            sql, args = "UPDATE trajectories SET status = ?, started_at = ?", (to.value, now)
+        else:
+            sql, args = "UPDATE trajectories SET status = ?, finished_at = ?, error = ?", (to.value, now, error)
+        with self._tx() as cur:
+            row = cur.one(f"{sql} WHERE id = ? AND status IN ({marks}) RETURNING id", (*args, trajectory_id, *allowed_values))
+            if row is None:
+                current = cur.one("SELECT status FROM trajectories WHERE id = ?", (trajectory_id,))
+                if current is None:
+                    raise ForgeError(f"unknown trajectory {trajectory_id!r}")
+                raise ForgeError(f"trajectory {trajectory_id} is {current[0]}; cannot become {to.value}")
+            if rewards:
+                self._write_rewards(cur, trajectory_id, rewards)
+
+    def append_completion(
+        self,
+        trajectory_id: str,
+        *,
+        prompt_ids: list[int],
+        output_ids: list[int],
+        output_logprobs: list[float],
+        policy_version: int,
+        sampling: dict[str, Any] | None = None,
+        finish_reason: str = "stop",
+        started_at: float | None = None,
+        finished_at: float | None = None,
+        tool_format: str | None = None,
+        parse_errors: list[dict[str, Any]] | None = None,
+        request: dict[str, Any] | None = None,
+    ) -> Completion:
+        """Record one LLM call of a running trajectory; its ``seq`` is the next in the trajectory."""
+        prompt_ids = _check_ids("prompt_ids", prompt_ids)
+        output_ids = _check_ids("output_ids", output_ids)
+        if not isinstance(output_logprobs, (list, tuple)) or len(output_logprobs) != len(output_ids):
+            got = len(output_logprobs) if isinstance(output_logprobs, (list, tuple)) else type(output_logprobs).__name__
+            raise ForgeError(f"output_logprobs must have one value per output id: {len(output_ids)} ids, {got} logprobs")
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x <= 0.0 for x in output_logprobs):
+            raise ForgeError("output_logprobs must be numbers <= 0 (log-probabilities)")
+        if any(math.isnan(x) for x in output_logprobs):
+            raise ForgeError("output_logprobs holds NaN")
+        if not isinstance(policy_version, int) or policy_version < 0:
+            raise ForgeError(f"policy_version must be an integer >= 0, got {policy_version!r}")
+        now = self.clock()
+        cid = uuid.uuid4().hex
+        try:
+            sampling_json = json.dumps(sampling or {})
+            errors_json = json.dumps(parse_errors or [])
+            request_json = json.dumps(request) if request is not None else None
+        except (TypeError, ValueError) as exc:
+            raise ForgeError(f"completion metadata is not JSON-serialisable: {exc}") from None
+        with self._tx() as cur:
+            row = cur.one(
+                "UPDATE trajectories SET n_completions = n_completions + 1 WHERE id = ? AND status = ? "
+                "RETURNING n_completions - 1",
+                (trajectory_id, TrajectoryStatus.RUNNING.value),
+            )
+            if row is None:
+                status = cur.one("SELECT status FROM trajectories WHERE id = ?", (trajectory_id,))
+                if status is None:
+                    raise ForgeError(f"unknown trajectory {trajectory_id!r}")
+                raise ForgeError(f"trajectory {trajectory_id} is {status[0]}, not running: completion rejected")
+            seq = int(row[0])
+            cur.execute(
+                f"INSERT INTO completions ({_COMPLETION_COLS}, n_prompt, n_output) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    cid, trajectory_id, seq, pack_ints(prompt_ids), pack_ints(output_ids), pack_floats(list(output_logprobs)),
+                    policy_version, sampling_json, finish_reason, started_at if started_at is not None else now,
+                    finished_at if finished_at is not None else now, tool_format, errors_json, request_json,
+                    len(prompt_ids), len(output_ids),
+                ),
+            )
+        stored = unpack_floats(pack_floats(list(output_logprobs)))
+        return Completion(
+            cid, trajectory_id, seq, prompt_ids, output_ids, stored, policy_version, sampling or {}, finish_reason,
+            started_at if started_at is not None else now, finished_at if finished_at is not None else now,
+            tool_format, parse_errors or [], request,
+        )
+
+    def append_events(self, trajectory_id: str, events: list[Event | dict[str, Any]]) -> None:
+        """Record context-management actions, tool errors and the like, in order."""
+        rows = []
+        for event in events:
+            if isinstance(event, dict):
+                if "kind" not in event:
+                    raise ForgeError("an event needs a 'kind'")
+                event = Event(kind=str(event["kind"]), at=float(event.get("at", self.clock())), data=event.get("data", {}))
+            try:
+                rows.append((trajectory_id, event.at, event.kind, json.dumps(event.data)))
+            except (TypeError, ValueError) as exc:
+                raise ForgeError(f"event data is not JSON-serialisable: {exc}") from None
+        with self._tx() as cur:
+            if cur.one("SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id,)) is None:
+                raise ForgeError(f"unknown trajectory {trajectory_id!r}")
+            for row in rows:
+                cur.execute("INSERT INTO events (trajectory_id, at, kind, data) VALUES (?, ?, ?, ?)", row)
+
+    def set_rewards(self, trajectory_id: str, components: dict[str, float]) -> float:
+        """Set named reward components (replacing same-named ones); returns the trajectory's total.
+
+        Only while its group is active: a consumed group's rewards were already trained on.
+        """
+        _check_rewards(components)
+        with self._tx() as cur:
+            # FOR UPDATE (PostgreSQL): a concurrent take_batch either sees this reward or makes us see 'consumed'
+            lock = " FOR UPDATE OF g" if self.dialect is POSTGRES else ""
+            row = cur.one(
+                f"SELECT g.status FROM trajectories t JOIN groups g ON g.id = t.group_id WHERE t.id = ?{lock}",
+                (trajectory_id,),
+            )
+            if row is None:
+                raise ForgeError(f"unknown trajectory {trajectory_id!r}")
+            if row[0] != GroupStatus.ACTIVE.value:
+                raise ForgeError(f"trajectory {trajectory_id} belongs to a {row[0]} group: its reward can no longer change")
+            return self._write_rewards(cur, trajectory_id, components)
+
+    @staticmethod
+    def _write_rewards(cur: "_Cursor", trajectory_id: str, components: dict[str, float]) -> float:
+        for name, value in components.items():
+            cur.execute(
+                "INSERT INTO rewards (trajectory_id, name, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (trajectory_id, name) DO UPDATE SET value = excluded.value",
+                (trajectory_id, name, float(value)),
+            )
+        total = float(cur.one("SELECT SUM(value) FROM rewards WHERE trajectory_id = ?", (trajectory_id,))[0])
+        cur.execute("UPDATE trajectories SET reward = ? WHERE id = ?", (total, trajectory_id))
+        return total
+
+    # ---- the scheduler's side ----------------------------------------------------------------------
+
+    def take_batch(
+        self,
+        max_groups: int,
+        trainer_version: int,
+        *,
+        window: int | None,
+        on_timeout: sched.OnTimeout = "drop",
+    ) -> Batch:
+        """Take up to ``max_groups`` complete groups under the window rule and mark them consumed.
+
+        Heads past their time budget are marked timed out first (see :mod:`.scheduler`). The
+        whole decision is one transaction, so concurrent takers never get the same group.
+        """
+        if max_groups < 1:
+            raise ForgeError(f"max_groups must be >= 1, got {max_groups}")
+        now = self.clock()
+        with self._tx(queue_lock=True) as cur:
+            rows = cur.all(
+                "SELECT g.id, g.queue_index, g.submitted_at, g.timeout_s, "
+                "SUM(CASE WHEN t.status IN (?, ?, ?) THEN 0 ELSE 1 END) "
+                "FROM groups g JOIN trajectories t ON t.group_id = g.id WHERE g.status = ? "
+                "GROUP BY g.id, g.queue_index, g.submitted_at, g.timeout_s ORDER BY g.queue_index",
+                (*TERMINAL, GroupStatus.ACTIVE.value),
+            )
+            active = [sched.QueueEntry(r[1], r[0], int(r[4]) == 0, r[2], r[3]) for r in rows]
+            decision = sched.select(active, max_groups, window, now, on_timeout)
+            for gid in decision.timed_out:
+                cur.execute(
+                    "UPDATE trajectories SET status = ?, finished_at = ?, error = ? WHERE group_id = ? AND status IN (?, ?)",
+                    (TrajectoryStatus.TIMED_OUT.value, now, "group timed out", gid,
+                     TrajectoryStatus.QUEUED.value, TrajectoryStatus.RUNNING.value),
+                )
+                dropped = on_timeout == "drop"
+                cur.execute(
+                    "UPDATE groups SET timed_out = 1, status = ?, consumed_at = ? WHERE id = ?",
+                    (GroupStatus.DROPPED.value if dropped else GroupStatus.ACTIVE.value, now if dropped else None, gid),
+                )
+            for gid in decision.take:
+                cur.execute(
+                    "UPDATE groups SET status = ?, consumed_at = ?, consumed_step = ? WHERE id = ?",
+                    (GroupStatus.CONSUMED.value, now, trainer_version, gid),
+                )
+            groups = [self._load_group(cur, gid) for gid in decision.take]
+        ages = [trainer_version - c.policy_version for g in groups for t in g.trajectories for c in t.completions]
+        return Batch(groups, trainer_version, ages, decision.head_before if decision.head_before is not None else -1, window, decision.timed_out)
+
+    def unconsume_after(self, step: int) -> int:
+        """Give back every group consumed at ``trainer_version >= step`` (resuming a checkpoint).
+
+        Returns how many groups went back to the queue.
+        """
+        with self._tx(queue_lock=True) as cur:
+            count = cur.one("SELECT COUNT(*) FROM groups WHERE status = ? AND consumed_step >= ?", (GroupStatus.CONSUMED.value, step))[0]
+            cur.execute(
+                "UPDATE groups SET status = ?, consumed_at = NULL, consumed_step = NULL WHERE status = ? AND consumed_step >= ?",
+                (GroupStatus.ACTIVE.value, GroupStatus.CONSUMED.value, step),
+            )
+        return int(count)
+
+    # ---- reads ------------------------------------------------------------------------------------
+
+    def _load_group(self, cur: "_Cursor", group_id: str) -> Group:
+        row = cur.one(f"SELECT {_GROUP_COLS} FROM groups WHERE id = ?", (group_id,))
+        if row is None:
+            raise ForgeError(f"unknown group {group_id!r}")
+        tids = [r[0] for r in cur.all("SELECT id FROM trajectories WHERE group_id = ? ORDER BY member", (group_id,))]
+        return Group(
+            row[0], row[1], row[2], row[3], GroupStatus(row[4]), row[5], row[6], bool(row[7]), row[8], row[9],
+            trajectories=[self._load_trajectory(cur, tid) for tid in tids],
+        )
+
+    def _load_trajectory(self, cur: "_Cursor", trajectory_id: str) -> Trajectory:
+        row = cur.one(f"SELECT {_TRAJ_COLS} FROM trajectories WHERE id = ?", (trajectory_id,))
+        if row is None:
+            raise ForgeError(f"unknown trajectory {trajectory_id!r}")
+        completions = [
+            Completion(
+                r[0], r[1], r[2], unpack_ints(r[3]), unpack_ints(r[4]), unpack_floats(r[5]), r[6], json.loads(r[7]),
+                r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None,
+            )
+            for r in cur.all(f"SELECT {_COMPLETION_COLS} FROM completions WHERE trajectory_id = ? ORDER BY seq", (trajectory_id,))
+        ]
+        events = [
+            Event(kind=r[1], at=r[0], data=json.loads(r[2]))
+            for r in cur.all("SELECT at, kind, data FROM events WHERE trajectory_id = ? ORDER BY id", (trajectory_id,))
+        ]
+        rewards = {r[0]: r[1] for r in cur.all("SELECT name, value FROM rewards WHERE trajectory_id = ? ORDER BY name", (trajectory_id,))}
+        return Trajectory(
+            row[0], row[1], row[2], row[3], row[4], TrajectoryStatus(row[5]), row[6], rewards, row[7], row[8], row[9],
+            events=events, completions=completions,
+        )
+
+    def trajectory(self, trajectory_id: str) -> Trajectory:
+        with self._read() as cur:
+            return self._load_trajectory(cur, trajectory_id)
+
+    def group(self, group_id: str) -> Group:
+        with self._read() as cur:
+            return self._load_group(cur, group_id)
+
+    def groups(self, status: GroupStatus | None = None) -> list[Group]:
+        """Every group (with trajectories and completions), in queue order."""
+        with self._read() as cur:
+            where, args = ("WHERE status = ?", (status.value,)) if status else ("", ())
+            ids = [r[0] for r in cur.all(f"SELECT id FROM groups {where} ORDER BY queue_index", args)]
+            return [self._load_group(cur, gid) for gid in ids]
+
+    def has_trajectory(self, trajectory_id: str) -> bool:
+        with self._read() as cur:
+            return cur.one("SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id,)) is not None
+
+    def stats(self, window: int | None = None) -> dict[str, Any]:
+        """Counts by status, the queue head and window, off-policy ages, storage per token."""
+        with self._read() as cur:
+            traj = dict(cur.all("SELECT status, COUNT(*) FROM trajectories GROUP BY status"))
+            groups = dict(cur.all("SELECT status, COUNT(*) FROM groups GROUP BY status"))
+            head = cur.one("SELECT MIN(queue_index) FROM groups WHERE status = ?", (GroupStatus.ACTIVE.value,))[0]
+            next_index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
+            n_comp, n_prompt, n_output, token_bytes = cur.one(
+                "SELECT COUNT(*), COALESCE(SUM(n_prompt), 0), COALESCE(SUM(n_output), 0), "
+                "COALESCE(SUM(LENGTH(prompt_ids) + LENGTH(output_ids) + LENGTH(output_logprobs)), 0) FROM completions"
+            )
+            ages = [
+                r[0]
+                for r in cur.all(
+                    "SELECT g.consumed_step - c.policy_version FROM completions c "
+                    "JOIN trajectories t ON t.id = c.trajectory_id JOIN groups g ON g.id = t.group_id "
+                    "WHERE g.status = ?",
+                    (GroupStatus.CONSUMED.value,),
+                )
+            ]
+            timed_out_groups = cur.one("SELECT COUNT(*) FROM groups WHERE timed_out = 1")[0]
+        tokens = int(n_prompt) + int(n_output)
+        return {
+            "location": self.location,
+            "backend": self.dialect.name,
+            "trajectories": {s.value: int(traj.get(s.value, 0)) for s in TrajectoryStatus},
+            "groups": {s.value: int(groups.get(s.value, 0)) for s in GroupStatus} | {"timed_out": int(timed_out_groups)},
+            "queue": {"head": head, "next_index": next_index, "window": window},
+            "completions": int(n_comp),
+            "tokens": {"prompt": int(n_prompt), "output": int(n_output)},
+            "bytes_per_token": round(int(token_bytes) / tokens, 3) if tokens else None,
+            "file_bytes_per_token": round(Path(self.location).stat().st_size / tokens, 3)
+            if tokens and self.dialect is SQLITE
+            else None,
+            "offpolicy_age": {
+                "n": len(ages),
+                "mean": round(sum(ages) / len(ages), 3) if ages else None,
+                "max": max(ages) if ages else None,
+            },
+        }
+
+    def export_jsonl(self, out: Any) -> int:
+        """Write one JSON object per trajectory (with its group, completions, events, rewards)."""
+        count = 0
+        for group in self.groups():
+            for t in group.trajectories:
+                record = {
+                    "group": {k: v for k, v in group.__dict__.items() if k != "trajectories"},
+                    **{k: v for k, v in t.__dict__.items() if k not in ("completions", "events")},
+                    "events": [e.__dict__ for e in t.events],
+                    "completions": [c.__dict__ for c in t.completions],
+                }
+                out.write(json.dumps(record, default=_json_default) + "\n")
+                count += 1
+        return count
+
+
+def _check_rewards(components: dict[str, float]) -> None:
+    if not components:
+        raise ForgeError("rewards need at least one named component")
+    for name, value in components.items():
+        if not isinstance(name, str) or not name:
+            raise ForgeError(f"reward component names must be non-empty strings, got {name!r}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise ForgeError(f"reward component {name!r} must be a finite number, got {value!r}")
+
+
+class PoolFull(ForgeError):
+    """Raised by :meth:`DataPool.submit_group` when the admission bound is reached."""
+
+
+class _Cursor:
+    """A DB-API cursor that speaks ``?`` placeholders in either dialect."""
+
+    def __init__(self, cur: Any, dialect: Dialect) -> None:
+        self._cur = cur
+        self._dialect = dialect
+
+    def execute(self, sql: str, args: tuple = ()) -> None:
+        self._cur.execute(self._dialect.sql(sql), args)
+
+    def one(self, sql: str, args: tuple = ()) -> Any:
+        self.execute(sql, args)
+        return self._cur.fetchone()
+
+    def all(self, sql: str, args: tuple = ()) -> list[Any]:
+        self.execute(sql, args)
+        return self._cur.fetchall()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "value"):
+        return value.value
+    return str(value)
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def open_pool(url: str, run_dir: Path, run_name: str | None = None) -> DataPool:
+    """The pool of a run: ``RUN_DIR/pool.sqlite``, or a PostgreSQL schema named after the run."""
+    if url == "sqlite":
+        return DataPool.sqlite(Path(run_dir) / "pool.sqlite")
+    if url.startswith(("postgresql://", "postgres://")):
+        name = run_name or Path(run_dir).name
+        schema = "run_" + re.sub(r"[^a-z0-9_]", "_", name.lower())
+        return DataPool.postgres(url, schema)
+    raise ForgeError(f'pool.url must be "sqlite" or a postgresql:// URL, got {url!r}')

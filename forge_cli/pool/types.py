@@ -1,0 +1,143 @@
+"""The records every part of Forge shares (DESIGN.md §2): one LLM call, one trajectory, one group.
+
+Frozen dataclasses, torch-free. The pool stores them; the gateway writes completions; the
+scheduler hands groups to the trainer, which turns each completion into one :class:`Sample`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TrajectoryStatus(str, enum.Enum):
+    """Where a trajectory is in its life. The last three are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TrajectoryStatus.COMPLETED, TrajectoryStatus.FAILED, TrajectoryStatus.TIMED_OUT)
+
+
+class GroupStatus(str, enum.Enum):
+    """A group is ``active`` from submission until the scheduler hands it out (``consumed``) or
+    drops it after a timeout (``dropped``)."""
+
+    ACTIVE = "active"
+    CONSUMED = "consumed"
+    DROPPED = "dropped"
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One LLM call, exactly as the engine saw and sampled it.
+
+    ``output_logprobs[i]`` is the engine's log-probability of ``output_ids[i]`` under the
+    sampling temperature it used; ``policy_version`` is the weights version that sampled it.
+    """
+
+    id: str
+    trajectory_id: str
+    seq: int
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]
+    policy_version: int
+    sampling: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str = "stop"
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    tool_format: str | None = None
+    parse_errors: list[dict[str, Any]] = field(default_factory=list)
+    request: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened in a trajectory: a context-management action, a tool error, …"""
+
+    kind: str
+    at: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One scaffold run on one task. ``reward`` is the sum of ``rewards``' named components."""
+
+    id: str
+    group_id: str
+    task_id: str
+    scaffold: str
+    queue_index: int
+    status: TrajectoryStatus
+    reward: float | None = None
+    rewards: dict[str, float] = field(default_factory=dict)
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    events: list[Event] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Group:
+    """The n trajectories of one task sampled together; the scheduler's unit."""
+
+    id: str
+    queue_index: int
+    task_id: str
+    n: int
+    status: GroupStatus
+    submitted_at: float
+    timeout_s: float | None = None
+    timed_out: bool = False
+    consumed_at: float | None = None
+    consumed_step: int | None = None
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one scheduler take hands to the trainer.
+
+    ``ages`` holds ``trainer_version - policy_version`` for every completion in the batch: the
+    measured off-policy-ness. ``head_before``/``window`` record where the queue stood.
+    """
+
+    groups: list[Group]
+    trainer_version: int
+    ages: list[int]
+    head_before: int
+    window: int | None
+    timed_out: list[str] = field(default_factory=list)
+
+    @property
+    def completions(self) -> list[Completion]:
+        return [c for g in self.groups for t in g.trajectories for c in t.completions]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the trainer consumes: one completion as tokens, a loss mask, old logprobs, advantages.
+
+    ``tokens = prompt_ids + output_ids``; the loss covers exactly the output ids, so
+    ``len(old_logprobs) == len(advantages) == len(output_ids)``.
+    """
+
+    tokens: list[int]
+    prompt_len: int
+    old_logprobs: list[float]
+    advantages: list[float]
+    completion_id: str = ""
+    policy_version: int = 0
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.tokens[self.prompt_len :]

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# scripts/system-deps.sh — Debian packages the test suite uses: a PostgreSQL server (the pool's
+# scale-out backend; tests start a throwaway cluster of their own on loopback).
+# Installs only what is missing, and only as root with apt-get; otherwise says what to install.
+set -euo pipefail
+need=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "[system-deps] apt-get install ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+else
+  echo "[system-deps] missing: ${need[*]} (install them with your package manager; PostgreSQL tests will fail)" >&2
+fi

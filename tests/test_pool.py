@@ -1,0 +1,208 @@
+"""The data pool on both backends (SQLite, a real PostgreSQL): operations, storage, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import pytest
+
+from forge_cli.errors import ForgeError
+from forge_cli.pool import DataPool, Event, GroupStatus, PoolFull, TrajectoryStatus
+from tests.conftest import open_spec
+
+
+def _run_trajectory(pool, tid, turns=3, version=0, rng=None):
+    rng = rng or random.Random(0)
+    pool.start_trajectory(tid)
+    made = []
+    for _ in range(turns):
+        prompt = [rng.randrange(0, 50_000) for _ in range(rng.randrange(1, 40))]
+        out = [rng.randrange(0, 50_000) for _ in range(rng.randrange(1, 10))]
+        lps = [-rng.random() * 5 for _ in out]
+        made.append(pool.append_completion(tid, prompt_ids=prompt, output_ids=out, output_logprobs=lps, policy_version=version,
+                                           sampling={"temperature": 1.0}, tool_format="hermes"))
+    pool.finish_trajectory(tid)
+    return made
+
+
+def test_lifecycle_round_trip(pool):
+    group = pool.submit_group("task-1", 3, "react")
+    assert group.queue_index == 0 and len(group.trajectories) == 3
+    assert pool.submit_group("task-2", 1, "react").queue_index == 1
+    t0 = group.trajectories[0].id
+    made = _run_trajectory(pool, t0, turns=4, version=2)
+    pool.append_events(t0, [Event("truncate", 1.0, {"dropped_turns": 2}), {"kind": "tool_error", "data": {"tool": "ls"}}])
+    assert pool.set_rewards(t0, {"outcome": 1.0, "process": -0.25}) == 0.75
+    assert pool.set_rewards(t0, {"process": -0.5}) == 0.5  # a component is replaced, not added twice
+    stored = pool.trajectory(t0)
+    assert stored.status is TrajectoryStatus.COMPLETED
+    assert [c.seq for c in stored.completions] == [0, 1, 2, 3]
+    for want, got in zip(made, stored.completions):
+        assert got.prompt_ids == want.prompt_ids and got.output_ids == want.output_ids
+        assert got.output_logprobs == want.output_logprobs  # float32 bits, exactly as returned
+        assert got.policy_version == 2 and got.sampling == {"temperature": 1.0} and got.tool_format == "hermes"
+    assert [e.kind for e in stored.events] == ["truncate", "tool_error"]
+    assert stored.events[0].data == {"dropped_turns": 2}
+    assert stored.rewards == {"outcome": 1.0, "process": -0.5} and stored.reward == 0.5
+    pool.start_trajectory(group.trajectories[1].id)
+    pool.fail_trajectory(group.trajectories[1].id, "agent crashed: exit code 139")
+    pool.fail_trajectory(group.trajectories[2].id, "never started", timed_out=True)
+    assert pool.trajectory(group.trajectories[1].id).error == "agent crashed: exit code 139"
+    assert pool.trajectory(group.trajectories[2].id).status is TrajectoryStatus.TIMED_OUT
+
+
+def test_logprobs_are_float32_and_ids_packed(pool):
+    g = pool.submit_group("t", 1, "react")
+    tid = g.trajectories[0].id
+    pool.start_trajectory(tid)
+    c = pool.append_completion(tid, prompt_ids=list(range(1000)), output_ids=[2**31 - 1, 0], output_logprobs=[-0.1, -1e-9], policy_version=0)
+    import struct
+
+    assert c.output_logprobs == [struct.unpack("<f", struct.pack("<f", x))[0] for x in (-0.1, -1e-9)]
+    stats = pool.stats()
+    # ids: 4 bytes each, logprobs: 4 bytes per output id — no JSON text
+    assert stats["bytes_per_token"] == pytest.approx((1002 * 4 + 2 * 4) / 1002, abs=1e-3)
+    assert pool.trajectory(tid).completions[0].output_ids == [2**31 - 1, 0]
+
+
+def test_take_batch_consumes_and_reports_ages(pool):
+    groups = [pool.submit_group(f"t{i}", 2, "react") for i in range(3)]
+    for g in groups[1:]:
+        for t in g.trajectories:
+            _run_trajectory(pool, t.id, turns=2, version=1)
+    fifo = pool.take_batch(2, trainer_version=3, window=1)
+    assert fifo.groups == [] and fifo.head_before == 0  # strict FIFO waits for the head
+    windowed = pool.take_batch(5, trainer_version=3, window=2)
+    assert [g.queue_index for g in windowed.groups] == [1]  # index 2 is outside [0, 0+2)
+    assert windowed.ages == [2, 2, 2, 2]
+    assert pool.group(groups[1].id).status is GroupStatus.CONSUMED
+    for t in groups[0].trajectories:
+        _run_trajectory(pool, t.id, turns=1, version=3)
+    rest = pool.take_batch(5, trainer_version=4, window=2)
+    assert [g.queue_index for g in rest.groups] == [0, 2]
+    assert rest.ages == [1, 1] + [3] * 4
+    stats = pool.stats(window=2)
+    assert stats["groups"]["consumed"] == 3 and stats["queue"]["head"] is None
+    assert stats["offpolicy_age"]["max"] == 3
+    assert pool.unconsume_after(4) == 2 and pool.stats()["groups"]["active"] == 2
+
+
+def test_timeouts_drop_or_train(pool_spec):
+    now = [1000.0]
+    pool = open_spec(pool_spec, clock=lambda: now[0])
+    stuck = pool.submit_group("stuck", 2, "react", timeout_s=60)
+    done = pool.submit_group("done", 1, "react", timeout_s=60)
+    pool.start_trajectory(stuck.trajectories[0].id)
+    _run_trajectory(pool, done.trajectories[0].id, turns=1)
+    assert pool.take_batch(1, 0, window=1).groups == []
+    now[0] += 61
+    batch = pool.take_batch(1, 0, window=1, on_timeout="drop")
+    assert batch.timed_out == [stuck.id] and [g.id for g in batch.groups] == [done.id]
+    assert pool.group(stuck.id).status is GroupStatus.DROPPED
+    assert {t.status for t in pool.group(stuck.id).trajectories} == {TrajectoryStatus.TIMED_OUT}
+    # 'train': the timed-out head is closed and handed out with the rest
+    late = pool.submit_group("late", 1, "react", timeout_s=10)
+    now[0] += 11
+    trained = pool.take_batch(1, 0, window=1, on_timeout="train")
+    assert trained.timed_out == [late.id] and [g.id for g in trained.groups] == [late.id]
+    assert trained.groups[0].timed_out and trained.groups[0].trajectories[0].status is TrajectoryStatus.TIMED_OUT
+    pool.close()
+
+
+def test_admission_bound(pool):
+    for i in range(3):
+        pool.submit_group(f"t{i}", 1, "react", max_active=3)
+    with pytest.raises(PoolFull, match="admission bound is 3"):
+        pool.submit_group("t3", 1, "react", max_active=3)
+    assert pool.stats()["queue"]["next_index"] == 3
+
+
+def test_export_jsonl(pool):
+    g = pool.submit_group("t", 2, "react")
+    _run_trajectory(pool, g.trajectories[0].id, turns=2)
+    buf = io.StringIO()
+    assert pool.export_jsonl(buf) == 2
+    lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert lines[0]["group"]["queue_index"] == 0 and len(lines[0]["completions"]) == 2
+    assert lines[0]["status"] == "completed" and lines[1]["status"] == "queued"
+
+
+# ---- bad input: a clear ForgeError, and the pool unchanged ----------------------------------------------
+
+
+def _snapshot(pool):
+    return pool.stats(), [(t.id, t.status, len(t.completions), t.rewards) for g in pool.groups() for t in g.trajectories]
+
+
+def test_bad_input_is_rejected_and_changes_nothing(pool):
+    g = pool.submit_group("t", 2, "react")
+    tid = g.trajectories[0].id
+    _run_trajectory(pool, g.trajectories[1].id, turns=1)
+    pool.start_trajectory(tid)
+    pool.append_completion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0)
+    before = _snapshot(pool)
+    cases = [
+        (lambda: pool.append_completion(tid, prompt_ids=[1], output_ids=[2, 3], output_logprobs=[-1.0], policy_version=0),
+         "one value per output id: 2 ids, 1 logprobs"),
+        (lambda: pool.append_completion(tid, prompt_ids=[1, -5], output_ids=[2], output_logprobs=[-1.0], policy_version=0),
+         "token id outside"),
+        (lambda: pool.append_completion(tid, prompt_ids="1 2", output_ids=[2], output_logprobs=[-1.0], policy_version=0),
+         "must be a list of integers"),
+        (lambda: pool.append_completion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[0.5], policy_version=0),
+         "<= 0"),
+        (lambda: pool.append_completion("nope", prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0),
+         "unknown trajectory 'nope'"),
+        (lambda: pool.append_completion(g.trajectories[1].id, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0),
+         "is completed, not running"),
+        (lambda: pool.append_completion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=-1),
+         "policy_version"),
+        (lambda: pool.set_rewards("nope", {"outcome": 1.0}), "unknown trajectory"),
+        (lambda: pool.set_rewards(tid, {"outcome": float("nan")}), "finite number"),
+        (lambda: pool.append_events("nope", [Event("x", 0.0)]), "unknown trajectory"),
+        (lambda: pool.start_trajectory(g.trajectories[1].id), "is completed; cannot become running"),
+        (lambda: pool.finish_trajectory("nope"), "unknown trajectory"),
+        (lambda: pool.submit_group("t", 0, "react"), "n >= 1"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ForgeError, match=message):
+            call()
+        assert _snapshot(pool) == before, message
+    # a reward for a consumed group
+    pool.finish_trajectory(tid)
+    batch = pool.take_batch(1, 0, window=1)
+    assert [x.id for x in batch.groups] == [g.id]
+    before = _snapshot(pool)
+    with pytest.raises(ForgeError, match="consumed group: its reward can no longer change"):
+        pool.set_rewards(tid, {"outcome": 1.0})
+    assert _snapshot(pool) == before
+
+
+def test_closed_pool(pool_spec):
+    pool = open_spec(pool_spec)
+    pool.close()
+    with pytest.raises(ForgeError, match="is closed"):
+        pool.submit_group("t", 1, "react")
+    with pytest.raises(ForgeError, match="is closed"):
+        pool.stats()
+
+
+def test_unreachable_postgres_is_a_clear_error():
+    with pytest.raises(ForgeError, match=r"cannot connect to the PostgreSQL pool at postgresql://u:\*\*\*@127.0.0.1:9/x"):
+        DataPool.postgres("postgresql://u:secret@127.0.0.1:9/x")
+
+
+def test_rewards_land_with_the_final_status(pool):
+    """finish/fail carry the reward in the same transaction: a group is never handed out rewardless."""
+    g = pool.submit_group("t", 2, "react")
+    a, b = (t.id for t in g.trajectories)
+    pool.start_trajectory(a)
+    pool.finish_trajectory(a, rewards={"outcome": 1.0, "time": 0.2})
+    pool.fail_trajectory(b, "exit code 1", rewards={"outcome": -1.0})
+    batch = pool.take_batch(1, 0, window=1)
+    got = {t.id: (t.status, t.reward, t.rewards) for t in batch.groups[0].trajectories}
+    assert got[a] == (TrajectoryStatus.COMPLETED, 1.2, {"outcome": 1.0, "time": 0.2})
+    assert got[b] == (TrajectoryStatus.FAILED, -1.0, {"outcome": -1.0})
+    with pytest.raises(ForgeError, match="finite number"):
+        pool.finish_trajectory(pool.submit_group("u", 1, "react").trajectories[0].id, rewards={"x": float("inf")})
