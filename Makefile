@@ -21,6 +21,8 @@ test-fast: setup system-deps  ## everything but the slow tests
 
 bench: setup      ## every benchmark; figures go to benchmarks/results/
 	$(VENV)/bin/python benchmarks/cli_startup.py
+	$(VENV)/bin/python benchmarks/scheduler_sim.py
+	$(VENV)/bin/python benchmarks/pool_ingest.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist

@@ -70,50 +70,18 @@ def fake_dist(tmp_path, monkeypatch):
 # ---- a real PostgreSQL server for the pool tests ---------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
-def pg_url(tmp_path_factory):
+def pg_url():
     """A throwaway PostgreSQL cluster on 127.0.0.1, started for this test session."""
-    import glob
-    import shutil
-    import subprocess
+    from forge_cli.pool.local_pg import server_bindir, throwaway_postgres
 
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
-    if not bins:
+    if server_bindir() is None:
         message = "PostgreSQL server binaries are missing (scripts/system-deps.sh installs them)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    bindir = Path(bins[-1])
-    import tempfile
-
-    # not under pytest's tmp tree: that is 0700 root, and the server runs as 'postgres'
-    base = Path(tempfile.mkdtemp(prefix="forge-test-pg-"))
-    data, sock = base / "data", base / "sock"
-    sock.mkdir()
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        shutil.chown(base, "postgres")
-        shutil.chown(sock, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "forge", "--no-sync"],
-                   check=True, capture_output=True)
-    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=60"
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-o", opts, "-w", "start"],
-                   check=True, capture_output=True)
-    try:
-        yield f"postgresql://forge@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+    with throwaway_postgres() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -206,3 +206,25 @@ def test_rewards_land_with_the_final_status(pool):
     assert got[b] == (TrajectoryStatus.FAILED, -1.0, {"outcome": -1.0})
     with pytest.raises(ForgeError, match="finite number"):
         pool.finish_trajectory(pool.submit_group("u", 1, "react").trajectories[0].id, rewards={"x": float("inf")})
+
+
+def test_slots_free_when_the_weights_are_published(pool):
+    """Admission counts a consumed group as in flight until its step's weights are out."""
+    groups = [pool.submit_group(f"t{i}", 1, "react", max_active=2) for i in range(2)]
+    for g in groups:
+        _run_trajectory(pool, g.trajectories[0].id, turns=1)
+    assert len(pool.take_batch(2, trainer_version=0, window=1, min_groups=2).groups) == 2
+    with pytest.raises(PoolFull):
+        pool.submit_group("t2", 1, "react", max_active=2)  # being trained on: still in flight
+    pool.publish_version(1)
+    assert pool.submit_group("t2", 1, "react", max_active=2).queue_index == 2
+
+
+def test_all_or_nothing_take(pool):
+    groups = [pool.submit_group(f"t{i}", 1, "react") for i in range(3)]
+    for g in groups[:2]:
+        _run_trajectory(pool, g.trajectories[0].id, turns=1)
+    assert pool.take_batch(3, 0, window=None, min_groups=3).groups == []
+    assert pool.stats()["groups"]["active"] == 3
+    _run_trajectory(pool, groups[2].trajectories[0].id, turns=1)
+    assert [g.queue_index for g in pool.take_batch(3, 0, window=None, min_groups=3).groups] == [0, 1, 2]

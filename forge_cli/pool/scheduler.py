@@ -63,11 +63,15 @@ def select(
     window: int | None,
     now: float,
     on_timeout: OnTimeout = "drop",
+    min_groups: int = 1,
 ) -> Decision:
     """Choose up to ``max_groups`` complete groups under the window rule, oldest first.
 
     ``active`` holds every submitted, unconsumed group. Taking the head moves the window at
     once, so one call behaves exactly like ``max_groups`` calls that take one group each.
+    With ``min_groups``, fewer eligible groups than that means none is taken (timeouts still
+    are): a trainer that takes its P groups at once keeps the staleness bound of DESIGN.md §4,
+    which partial takes would loosen by one version (they let the rollout side refill early).
     """
     if window is not None and window < 1:
         raise ValueError("window must be >= 1 (or None for greedy)")
@@ -89,4 +93,6 @@ def select(
             break
         take.append(chosen.group_id)
         remaining.remove(chosen)
+    if len(take) < min_groups:
+        take = []
     return Decision(take=take, timed_out=timed_out, head_before=head_before)

@@ -81,8 +81,10 @@ class DataPool:
     # ---- opening and closing -------------------------------------------------------------------
 
     @classmethod
-    def sqlite(cls, path: str | Path, clock: Callable[[], float] = time.time) -> "DataPool":
+    def sqlite(cls, path: str | Path, clock: Callable[[], float] = time.time, *, create: bool = True) -> "DataPool":
         path = Path(path)
+        if not create and not path.is_file():
+            raise ForgeError(f"no pool at {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
@@ -95,7 +97,9 @@ class DataPool:
         return cls(conn, SQLITE, str(path), clock)
 
     @classmethod
-    def postgres(cls, url: str, schema: str = "forge", clock: Callable[[], float] = time.time) -> "DataPool":
+    def postgres(
+        cls, url: str, schema: str = "forge", clock: Callable[[], float] = time.time, *, create: bool = True
+    ) -> "DataPool":
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
             raise ForgeError(f"PostgreSQL schema name {schema!r} must be lowercase letters, digits and '_'")
         try:
@@ -109,6 +113,11 @@ class DataPool:
         with conn.cursor() as cur:
             # several processes may create the schema at once: serialise on an advisory lock
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"forge-schema-{schema}",))
+            if not create:
+                cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,))
+                if cur.fetchone() is None:
+                    conn.close()
+                    raise ForgeError(f"no pool in schema {schema!r} at {_redact(url)}")
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             cur.execute(f'SET search_path TO "{schema}"')
         conn.commit()
@@ -179,7 +188,7 @@ class DataPool:
                 cur.execute("SELECT pg_advisory_xact_lock(hashtext('forge-tables'))")
             for statement in self.dialect.ddl():
                 cur.execute(statement)
-            for key, value in (("schema_version", str(SCHEMA_VERSION)), ("next_queue_index", "0")):
+            for key, value in (("schema_version", str(SCHEMA_VERSION)), ("next_queue_index", "0"), ("trainer_version", "0")):
                 cur.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
             version = cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0]
             if int(version) != SCHEMA_VERSION:
@@ -199,8 +208,11 @@ class DataPool:
     ) -> Group:
         """Append a group of ``n`` queued trajectories to the generation queue.
 
-        ``max_active`` (N) is the admission bound: with N groups submitted and not consumed, it
-        raises :class:`PoolFull` and writes nothing.
+        ``max_active`` (N) is the admission bound: with N groups in flight it raises
+        :class:`PoolFull` and writes nothing. In flight means submitted and not consumed, or
+        consumed by a train step whose weights are not yet published (:meth:`publish_version`):
+        a slot frees only when the rollout engine has the weights trained on it, which is what
+        keeps strict FIFO within S = N/P − 1 versions (DESIGN.md §4).
         """
         if not isinstance(n, int) or n < 1:
             raise ForgeError(f"a group needs n >= 1 trajectories, got {n!r}")
@@ -212,7 +224,11 @@ class DataPool:
         now = self.clock()
         with self._tx(queue_lock=True) as cur:
             if max_active is not None:
-                active = cur.one("SELECT COUNT(*) FROM groups WHERE status = ?", (GroupStatus.ACTIVE.value,))[0]
+                active = cur.one(
+                    "SELECT COUNT(*) FROM groups WHERE status = ? OR (status = ? AND consumed_step >= "
+                    "(SELECT CAST(value AS BIGINT) FROM meta WHERE key = 'trainer_version'))",
+                    (GroupStatus.ACTIVE.value, GroupStatus.CONSUMED.value),
+                )[0]
                 if active >= max_active:
                     raise PoolFull(f"{active} groups are active, the admission bound is {max_active}")
             index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
@@ -409,11 +425,13 @@ class DataPool:
         *,
         window: int | None,
         on_timeout: sched.OnTimeout = "drop",
+        min_groups: int = 1,
     ) -> Batch:
         """Take up to ``max_groups`` complete groups under the window rule and mark them consumed.
 
-        Heads past their time budget are marked timed out first (see :mod:`.scheduler`). The
-        whole decision is one transaction, so concurrent takers never get the same group.
+        Heads past their time budget are marked timed out first (see :mod:`.scheduler`). With
+        ``min_groups`` it takes all or nothing. The whole decision is one transaction, so
+        concurrent takers never get the same group.
         """
         if max_groups < 1:
             raise ForgeError(f"max_groups must be >= 1, got {max_groups}")
@@ -427,7 +445,7 @@ class DataPool:
                 (*TERMINAL, GroupStatus.ACTIVE.value),
             )
             active = [sched.QueueEntry(r[1], r[0], int(r[4]) == 0, r[2], r[3]) for r in rows]
-            decision = sched.select(active, max_groups, window, now, on_timeout)
+            decision = sched.select(active, max_groups, window, now, on_timeout, min_groups)
             for gid in decision.timed_out:
                 cur.execute(
                     "UPDATE trajectories SET status = ?, finished_at = ?, error = ? WHERE group_id = ? AND status IN (?, ?)",
@@ -447,6 +465,14 @@ class DataPool:
             groups = [self._load_group(cur, gid) for gid in decision.take]
         ages = [trainer_version - c.policy_version for g in groups for t in g.trajectories for c in t.completions]
         return Batch(groups, trainer_version, ages, decision.head_before if decision.head_before is not None else -1, window, decision.timed_out)
+
+    def publish_version(self, version: int) -> None:
+        """Record that the rollout engine now serves weights ``version`` (the trainer calls this
+        after each weight push); groups consumed at earlier steps stop counting as in flight."""
+        if not isinstance(version, int) or version < 0:
+            raise ForgeError(f"version must be an integer >= 0, got {version!r}")
+        with self._tx(queue_lock=True) as cur:
+            cur.execute("UPDATE meta SET value = ? WHERE key = 'trainer_version'", (str(version),))
 
     def unconsume_after(self, step: int) -> int:
         """Give back every group consumed at ``trainer_version >= step`` (resuming a checkpoint).
@@ -613,12 +639,15 @@ def _redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-def open_pool(url: str, run_dir: Path, run_name: str | None = None) -> DataPool:
-    """The pool of a run: ``RUN_DIR/pool.sqlite``, or a PostgreSQL schema named after the run."""
+def open_pool(url: str, run_dir: Path, run_name: str | None = None, *, create: bool = True) -> DataPool:
+    """The pool of a run: ``RUN_DIR/pool.sqlite``, or a PostgreSQL schema named after the run.
+
+    ``create=False`` (inspection commands) refuses to create a pool that is not there.
+    """
     if url == "sqlite":
-        return DataPool.sqlite(Path(run_dir) / "pool.sqlite")
+        return DataPool.sqlite(Path(run_dir) / "pool.sqlite", create=create)
     if url.startswith(("postgresql://", "postgres://")):
         name = run_name or Path(run_dir).name
         schema = "run_" + re.sub(r"[^a-z0-9_]", "_", name.lower())
-        return DataPool.postgres(url, schema)
+        return DataPool.postgres(url, schema, create=create)
     raise ForgeError(f'pool.url must be "sqlite" or a postgresql:// URL, got {url!r}')

@@ -1,0 +1,150 @@
+"""Data-pool ingest: completions/s written and read, SQLite vs PostgreSQL, with 8k-token prompts.
+
+Each round writes ``--completions`` completions (8,192 prompt + 256 output tokens) through
+``DataPool.append_completion`` — one durable transaction each (SQLite WAL with
+``synchronous=FULL``; PostgreSQL with its default synchronous commit) — first from one process,
+then from ``--writers`` processes at once; then reads every trajectory back. Storage is reported
+as token-array bytes per token (packed int32/float32) and as the whole store's bytes per token,
+against JSON text for the same ids.
+
+PostgreSQL is a throwaway local server (Debian's binaries) unless ``--pg-url`` names one.
+
+    python benchmarks/pool_ingest.py [--completions 400] [--writers 4] [--rounds 3]
+
+Writes benchmarks/results/pool_ingest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import nullcontext
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from forge_cli.pool import DataPool  # noqa: E402
+
+PROMPT, OUTPUT, TURNS = 8192, 256, 8
+
+
+def open_spec(spec):
+    return DataPool.sqlite(spec[1]) if spec[0] == "sqlite" else DataPool.postgres(spec[1], spec[2])
+
+
+def write(spec, trajectory_ids, seed) -> tuple[int, float, float]:
+    """(completions written, wall-clock start, end) — start after the pool is open."""
+    rng = random.Random(seed)
+    prompt = [rng.randrange(0, 150_000) for _ in range(PROMPT)]
+    pool = open_spec(spec)
+    start = time.time()
+    n = 0
+    for tid in trajectory_ids:
+        pool.start_trajectory(tid)
+        for turn in range(TURNS):
+            output = [rng.randrange(0, 150_000) for _ in range(OUTPUT)]
+            pool.append_completion(tid, prompt_ids=prompt, output_ids=output, output_logprobs=[-rng.random() for _ in output],
+                                   policy_version=turn)
+            n += 1
+        pool.finish_trajectory(tid, rewards={"outcome": 1.0})
+    end = time.time()
+    pool.close()
+    return n, start, end
+
+
+def store_bytes(pool: DataPool, spec) -> int:
+    if spec[0] == "sqlite":
+        return sum(p.stat().st_size for p in Path(spec[1]).parent.glob(Path(spec[1]).name + "*"))
+    cur = pool._conn.cursor()
+    cur.execute("SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind = 'r'", (spec[2],))
+    size = cur.fetchone()[0]
+    pool._conn.commit()
+    return int(size)
+
+
+def one_round(spec, completions: int, writers: int) -> dict:
+    pool = open_spec(spec)
+    n_traj = max(writers, completions // TURNS)
+    groups = [pool.submit_group(f"task-{i}", 1, "bench") for i in range(n_traj)]
+    tids = [g.trajectories[0].id for g in groups]
+    half = len(tids) // 2
+    # one writer
+    n1, start, end = write(spec, tids[:half], 0)
+    single = n1 / (end - start)
+    # several writer processes at once
+    shares = [tids[half:][w::writers] for w in range(writers)]
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(writers) as workers:
+        done = workers.starmap(write, [(spec, share, w + 1) for w, share in enumerate(shares)])
+    # aggregate rate over the span in which the writers ran (process start-up excluded)
+    parallel = sum(d[0] for d in done) / (max(d[2] for d in done) - min(d[1] for d in done))
+    # read everything back
+    t0 = time.perf_counter()
+    read = sum(len(pool.trajectory(tid).completions) for tid in tids)
+    read_rate = read / (time.perf_counter() - t0)
+    stats = pool.stats()
+    tokens = stats["tokens"]["prompt"] + stats["tokens"]["output"]
+    total = store_bytes(pool, spec)
+    pool.close()
+    return {
+        "write_1": single,
+        f"write_{writers}": parallel,
+        "read": read_rate,
+        "token_bytes_per_token": stats["bytes_per_token"],
+        "store_bytes_per_token": total / tokens,
+        "completions": read,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--completions", type=int, default=400)
+    parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pg-url", default=None)
+    args = parser.parse_args()
+
+    rng = random.Random(0)
+    ids = [rng.randrange(0, 150_000) for _ in range(PROMPT)]
+    json_bytes = len(json.dumps(ids)) / len(ids)
+
+    if args.pg_url:
+        pg = nullcontext(args.pg_url)
+    else:
+        from forge_cli.pool.local_pg import throwaway_postgres
+
+        pg = throwaway_postgres()
+    results = {"sqlite": [], "postgresql": []}
+    with pg as url, tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):  # interleave the backends so noise hits both alike
+            results["sqlite"].append(one_round(("sqlite", f"{tmp}/pool-{r}.sqlite"), args.completions, args.writers))
+            results["postgresql"].append(one_round(("postgres", url, f"bench_{uuid.uuid4().hex[:8]}"), args.completions, args.writers))
+    rows = []
+    for backend, runs in results.items():
+        med = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+        rows.append({"backend": backend, **{k: round(v, 2) for k, v in med.items()}})
+    w = f"write_{args.writers}"
+    print(f"{PROMPT}-token prompts, {OUTPUT}-token outputs, {args.completions} completions per round, "
+          f"median of {args.rounds} rounds; JSON text would take {json_bytes:.2f} bytes/token")
+    print(f"{'backend':<12}{'write/s (1 proc)':>17}{f'write/s ({args.writers} procs)':>18}{'read/s':>9}{'token B/tok':>12}{'store B/tok':>12}")
+    for row in rows:
+        print(f"{row['backend']:<12}{row['write_1']:>17.1f}{row[w]:>18.1f}{row['read']:>9.1f}"
+              f"{row['token_bytes_per_token']:>12.2f}{row['store_bytes_per_token']:>12.2f}")
+    out = HERE / "results" / "pool_ingest.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
+                               "json_text_bytes_per_token": round(json_bytes, 2), "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out.relative_to(HERE.parent)}")
+
+
+if __name__ == "__main__":
+    main()

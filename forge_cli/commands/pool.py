@@ -1,0 +1,139 @@
+"""``forge pool stats|show|export``: look inside a run's data pool."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+
+def _open(run: str) -> tuple[Any, Any, Any]:
+    """(pool, run config, run folder) for a run name or path; never creates a pool."""
+    from forge_cli.cli import get_state
+    from forge_cli.pool import open_pool
+    from forge_cli.runs import resolve_run, run_config
+
+    config = get_state().config()
+    run_dir = resolve_run(config, run)
+    cfg = run_config(config, run_dir)
+    return open_pool(cfg.pool.url, run_dir, create=False), cfg, run_dir
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Inspect a run's data pool: counts, the queue and window, trajectories.", no_args_is_help=True)
+    app.add_typer(group, name="pool")
+
+    @group.command("stats")
+    def stats(
+        run: str = typer.Argument(..., help="Run name (under run.dir) or run folder."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    ) -> None:
+        """Counts by status, the queue head and window, off-policy ages, storage bytes per token."""
+        from rich.table import Table
+
+        from forge_cli.commands._common import print_json
+        from forge_cli.console import console
+        from forge_cli.pool.scheduler import window_size
+
+        pool, cfg, run_dir = _open(run)
+        with pool:
+            window = window_size(cfg.pool.scheduler, cfg.pool.window_fraction, cfg.pool.max_active_groups)
+            data = pool.stats(window=window)
+        data["scheduler"] = cfg.pool.scheduler
+        if as_json:
+            print_json(data)
+            return
+        table = Table(title=f"pool of {run_dir} ({data['backend']})", title_justify="left", show_header=False)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("trajectories", "  ".join(f"{k} {v}" for k, v in data["trajectories"].items()))
+        table.add_row("groups", "  ".join(f"{k} {v}" for k, v in data["groups"].items()))
+        q = data["queue"]
+        w = "∞" if window is None else str(window)
+        span = "" if q["head"] is None or window is None else f"  window [{q['head']}, {q['head'] + window - 1}]"
+        table.add_row("queue", f"head {q['head']}  next index {q['next_index']}  {cfg.pool.scheduler} W={w}{span}")
+        table.add_row("completions", f"{data['completions']}  tokens: prompt {data['tokens']['prompt']}, output {data['tokens']['output']}")
+        table.add_row("storage", f"{data['bytes_per_token']} token bytes/token" + (
+            f", {data['file_bytes_per_token']} file bytes/token" if data["file_bytes_per_token"] else ""))
+        age = data["offpolicy_age"]
+        table.add_row("off-policy age", f"mean {age['mean']}  max {age['max']}  over {age['n']} consumed completions")
+        console.print(table)
+
+    @group.command("show")
+    def show(
+        trajectory: str = typer.Argument(..., help="Trajectory id."),
+        run: Optional[str] = typer.Option(None, "--run", help="Run to look in (default: every run, newest first)."),
+        tokens: bool = typer.Option(False, "--tokens", help="Print each completion's token ids."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """One trajectory: status, rewards, events and every completion."""
+        from rich.table import Table
+
+        from forge_cli.cli import get_state
+        from forge_cli.commands._common import print_json
+        from forge_cli.console import console
+        from forge_cli.errors import ForgeError
+        from forge_cli.runs import list_runs
+
+        candidates = [run] if run else [str(p) for p in list_runs(get_state().config())]
+        found = None
+        for candidate in candidates:
+            pool, _, run_dir = _open(candidate)
+            with pool:
+                if pool.has_trajectory(trajectory):
+                    found = (pool.trajectory(trajectory), run_dir)
+                    break
+        if found is None:
+            where = f"run {run}" if run else f"{len(candidates)} runs"
+            raise ForgeError(f"no trajectory {trajectory!r} in {where}")
+        traj, run_dir = found
+        if as_json:
+            print_json({**traj.__dict__, "events": [e.__dict__ for e in traj.events], "completions": [c.__dict__ for c in traj.completions]})
+            return
+        head = Table.grid(padding=(0, 2))
+        head.add_column(style="bold")
+        head.add_column()
+        for key in ("id", "group_id", "task_id", "scaffold", "queue_index", "status", "reward", "error"):
+            value = getattr(traj, key)
+            head.add_row(key, str(value.value if hasattr(value, "value") else value))
+        head.add_row("run", str(run_dir))
+        for name, value in traj.rewards.items():
+            head.add_row(f"reward {name}", f"{value:g}")
+        console.print(head)
+        if traj.events:
+            events = Table("at", "kind", "data", title="events", title_justify="left")
+            for e in traj.events:
+                events.add_row(f"{e.at:.3f}", e.kind, str(e.data))
+            console.print(events)
+        comps = Table("seq", "prompt", "output", "version", "finish", "mean logprob", "tool format", "parse errors", title="completions", title_justify="left")
+        for c in traj.completions:
+            mean = sum(c.output_logprobs) / len(c.output_logprobs) if c.output_logprobs else 0.0
+            comps.add_row(str(c.seq), str(len(c.prompt_ids)), str(len(c.output_ids)), str(c.policy_version), c.finish_reason,
+                          f"{mean:.3f}", c.tool_format or "", str(len(c.parse_errors)))
+        console.print(comps)
+        if tokens:
+            for c in traj.completions:
+                console.print(f"[bold]seq {c.seq}[/] prompt {c.prompt_ids}\n        output {c.output_ids}", soft_wrap=True)
+
+    @group.command("export")
+    def export(
+        run: str = typer.Argument(..., help="Run name (under run.dir) or run folder."),
+        jsonl: bool = typer.Option(False, "--jsonl", help="One JSON object per trajectory (the only format)."),
+        output: Optional[str] = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
+    ) -> None:
+        """Export every trajectory with its group, completions (token ids), events and rewards."""
+        import sys
+
+        from forge_cli.console import err_console
+        from forge_cli.errors import ForgeError
+
+        if not jsonl:
+            raise ForgeError("say --jsonl (the only export format)")
+        pool, _, _ = _open(run)
+        with pool:
+            if output:
+                with open(output, "w") as fh:
+                    count = pool.export_jsonl(fh)
+                err_console.print(f"wrote {count} trajectories to {output}")
+            else:
+                pool.export_jsonl(sys.stdout)
