@@ -228,3 +228,24 @@ def test_all_or_nothing_take(pool):
     assert pool.stats()["groups"]["active"] == 3
     _run_trajectory(pool, groups[2].trajectories[0].id, turns=1)
     assert [g.queue_index for g in pool.take_batch(3, 0, window=None, min_groups=3).groups] == [0, 1, 2]
+
+
+def test_scheduler_from_config_drives_the_pool(pool):
+    from forge_cli.config import load_config
+    from forge_cli.pool.scheduler import Scheduler
+
+    config = load_config(env={}, overrides={"pool.max_active_groups": 4, "pool.window_fraction": 0.5, "pool.group_timeout_s": 30})
+    s = Scheduler.from_config(config.pool, groups_per_step=2)
+    assert (s.name, s.window, s.on_timeout) == ("windowed_fifo", 2, "drop")
+    groups = [s.submit(pool, f"t{i}", 1, "react") for i in range(4)]
+    with pytest.raises(PoolFull):
+        s.submit(pool, "t4", 1, "react")
+    assert groups[0].timeout_s == 30
+    for g in groups[1:3]:
+        _run_trajectory(pool, g.trajectories[0].id, turns=1)
+    assert s.take(pool, 0).groups == []  # index 2 is outside [0, 2): only one ready in the window
+    _run_trajectory(pool, groups[0].trajectories[0].id, turns=1)
+    assert [g.queue_index for g in s.take(pool, 0).groups] == [0, 1]
+    fifo = Scheduler.from_config(load_config(env={}, overrides={"pool.scheduler": "fifo"}).pool, 1)
+    greedy = Scheduler.from_config(load_config(env={}, overrides={"pool.scheduler": "greedy"}).pool, 1)
+    assert fifo.window == 1 and greedy.window is None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 SchedulerName = Literal["windowed_fifo", "fifo", "greedy"]
 OnTimeout = Literal["drop", "train"]
@@ -96,3 +96,44 @@ def select(
     if len(take) < min_groups:
         take = []
     return Decision(take=take, timed_out=timed_out, head_before=head_before)
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """The scheduler a run's ``[pool]`` config chooses, applied to a pool.
+
+    ``take`` hands the trainer exactly ``groups_per_step`` groups or none (all or nothing, which
+    keeps the staleness bound), after timing out a stalled head.
+    """
+
+    name: SchedulerName
+    window: int | None
+    groups_per_step: int
+    on_timeout: OnTimeout
+    group_timeout_s: float
+    max_active_groups: int
+
+    @classmethod
+    def from_config(cls, pool: Any, groups_per_step: int) -> "Scheduler":
+        name = pool.scheduler
+        return cls(
+            name=name,
+            window=window_size(name, pool.window_fraction, pool.max_active_groups),
+            groups_per_step=groups_per_step,
+            on_timeout=pool.on_timeout,
+            group_timeout_s=pool.group_timeout_s,
+            max_active_groups=pool.max_active_groups,
+        )
+
+    def submit(self, pool: Any, task_id: str, n: int, scaffold: str) -> Any:
+        """Submit a group under this scheduler's admission bound and time budget (may raise PoolFull)."""
+        return pool.submit_group(
+            task_id, n, scaffold, max_active=self.max_active_groups, timeout_s=self.group_timeout_s
+        )
+
+    def take(self, pool: Any, trainer_version: int) -> Any:
+        """One train step's batch, or an empty batch if fewer than ``groups_per_step`` are ready."""
+        return pool.take_batch(
+            self.groups_per_step, trainer_version, window=self.window, on_timeout=self.on_timeout,
+            min_groups=self.groups_per_step,
+        )
