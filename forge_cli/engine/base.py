@@ -1,0 +1,147 @@
+"""The engine interface: token ids in; token ids, one logprob per output id, and a finish reason out.
+
+An engine never parses chat or tools (the gateway does). Its logprobs are the behaviour policy's:
+``log_softmax(logits / T)`` at the sampled id, under the request's temperature ``T`` (greedy,
+``T = 0``, reports ``log_softmax(logits)``), which is what the trainer recomputes — otherwise the
+importance ratio is wrong from the first step.
+
+Pausing is shared by every engine: :meth:`Engine.pause` stops admitting new requests (they wait,
+none fails) and returns once the in-flight ones have finished; :meth:`Engine.resume` lets the
+waiting ones in. Weight updates happen inside a pause and bump :attr:`Engine.version`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from forge_cli.errors import ForgeError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``stop`` strings end generation (the ids through the stop are returned;
+    cutting the text is the gateway's job); ``stop_token_ids`` are added to the model's EOS."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ForgeError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ForgeError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ForgeError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.n < 1:
+            raise ForgeError(f"n must be >= 1, got {self.n}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class GenerationOutput:
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (EOS or a stop string/id) or "length"
+    policy_version: int
+    stop_reason: str | int | None = None  # the stop string or id that ended it
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine:
+    """Base class: subclasses implement :meth:`_generate` and :meth:`_load_weights`."""
+
+    name = "engine"
+
+    def __init__(self, max_model_len: int) -> None:
+        self.version = 0
+        self.max_model_len = max_model_len
+        self._open = asyncio.Event()
+        self._open.set()
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.eos_token_id: int | None = None
+
+    # ---- what subclasses provide --------------------------------------------------------------
+
+    async def _generate(self, prompt_ids: list[int], params: SamplingParams, context: dict[str, Any] | None) -> list[GenerationOutput]:
+        raise NotImplementedError
+
+    async def _load_weights(self, weights: Any) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release the engine's resources."""
+
+    # ---- shared behaviour --------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return not self._open.is_set()
+
+    @asynccontextmanager
+    async def _admitted(self) -> AsyncIterator[None]:
+        while not self._open.is_set():
+            await self._open.wait()
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, context: dict[str, Any] | None = None
+    ) -> list[GenerationOutput]:
+        """``params.n`` samples for one prompt. Raises ForgeError if the prompt leaves no room."""
+        if not prompt_ids:
+            raise ForgeError("the prompt is empty")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ForgeError(
+                f"the prompt is {len(prompt_ids)} tokens; this model's context is {self.max_model_len} tokens"
+            )
+        room = self.max_model_len - len(prompt_ids)
+        if params.max_tokens > room:
+            params = SamplingParams(**{**params.__dict__, "max_tokens": room})
+        async with self._admitted():
+            return await self._generate(prompt_ids, params, context)
+
+    async def pause(self) -> None:
+        """Stop admitting requests and wait for the in-flight ones to finish."""
+        self._open.clear()
+        await self._idle.wait()
+
+    async def resume(self) -> None:
+        self._open.set()
+
+    async def load_weights(self, weights: Any) -> int:
+        """Swap in new weights (a state dict or a folder) inside a pause; returns the new version."""
+        was_paused = self.paused
+        await self.pause()
+        try:
+            await self._load_weights(weights)
+            self.version += 1
+        finally:
+            if not was_paused:
+                await self.resume()
+        return self.version
+
+
+def stop_hit(text: str, stops: tuple[str, ...]) -> str | None:
+    """The first stop string found in ``text``, if any."""
+    for stop in stops:
+        if stop and stop in text:
+            return stop
+    return None

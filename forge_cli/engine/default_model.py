@@ -1,0 +1,139 @@
+"""The embedded default policy: a small Llama built from a config, with a locally trained tokenizer.
+
+No hub access is possible (or needed): the byte-level BPE tokenizer is trained with
+``tokenizers`` on text that ships with Python itself (a fixed list of standard-library modules)
+plus Forge's own chat and tool markup, and the weights are a seeded random initialisation.
+Everything is saved in Hugging Face format (``config.json``, ``model.safetensors``,
+``tokenizer.json``, ``tokenizer_config.json`` with the chat template), so any tool that loads a
+local HF model folder — transformers, vLLM — loads this one, and any local HF model folder can
+stand in for it (``model.path``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from forge_cli.errors import ForgeError
+from forge_cli.paths import forge_home
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",  # padding / document end
+    "<|im_start|>",
+    "<|im_end|>",  # end of a turn: the EOS of generation
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+]
+# Modules whose source is the tokenizer's training text: every CPython has them, byte for byte
+# the same within a minor version.
+CORPUS_MODULES = ("json", "string", "textwrap", "argparse", "collections", "shutil", "subprocess", "pathlib", "csv", "email.message")
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    vocab_size: int
+
+
+SIZES = {
+    "tiny": ModelSize(128, 4, 4, 512, 4096),  # ~1.6M parameters: tests and CPU training
+    "small": ModelSize(512, 8, 8, 1536, 16384),  # ~45M parameters
+}
+
+
+def default_model_dir() -> Path:
+    return forge_home() / "models" / "default"
+
+
+def chat_template() -> str:
+    return (Path(__file__).with_name("chat_template.jinja")).read_text()
+
+
+def _corpus() -> list[str]:
+    import importlib
+
+    texts = []
+    for name in CORPUS_MODULES:
+        module = importlib.import_module(name)
+        texts.append(Path(module.__file__).read_text(encoding="utf-8"))
+    template = chat_template()
+    markup = [
+        '<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call><|im_end|>\n',
+        "<|im_start|>tool\n<tool_response>\nREADME.md\nsrc\n</tool_response><|im_end|>\n",
+        template,
+    ]
+    return texts + markup * 20
+
+
+def build_tokenizer(vocab_size: int) -> Any:
+    """A byte-level BPE tokenizer (any text round-trips) wrapped for transformers, with the chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer)
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    hf.chat_template = chat_template()
+    return hf
+
+
+def init_default_model(path: Path | None = None, size: str = "tiny", seed: int = 0, force: bool = False) -> Path:
+    """Create the default policy in ``path`` (default ``$FORGE_HOME/models/default``); returns the folder."""
+    if size not in SIZES:
+        raise ForgeError(f"unknown model size {size!r}: choose one of {', '.join(SIZES)}")
+    path = Path(path or default_model_dir())
+    if (path / "config.json").exists() and not force:
+        return path
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dims = SIZES[size]
+    tokenizer = build_tokenizer(dims.vocab_size)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=dims.hidden_size,
+        intermediate_size=dims.intermediate_size,
+        num_hidden_layers=dims.num_hidden_layers,
+        num_attention_heads=dims.num_attention_heads,
+        num_key_value_heads=dims.num_attention_heads,
+        max_position_embeddings=8192,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    (path / "forge_model.json").write_text(json.dumps({"size": size, "seed": seed, **asdict(dims)}, indent=2))
+    return path
+
+
+def resolve_model_path(configured: Path | None) -> Path:
+    """``model.path`` if set (it must be an HF model folder), else the default model (which must exist)."""
+    path = Path(configured).expanduser() if configured else default_model_dir()
+    if not (path / "config.json").is_file():
+        hint = "run `forge model init`" if configured is None else "point model.path at a Hugging Face model folder"
+        raise ForgeError(f"no model at {path} ({hint})")
+    return path

@@ -1,0 +1,207 @@
+"""The ``hf`` engine: transformers on CPU or GPU, batching the requests that arrive together.
+
+A worker thread takes every queued request (up to ``max_batch`` sequences), left-pads them into
+one batch and decodes step by step with a KV cache, sampling each row with its own temperature,
+top-p and seed. For machines without vLLM, and for fast tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from pathlib import Path
+from typing import Any
+
+from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, stop_hit
+from forge_cli.errors import ForgeError
+
+
+def load_hf(model_path: str | Path, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """(model, tokenizer) from a local Hugging Face folder, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), attn_implementation="sdpa")
+    except (OSError, ValueError) as exc:
+        raise ForgeError(f"cannot load a Hugging Face model from {model_path}: {exc}") from None
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def token_logprobs(model: Any, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
+    """log_softmax(logits / T) of each output id given everything before it (one forward pass)."""
+    import torch
+
+    ids = torch.tensor([prompt_ids + output_ids], device=model.device)
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    t = temperature if temperature > 0 else 1.0
+    logp = torch.log_softmax(logits / t, dim=-1)
+    return logp.gather(-1, torch.tensor(output_ids, device=logp.device)[:, None])[:, 0].tolist()
+
+
+class _Job:
+    def __init__(self, prompt_ids: list[int], params: SamplingParams, loop: asyncio.AbstractEventLoop) -> None:
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self.loop = loop
+        self.future: asyncio.Future = loop.create_future()
+
+
+class HFEngine(Engine):
+    name = "hf"
+
+    def __init__(self, model_path: str | Path, *, device: str = "cpu", max_batch: int = 32, max_model_len: int | None = None) -> None:
+        self.model, self.tokenizer = load_hf(model_path, device)
+        limit = getattr(self.model.config, "max_position_embeddings", 4096)
+        super().__init__(min(max_model_len or limit, limit))
+        self.eos_token_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.max_batch = max_batch
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._lock = threading.Lock()  # held while a batch runs or weights load
+        self._worker = threading.Thread(target=self._work, name="forge-hf-engine", daemon=True)
+        self._worker.start()
+
+    async def _generate(self, prompt_ids, params, context):
+        job = _Job(list(prompt_ids), params, asyncio.get_running_loop())
+        self._jobs.put(job)
+        return await job.future
+
+    async def _load_weights(self, weights: Any) -> None:
+        import torch
+
+        if isinstance(weights, (str, Path)):
+            from safetensors.torch import load_file
+
+            weights = load_file(str(Path(weights) / "model.safetensors"))
+        def load() -> None:
+            with self._lock, torch.no_grad():
+                missing, unexpected = self.model.load_state_dict(weights, strict=False)
+                real_missing = [m for m in missing if not m.endswith("lm_head.weight")]
+                if real_missing or unexpected:
+                    raise ForgeError(f"weights do not fit the model: missing {real_missing[:3]}, unexpected {unexpected[:3]}")
+        await asyncio.get_running_loop().run_in_executor(None, load)
+
+    async def close(self) -> None:
+        self._jobs.put(None)
+        await asyncio.get_running_loop().run_in_executor(None, self._worker.join)
+
+    # ---- the worker thread ---------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            jobs = [job]
+            rows = job.params.n
+            while rows < self.max_batch:
+                try:
+                    nxt = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._jobs.put(None)
+                    break
+                jobs.append(nxt)
+                rows += nxt.params.n
+            try:
+                with self._lock:
+                    results = self._run(jobs)
+                for j, res in zip(jobs, results):
+                    j.loop.call_soon_threadsafe(_resolve, j.future, res, None)
+            except Exception as exc:  # one bad batch must not kill the engine
+                for j in jobs:
+                    j.loop.call_soon_threadsafe(_resolve, j.future, None, exc)
+
+    def _run(self, jobs: list[_Job]) -> list[list[GenerationOutput]]:
+        import torch
+
+        version = self.version
+        rows = [(j, k) for j in jobs for k in range(j.params.n)]
+        width = max(len(j.prompt_ids) for j in jobs)
+        dev = self.model.device
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long, device=dev)
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=dev)
+        for r, (j, _) in enumerate(rows):
+            input_ids[r, width - len(j.prompt_ids):] = torch.tensor(j.prompt_ids)
+            mask[r, width - len(j.prompt_ids):] = 1
+        gens = []
+        for j, k in rows:
+            g = torch.Generator(device="cpu")
+            if j.params.seed is not None:
+                g.manual_seed(j.params.seed + k)
+            else:
+                g.seed()
+            gens.append(g)
+        outs: list[list[int]] = [[] for _ in rows]
+        lps: list[list[float]] = [[] for _ in rows]
+        done: list[tuple[str, Any] | None] = [None] * len(rows)
+        past = None
+        step_ids, step_mask = input_ids, mask
+        max_new = max(j.params.max_tokens for j in jobs)
+        with torch.no_grad():
+            for _ in range(max_new):
+                positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
+                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits = out.logits[:, -1, :].float()
+                nxt = torch.full((len(rows),), self.pad_id, dtype=torch.long)
+                for r, (j, _) in enumerate(rows):
+                    if done[r] is not None:
+                        continue
+                    tok, lp = _sample(logits[r], j.params, gens[r])
+                    nxt[r] = tok
+                    outs[r].append(tok)
+                    lps[r].append(lp)
+                    stops = {self.eos_token_id, *j.params.stop_token_ids} - {None}
+                    if tok in stops:
+                        done[r] = ("stop", tok)
+                    elif j.params.stop and (hit := stop_hit(self.tokenizer.decode(outs[r]), j.params.stop)):
+                        done[r] = ("stop", hit)
+                    elif len(outs[r]) >= j.params.max_tokens:
+                        done[r] = ("length", None)
+                if all(d is not None for d in done):
+                    break
+                step_ids = nxt[:, None].to(dev)
+                # finished rows keep feeding pad; their outputs are no longer read
+                mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=dev)], dim=1)
+        results: dict[int, list[GenerationOutput]] = {}
+        for r, (j, _) in enumerate(rows):
+            reason, why = done[r] or ("length", None)
+            results.setdefault(id(j), []).append(GenerationOutput(outs[r], lps[r], reason, version, why))
+        return [results[id(j)] for j in jobs]
+
+
+def _sample(logits: Any, params: SamplingParams, gen: Any) -> tuple[int, float]:
+    """One id and its behaviour logprob: log_softmax(logits / T) (top-p only narrows the draw)."""
+    import torch
+
+    if params.temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tok = int(torch.argmax(logits))
+        return tok, float(logp[tok])
+    logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    probs = logp.exp()
+    if params.top_p < 1.0:
+        sorted_p, order = torch.sort(probs, descending=True)
+        keep = sorted_p.cumsum(-1) - sorted_p < params.top_p
+        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+    tok = int(torch.multinomial(probs.cpu(), 1, generator=gen))
+    return tok, float(logp[tok])
+
+
+def _resolve(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)

@@ -1,0 +1,125 @@
+"""The ``scripted`` engine: a programmable policy whose text is scored by a real model.
+
+A policy maps the request (the gateway's ``context``: the rendered messages, tools, the session)
+to assistant *text*; the engine tokenises it, appends EOS, and computes each id's logprob with a
+real model, so the recorded ids and logprobs are as real as a sampled completion's. It drives
+scaffolds and real agent programs through whole episodes before any model can solve a task.
+
+A policy is a Python callable ``policy(context) -> str``, an import path ``"module:function"``,
+or a JSON file::
+
+    {"rules": [{"when": "regex on the last message", "reply": "text"}, ...],
+     "turns": ["first reply", "second reply", ...]}
+
+``rules`` are tried first (first match wins); otherwise ``turns`` are replied in order, one per
+call, per session (the last one repeats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, stop_hit
+from forge_cli.engine.hf import load_hf, token_logprobs
+from forge_cli.errors import ForgeError
+
+Policy = Callable[[dict[str, Any]], str]
+
+
+def load_policy(spec: str | Path | Policy) -> Policy:
+    """A policy from a callable, ``module:function``, or a JSON rules/turns file."""
+    if callable(spec):
+        return spec
+    text = str(spec)
+    if ":" in text and not Path(text).exists():
+        module, _, name = text.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise ForgeError(f"cannot import the scripted policy {text!r}: {exc}") from None
+    path = Path(text)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ForgeError(f"cannot read the scripted policy file {path}: {exc}") from None
+    return FilePolicy(data, str(path))
+
+
+class FilePolicy:
+    def __init__(self, data: dict[str, Any], where: str = "policy") -> None:
+        if not isinstance(data, dict) or not (data.get("rules") or data.get("turns")):
+            raise ForgeError(f"{where}: a scripted policy needs 'rules' or 'turns'")
+        try:
+            self.rules = [(re.compile(r.get("when", "")), str(r["reply"])) for r in data.get("rules", [])]
+        except (KeyError, re.error, AttributeError) as exc:
+            raise ForgeError(f"{where}: bad rule ({exc})") from None
+        self.turns = [str(t) for t in data.get("turns", [])]
+        self._next: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, context: dict[str, Any]) -> str:
+        messages = context.get("messages") or []
+        last = messages[-1].get("content") if messages else ""
+        last = last if isinstance(last, str) else json.dumps(last)
+        for pattern, reply in self.rules:
+            if pattern.search(last or ""):
+                return reply
+        if not self.turns:
+            raise ForgeError(f"scripted policy: no rule matches {last[:80]!r} and there are no turns")
+        session = str(context.get("session", ""))
+        with self._lock:
+            i = self._next.get(session, 0)
+            self._next[session] = i + 1
+        return self.turns[min(i, len(self.turns) - 1)]
+
+
+class ScriptedEngine(Engine):
+    name = "scripted"
+
+    def __init__(self, model_path: str | Path, policy: str | Path | Policy, *, device: str = "cpu") -> None:
+        self.model, self.tokenizer = load_hf(model_path, device)
+        super().__init__(getattr(self.model.config, "max_position_embeddings", 4096))
+        self.eos_token_id = self.tokenizer.eos_token_id
+        self.policy = load_policy(policy)
+        self._lock = threading.Lock()
+
+    async def _generate(self, prompt_ids, params, context):
+        context = context or {}
+        loop = asyncio.get_running_loop()
+        outputs = []
+        for _ in range(params.n):
+            text = await loop.run_in_executor(None, self.policy, context)
+            outputs.append(await loop.run_in_executor(None, self._score, prompt_ids, text, params))
+        return outputs
+
+    def _score(self, prompt_ids: list[int], text: str, params: SamplingParams) -> GenerationOutput:
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        reason, why = "stop", self.eos_token_id
+        hit = stop_hit(text, params.stop)
+        if hit:  # keep the ids through the stop string, as a sampling engine would
+            cut = text.index(hit) + len(hit)
+            ids = self.tokenizer.encode(text[:cut], add_special_tokens=False)
+            why = hit
+        elif self.eos_token_id is not None:
+            ids = ids + [self.eos_token_id]
+        if len(ids) > params.max_tokens:
+            ids, reason, why = ids[: params.max_tokens], "length", None
+        with self._lock:
+            lps = token_logprobs(self.model, prompt_ids, ids, params.temperature)
+        return GenerationOutput(ids, lps, reason, self.version, why)
+
+    async def _load_weights(self, weights: Any) -> None:
+        import torch
+
+        if isinstance(weights, (str, Path)):
+            from safetensors.torch import load_file
+
+            weights = load_file(str(Path(weights) / "model.safetensors"))
+        with self._lock, torch.no_grad():
+            self.model.load_state_dict(weights, strict=False)

@@ -1,0 +1,139 @@
+"""From a request's messages and tools to the exact prompt ids the engine sees, and back.
+
+Every API (chat completions, Responses, Messages) is first normalised into :class:`Turn`s; the
+session's tool format then writes tool schemas into the system prompt and earlier tool calls
+into assistant text; the model's chat template renders the whole; the tokenizer encodes it. So
+``decode(prompt_ids)`` is exactly the template rendering of the request. The output side splits
+generated text back into content and tool calls with the same format.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from forge_cli.gateway.errors import APIError
+from forge_cli.specs import ParsedOutput, ToolCall, ToolFormat
+
+MAX_TOOLS = 512
+
+
+@dataclass
+class Turn:
+    """One message in the gateway's own terms: role system/user/assistant/tool, text, tool calls."""
+
+    role: str
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the model may call. ``freeform`` tools take raw text instead of JSON arguments."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    freeform: bool = False
+
+    def schema(self) -> dict[str, Any]:
+        fn: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        return {"type": "function", "function": fn}
+
+
+@dataclass
+class Rendered:
+    prompt_ids: list[int]
+    text: str
+
+
+def check_tools(tools: list[Tool]) -> None:
+    if len(tools) > MAX_TOOLS:
+        raise APIError(400, f"tools: {len(tools)} tools given; at most {MAX_TOOLS} are accepted", param="tools")
+    seen = set()
+    for i, tool in enumerate(tools):
+        if tool.name in seen:
+            raise APIError(400, f"tools[{i}]: duplicate tool name {tool.name!r}", param="tools")
+        seen.add(tool.name)
+        params = tool.parameters
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise APIError(400, f"tools[{i}] ({tool.name}): parameters must be a JSON schema of type 'object'", param="tools")
+        if "properties" in params and not isinstance(params["properties"], dict):
+            raise APIError(400, f"tools[{i}] ({tool.name}): parameters.properties must be an object", param="tools")
+
+
+def render_prompt(
+    tokenizer: Any,
+    turns: list[Turn],
+    tools: list[Tool],
+    fmt: ToolFormat,
+    *,
+    tool_choice: str | None = None,
+    forced_tool: str | None = None,
+) -> Rendered:
+    """The prompt ids for ``turns`` under the session's tool format and the model's chat template."""
+    check_tools(tools)
+    messages: list[dict[str, Any]] = []
+    tool_text = fmt.render_tools([t.schema() for t in tools]) if tools and tool_choice != "none" else ""
+    if tool_text:
+        if tool_choice == "required":
+            tool_text += "\n\nYou must call at least one tool."
+        elif forced_tool:
+            tool_text += f"\n\nYou must call the tool {forced_tool}."
+        if turns and turns[0].role == "system":
+            messages.append({"role": "system", "content": f"{turns[0].content}\n\n{tool_text}"})
+            turns = turns[1:]
+        else:
+            messages.append({"role": "system", "content": tool_text})
+    for turn in turns:
+        if turn.role == "assistant":
+            text = turn.content
+            if turn.tool_calls:
+                calls = fmt.format_calls(turn.tool_calls)
+                text = f"{text}\n{calls}" if text else calls
+            messages.append({"role": "assistant", "content": text})
+        else:
+            messages.append({"role": turn.role, "content": turn.content})
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # a template may reject a role order (e.g. two system turns)
+        raise APIError(400, f"messages: the model's chat template rejected them: {exc}", param="messages") from None
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return Rendered(ids, text)
+
+
+def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, fmt: ToolFormat, tools: list[Tool]) -> ParsedOutput:
+    """Generated ids → the text the client sees, split into content and tool calls when tools were offered."""
+    ids = list(output_ids)
+    eos = tokenizer.eos_token_id
+    if ids and (ids[-1] == eos or (isinstance(stop, int) and ids[-1] == stop)):
+        ids = ids[:-1]
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    if isinstance(stop, str) and stop in text:
+        text = text[: text.index(stop)]
+    if not tools:
+        return ParsedOutput(content=text, calls=[])
+    parsed = fmt.parse(text)
+    known = {t.name for t in tools}
+    calls, errors = [], list(parsed.errors)
+    from forge_cli.specs import ParseError
+
+    for call in parsed.calls:
+        if call.name not in known:
+            errors.append(ParseError(text=json.dumps({"name": call.name}), reason=f"unknown tool {call.name!r}"))
+            continue
+        calls.append(call)
+    # a call to an unknown tool stays visible as text, like an unparsable one
+    content = parsed.content
+    if len(calls) < len(parsed.calls):
+        dropped = [c for c in parsed.calls if c.name not in known]
+        content = (content + "\n" + fmt.format_calls(dropped)).strip()
+    if parsed.errors:
+        content = (content + "\n" + "\n".join(e.text for e in parsed.errors)).strip()
+    return ParsedOutput(content=content, calls=calls, errors=errors)
+
+
+def arguments_json(call: ToolCall) -> str:
+    return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)

@@ -1,0 +1,94 @@
+"""Sessions, pause/resume, weights, and the plain endpoints: ``/health``, ``/metrics``, ``/v1/models``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict
+
+from forge_cli.gateway.routes.common import api_key, read_json, state_of, validate
+
+router = APIRouter()
+
+
+class NewSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str = "adhoc"
+    scaffold: str = "external"
+    tool_format: Optional[str] = None
+    trajectory_id: Optional[str] = None
+
+
+@router.post("/admin/sessions")
+async def create_session(request: Request):
+    """Open a trajectory session; returns its API key and its base URL."""
+    state = state_of(request)
+    state.check_admin(api_key(request))
+    body = validate(NewSession, await read_json(request)) if await request.body() else NewSession()
+    session = await state.create_session(task_id=body.task_id, scaffold=body.scaffold, tool_format=body.tool_format,
+                                         trajectory_id=body.trajectory_id)
+    base = str(request.base_url).rstrip("/")
+    return {"session": session.id, "api_key": session.api_key, "trajectory_id": session.trajectory_id,
+            "base_url": f"{base}/s/{session.id}/v1", "tool_format": session.tool_format or state.default_tool_format}
+
+
+@router.get("/admin/sessions")
+async def list_sessions(request: Request):
+    state = state_of(request)
+    state.check_admin(api_key(request))
+    return {"data": [{"session": s.id, "trajectory_id": s.trajectory_id, "requests": s.requests,
+                      "tool_format": s.tool_format or state.default_tool_format} for s in state.sessions.values()]}
+
+
+@router.post("/admin/pause")
+async def pause(request: Request):
+    """Stop admitting generation (new requests wait) and return once in-flight ones are done."""
+    state = state_of(request)
+    state.check_admin(api_key(request))
+    await state.engine.pause()
+    return {"paused": True, "version": state.engine.version}
+
+
+@router.post("/admin/resume")
+async def resume(request: Request):
+    state = state_of(request)
+    state.check_admin(api_key(request))
+    await state.engine.resume()
+    return {"paused": False, "version": state.engine.version}
+
+
+class LoadWeights(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+
+
+@router.post("/admin/weights")
+async def load_weights(request: Request):
+    """Load new weights from a folder (``model.safetensors``) inside a pause; bumps the policy version."""
+    state = state_of(request)
+    state.check_admin(api_key(request))
+    body = validate(LoadWeights, await read_json(request))
+    version = await state.engine.load_weights(body.path)
+    return {"version": version}
+
+
+@router.get("/health")
+async def health(request: Request):
+    state = state_of(request)
+    return {"status": "ok", "engine": state.engine.name, "version": state.engine.version, "paused": state.engine.paused}
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    return Response(state_of(request).metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+@router.get("/v1/models")
+@router.get("/s/{session}/v1/models")
+async def models(request: Request):
+    state = state_of(request)
+    return JSONResponse({"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0, "owned_by": "forge"}]})

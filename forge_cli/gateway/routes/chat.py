@@ -1,0 +1,141 @@
+"""``POST /v1/chat/completions`` (stream and not; tools, tool_choice, n, logprobs, usage)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from forge_cli.gateway.errors import APIError, sse
+from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, ChatMessage
+from forge_cli.gateway.render import Tool, Turn, arguments_json
+from forge_cli.gateway.routes.common import Generated, finish_reason, generate, read_json, sampling, validate
+from forge_cli.specs import ToolCall
+
+router = APIRouter()
+
+
+def content_text(message: ChatMessage, index: int) -> str:
+    """A message's content as text: a string, or the text parts of a part list."""
+    if message.content is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    texts = []
+    for j, part in enumerate(message.content):
+        if part.type in ("text", "input_text", "output_text") and part.text is not None:
+            texts.append(part.text)
+        else:
+            raise APIError(400, f"messages[{index}].content[{j}]: content part type {part.type!r} is not supported (text only)",
+                           param=f"messages[{index}].content")
+    return "".join(texts)
+
+
+def to_turns(messages: list[ChatMessage]) -> list[Turn]:
+    turns = []
+    for i, m in enumerate(messages):
+        role = {"developer": "system", "function": "tool"}.get(m.role, m.role)
+        calls = []
+        for tc in m.tool_calls or []:
+            args: Any = tc.function.arguments
+            if isinstance(args, str):
+                import json
+
+                try:
+                    args = json.loads(args) if args.strip() else {}
+                except ValueError:
+                    pass  # keep a freeform string as it is
+            calls.append(ToolCall(name=tc.function.name, arguments=args, id=tc.id))
+        if calls and role != "assistant":
+            raise APIError(400, f"messages[{i}]: only assistant messages carry tool_calls", param=f"messages[{i}]")
+        turns.append(Turn(role=role, content=content_text(m, i), tool_calls=calls, name=m.name))
+    return turns
+
+
+def _message(parsed: Any) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content if (parsed.content or not parsed.calls) else None}
+    if parsed.calls:
+        msg["tool_calls"] = [
+            {"id": f"call_{secrets.token_hex(8)}", "type": "function", "function": {"name": c.name, "arguments": arguments_json(c)}}
+            for c in parsed.calls
+        ]
+    return msg
+
+
+def _logprobs(state: Any, output: Any) -> dict[str, Any]:
+    tok = state.tokenizer
+    content = []
+    for token_id, lp in zip(output.output_ids, output.logprobs):
+        piece = tok.decode([token_id], skip_special_tokens=False)
+        content.append({"token": piece, "logprob": lp, "bytes": list(piece.encode()), "top_logprobs": []})
+    return {"content": content}
+
+
+@router.post("/v1/chat/completions")
+@router.post("/s/{session}/v1/chat/completions")
+async def chat_completions(request: Request):
+    raw = await read_json(request)
+    req: ChatCompletionRequest = validate(ChatCompletionRequest, raw)
+    tools = [Tool(t.function.name, t.function.description or "", t.function.parameters or {"type": "object", "properties": {}})
+             for t in (req.tools or [])]
+    choice = req.tool_choice if isinstance(req.tool_choice, str) else None
+    forced = req.tool_choice.function.get("name") if req.tool_choice is not None and not isinstance(req.tool_choice, str) else None
+    if forced is not None and forced not in {t.name for t in tools}:
+        raise APIError(400, f"tool_choice: names the tool {forced!r}, which is not in tools", param="tool_choice")
+    if choice in ("required",) and not tools:
+        raise APIError(400, "tool_choice: 'required' needs tools", param="tool_choice")
+    params = sampling(max_tokens=req.max_completion_tokens or req.max_tokens, temperature=req.temperature, top_p=req.top_p,
+                      stop=req.stop, seed=req.seed, n=req.n)
+    gen = await generate(request, to_turns(req.messages), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+    state = request.app.state.gateway
+    cid = f"chatcmpl-{secrets.token_hex(12)}"
+    created = int(time.time())
+    usage = {
+        "prompt_tokens": len(gen.prompt_ids),
+        "completion_tokens": sum(len(o.output_ids) for o in gen.outputs),
+        "total_tokens": len(gen.prompt_ids) + sum(len(o.output_ids) for o in gen.outputs),
+    }
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return StreamingResponse(_stream(state, gen, cid, created, req, include_usage, usage), media_type="text/event-stream")
+    choices = [
+        {"index": i, "message": _message(p), "finish_reason": finish_reason(o, p),
+         "logprobs": _logprobs(state, o) if req.logprobs else None}
+        for i, (o, p) in enumerate(zip(gen.outputs, gen.parsed))
+    ]
+    return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": req.model,
+                         "choices": choices, "usage": usage, "system_fingerprint": f"forge-v{gen.outputs[0].policy_version}"})
+
+
+async def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatCompletionRequest, include_usage: bool,
+                  usage: dict[str, int]) -> AsyncIterator[str]:
+    """The recorded result as OpenAI chunks: role, content pieces, tool-call deltas, finish, usage, [DONE]."""
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
+        body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model,
+                "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+        if include_usage:
+            body["usage"] = None
+        return sse(body)
+
+    for i, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
+        yield chunk(i, {"role": "assistant", "content": ""})
+        if parsed.content:
+            for piece in _pieces(parsed.content):
+                yield chunk(i, {"content": piece})
+        for k, call in enumerate(parsed.calls):
+            args = arguments_json(call)
+            yield chunk(i, {"tool_calls": [{"index": k, "id": f"call_{secrets.token_hex(8)}", "type": "function",
+                                            "function": {"name": call.name, "arguments": ""}}]})
+            for piece in _pieces(args, 24):
+                yield chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
+        yield chunk(i, {}, finish_reason(out, parsed), _logprobs(state, out) if req.logprobs else None)
+    if include_usage:
+        yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model, "choices": [], "usage": usage})
+    yield sse("[DONE]")
+
+
+def _pieces(text: str, size: int = 16) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]

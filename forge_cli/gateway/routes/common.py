@@ -1,0 +1,125 @@
+"""What every generation endpoint shares: body parsing, auth, sampling, generating, recording."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+from forge_cli.engine.base import GenerationOutput, SamplingParams
+from forge_cli.errors import ForgeError
+from forge_cli.gateway.errors import APIError, describe_validation
+from forge_cli.gateway.render import Tool, Turn, parse_output, render_prompt
+from forge_cli.gateway.state import GatewayState, Session
+from forge_cli.specs import ParsedOutput
+
+DEFAULT_MAX_TOKENS = 1024
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    return data
+
+
+def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message, param = describe_validation(exc)
+        raise APIError(400, message, param=param) from None
+
+
+def api_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None
+    return request.headers.get("x-api-key") or request.headers.get("api-key")
+
+
+def state_of(request: Request) -> GatewayState:
+    return request.app.state.gateway
+
+
+async def session_of(request: Request) -> Session:
+    return await state_of(request).resolve(api_key(request), request.path_params.get("session"))
+
+
+@dataclass
+class Generated:
+    """One call's result: the prompt, each sample, and each sample parsed for the client."""
+
+    prompt_ids: list[int]
+    outputs: list[GenerationOutput]
+    parsed: list[ParsedOutput]
+    session: Session
+
+
+async def generate(
+    request: Request,
+    turns: list[Turn],
+    tools: list[Tool],
+    params: SamplingParams,
+    *,
+    tool_choice: str | None = None,
+    forced_tool: str | None = None,
+    raw: dict[str, Any] | None = None,
+) -> Generated:
+    """Render, generate, parse and record one call for the request's session."""
+    state = state_of(request)
+    session = await session_of(request)
+    fmt = state.tool_format_for(session)
+    rendered = render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool)
+    context = {
+        "messages": [{"role": t.role, "content": t.content} for t in turns],
+        "tools": [t.schema() for t in tools],
+        "session": session.id,
+        "prompt_text": rendered.text,
+    }
+    started = time.time()
+    try:
+        outputs = await state.engine.generate(rendered.prompt_ids, params, context=context)
+    except ForgeError as exc:
+        raise APIError(400, str(exc), param="messages") from None
+    parsed = [parse_output(state.tokenizer, o.output_ids, o.stop_reason, fmt, tools) for o in outputs]
+    errors = [[{"text": e.text, "reason": e.reason} for e in p.errors] for p in parsed]
+    state.metrics.tokens.labels("prompt").inc(len(rendered.prompt_ids))
+    state.metrics.tokens.labels("output").inc(sum(len(o.output_ids) for o in outputs))
+    state.metrics.parse_errors.inc(sum(len(e) for e in errors))
+    await state.record(session, rendered.prompt_ids, outputs, sampling=params.as_dict(), started_at=started,
+                       tool_format=fmt.name, parse_errors=errors, request=raw)
+    return Generated(rendered.prompt_ids, outputs, parsed, session)
+
+
+def sampling(
+    *, max_tokens: int | None, temperature: float | None, top_p: float | None, stop: Any, seed: int | None, n: int = 1
+) -> SamplingParams:
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if len(stops) > 16:
+        raise APIError(400, "stop: at most 16 stop sequences", param="stop")
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+            temperature=1.0 if temperature is None else temperature,
+            top_p=1.0 if top_p is None else top_p,
+            stop=stops,
+            seed=seed,
+            n=n,
+        )
+    except ForgeError as exc:
+        raise APIError(400, str(exc)) from None
+
+
+def finish_reason(output: GenerationOutput, parsed: ParsedOutput) -> str:
+    if parsed.calls:
+        return "tool_calls"
+    return "length" if output.finish_reason == "length" else "stop"

@@ -1,0 +1,135 @@
+"""What the gateway holds: the engine, the tokenizer, the tool formats, the pool, and sessions.
+
+A session is one trajectory. On loopback (``auth = loopback``, the default there) any API key is
+accepted and each distinct key is its own recorded session, so any agent can be pointed at the
+gateway with no set-up; ``strict`` accepts only keys issued by ``POST /admin/sessions``. Either
+way a request is recorded into exactly the session its key (or its ``/s/<session>/v1`` URL)
+names, and nothing lets one key reach another session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from forge_cli.engine.base import Engine, GenerationOutput
+from forge_cli.gateway.errors import APIError
+from forge_cli.gateway.metrics import Metrics
+from forge_cli.specs import ToolFormat
+
+
+@dataclass
+class Session:
+    id: str
+    api_key: str
+    trajectory_id: str | None
+    tool_format: str | None = None
+    created_at: float = field(default_factory=time.time)
+    requests: int = 0
+
+
+class GatewayState:
+    def __init__(
+        self,
+        engine: Engine,
+        tokenizer: Any,
+        tool_formats: dict[str, ToolFormat],
+        *,
+        pool: Any = None,
+        default_tool_format: str = "hermes",
+        model_name: str = "forge",
+        auth: str = "loopback",
+        admin_key: str | None = None,
+        record_requests: bool = False,
+    ) -> None:
+        if default_tool_format not in tool_formats:
+            from forge_cli.errors import ForgeError
+
+            raise ForgeError(f"no tool format named {default_tool_format!r} (registered: {', '.join(sorted(tool_formats))})")
+        if auth not in ("loopback", "strict"):
+            from forge_cli.errors import ForgeError
+
+            raise ForgeError(f"auth must be 'loopback' or 'strict', not {auth!r}")
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.tool_formats = tool_formats
+        self.pool = pool
+        self.default_tool_format = default_tool_format
+        self.model_name = model_name
+        self.auth = auth
+        self.admin_key = admin_key or "forge-admin-" + secrets.token_urlsafe(16)
+        self.record_requests = record_requests
+        self.metrics = Metrics()
+        self.sessions: dict[str, Session] = {}
+        self.by_key: dict[str, str] = {}
+        self._lock = asyncio.Lock()
+
+    # ---- sessions ---------------------------------------------------------------------------------
+
+    async def create_session(
+        self, *, task_id: str = "adhoc", scaffold: str = "external", tool_format: str | None = None,
+        trajectory_id: str | None = None, api_key: str | None = None,
+    ) -> Session:
+        if tool_format is not None and tool_format not in self.tool_formats:
+            raise APIError(400, f"tool_format: no tool format named {tool_format!r} (registered: {', '.join(sorted(self.tool_formats))})", param="tool_format")
+        if trajectory_id is None and self.pool is not None:
+            group = await run_in_threadpool(self.pool.submit_group, task_id, 1, scaffold)
+            trajectory_id = group.trajectories[0].id
+            await run_in_threadpool(self.pool.start_trajectory, trajectory_id)
+        elif trajectory_id is not None and self.pool is not None and not await run_in_threadpool(self.pool.has_trajectory, trajectory_id):
+            raise APIError(404, f"trajectory_id: no trajectory {trajectory_id!r} in the pool", param="trajectory_id")
+        session = Session(id=secrets.token_hex(12), api_key=api_key or "forge-" + secrets.token_urlsafe(24),
+                          trajectory_id=trajectory_id, tool_format=tool_format)
+        self.sessions[session.id] = session
+        self.by_key[session.api_key] = session.id
+        return session
+
+    async def resolve(self, api_key: str | None, path_session: str | None) -> Session:
+        """The session a request belongs to (from its /s/<session> URL, else its key)."""
+        if path_session is not None:
+            session = self.sessions.get(path_session)
+            if session is None:
+                raise APIError(401, f"unknown session {path_session!r}", kind="authentication_error")
+            return session
+        if api_key and api_key in self.by_key:
+            return self.sessions[self.by_key[api_key]]
+        if self.auth == "strict":
+            what = "missing API key" if not api_key else "unknown API key"
+            raise APIError(401, f"{what}: this gateway accepts only keys issued by POST /admin/sessions", kind="authentication_error")
+        key = api_key or "anonymous"
+        async with self._lock:  # two first requests with one new key make one session
+            if key in self.by_key:
+                return self.sessions[self.by_key[key]]
+            return await self.create_session(api_key=key)
+
+    def check_admin(self, api_key: str | None) -> None:
+        if not api_key or not secrets.compare_digest(api_key, self.admin_key):
+            raise APIError(401, "this endpoint needs the admin key", kind="authentication_error")
+
+    def tool_format_for(self, session: Session) -> ToolFormat:
+        return self.tool_formats[session.tool_format or self.default_tool_format]
+
+    # ---- recording ---------------------------------------------------------------------------
+
+    async def record(
+        self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], *, sampling: dict[str, Any],
+        started_at: float, tool_format: str, parse_errors: list[list[dict[str, Any]]], request: dict[str, Any] | None,
+    ) -> None:
+        session.requests += 1
+        if self.pool is None or session.trajectory_id is None:
+            return
+        finished = time.time()
+        for out, errors in zip(outputs, parse_errors):
+            await run_in_threadpool(
+                lambda o=out, e=errors: self.pool.append_completion(
+                    session.trajectory_id, prompt_ids=prompt_ids, output_ids=o.output_ids, output_logprobs=o.logprobs,
+                    policy_version=o.policy_version, sampling=sampling, finish_reason=o.finish_reason,
+                    started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=e,
+                    request=request if self.record_requests else None,
+                )
+            )
