@@ -103,6 +103,9 @@ def init_default_model(path: Path | None = None, size: str = "tiny", seed: int =
         return path
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     dims = SIZES[size]
     tokenizer = build_tokenizer(dims.vocab_size)

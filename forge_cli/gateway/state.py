@@ -95,6 +95,8 @@ class GatewayState:
             session = self.sessions.get(path_session)
             if session is None:
                 raise APIError(401, f"unknown session {path_session!r}", kind="authentication_error")
+            if api_key in self.by_key and self.by_key[api_key] != path_session:
+                raise APIError(403, "this API key belongs to another session", kind="permission_error")
             return session
         if api_key and api_key in self.by_key:
             return self.sessions[self.by_key[api_key]]

@@ -1,0 +1,85 @@
+"""``forge gateway serve``: the OpenAI/Anthropic-compatible gateway in front of a rollout engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Serve the gateway that agents talk to.", no_args_is_help=True)
+    app.add_typer(group, name="gateway")
+
+    @group.command("serve")
+    def serve(
+        host: Optional[str] = typer.Option(None, "--host", help="Address (default gateway.host, 127.0.0.1)."),
+        port: Optional[int] = typer.Option(None, "--port", help="TCP port (default gateway.port, 8000)."),
+        model: Optional[Path] = typer.Option(None, "--model", help="HF model folder (default model.path or the default model)."),
+        engine: Optional[str] = typer.Option(None, "--engine", help="vllm, hf or scripted (default model.engine)."),
+        policy: Optional[str] = typer.Option(None, "--policy", help="Scripted engine: a JSON rules/turns file or module:function."),
+        auth: Optional[str] = typer.Option(None, "--auth", help="auto, loopback or strict (default gateway.auth)."),
+        tool_format: Optional[str] = typer.Option(None, "--tool-format", help="Default tool-call format (default model.tool_format)."),
+        run: Optional[str] = typer.Option(None, "--run", help="Record into this run (created if new; default: a new timestamped run)."),
+    ) -> None:
+        """Start the gateway; every call is recorded into the run's data pool."""
+        import asyncio
+        import secrets
+
+        import uvicorn
+
+        from forge_cli.cli import get_state
+        from forge_cli.commands._common import registry
+        from forge_cli.config import load_config, write_resolved
+        from forge_cli.console import console, err_console
+        from forge_cli.engine import make_engine
+        from forge_cli.engine.default_model import resolve_model_path
+        from forge_cli.errors import ForgeError
+        from forge_cli.gateway.app import create_app
+        from forge_cli.gateway.state import GatewayState
+        from forge_cli.pool import open_pool
+
+        state = get_state()
+        overrides = dict(state.overrides)
+        for key, value in (("gateway.host", host), ("gateway.port", port), ("model.path", str(model) if model else None),
+                           ("model.engine", engine), ("gateway.auth", auth), ("model.tool_format", tool_format)):
+            if value is not None:
+                overrides[key] = value
+        config = load_config(state.config_path, overrides=overrides)
+        mode = config.gateway.auth
+        if mode == "auto":
+            mode = "loopback" if config.gateway.host in LOOPBACK else "strict"
+        model_path = resolve_model_path(config.model.path)
+        run_dir = Path(config.run.dir) / (run or config.run.name or _timestamp())
+        write_resolved(config, run_dir)
+        pool = open_pool(config.pool.url, run_dir)
+        formats = {name: entry.value for name, entry in registry().tool_formats.items()}
+        options = {"policy": policy} if config.model.engine == "scripted" else {}
+        if config.model.engine == "scripted" and not policy:
+            raise ForgeError("--engine scripted needs --policy FILE (rules/turns JSON) or module:function")
+        if config.model.engine in ("vllm", "hf"):
+            options["max_model_len"] = config.model.max_model_len
+        with err_console.status(f"starting the {config.model.engine} engine on {model_path}…"):
+            eng = make_engine(config.model.engine, model_path, **options)
+        admin_key = "forge-admin-" + secrets.token_urlsafe(16)
+        gw = GatewayState(eng, eng.tokenizer, formats, pool=pool, default_tool_format=config.model.tool_format,
+                          model_name=model_path.name, auth=mode, admin_key=admin_key)
+        app = create_app(gw)
+        url = f"http://{config.gateway.host}:{config.gateway.port}"
+        console.print(f"[bold green]Forge gateway[/] {url}/v1  engine {eng.name}  auth {mode}  run {run_dir}")
+        console.print(f"admin key: {admin_key}", highlight=False)
+        server = uvicorn.Server(uvicorn.Config(app, host=config.gateway.host, port=config.gateway.port, log_level="warning"))
+        try:
+            asyncio.run(server.serve())
+        finally:
+            asyncio.run(eng.close())
+            pool.close()
+
+
+def _timestamp() -> str:
+    import time
+
+    return time.strftime("%Y%m%d-%H%M%S")

