@@ -108,3 +108,55 @@ def pool(pool_spec):
     p = open_spec(pool_spec)
     yield p
     p.close()
+
+
+# ---- a model and a live gateway ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """The default tiny policy, built once per test session."""
+    from forge_cli.engine.default_model import init_default_model
+
+    return init_default_model(tmp_path_factory.mktemp("model") / "tiny", size="tiny", seed=0)
+
+
+class LiveGateway:
+    """A gateway served by uvicorn on a free loopback port, in a background thread."""
+
+    def __init__(self, state) -> None:
+        import socket
+        import threading
+        import time
+
+        import uvicorn
+
+        from forge_cli.gateway.app import create_app
+
+        self.state = state
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.02)
+
+    def openai(self, key: str = "test-key", **kw):
+        from openai import OpenAI
+
+        return OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **kw)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def tool_formats():
+    from forge_cli import plugins
+
+    return {name: e.value for name, e in plugins.get_registry().tool_formats.items()}

@@ -1,0 +1,158 @@
+"""POST /v1/chat/completions through the official openai SDK, against a live gateway.
+
+The scripted engine answers with chosen text (scored by the real tiny model, so ids and logprobs
+are real); every test also checks what was recorded: decode(prompt_ids) is the model's own chat
+template applied to the request, and the output ids decode to what the client received.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from forge_cli.engine.scripted import ScriptedEngine
+from forge_cli.gateway.state import GatewayState
+from forge_cli.pool import DataPool
+from tests.conftest import LiveGateway, tool_formats
+
+BASH = {"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
+                                          "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>'
+
+
+class Replies:
+    """The scripted policy: replies queued by the test, else a default."""
+
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+
+    def __call__(self, context):
+        return self.queue.pop(0) if self.queue else "Hello from the scripted policy."
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_model, tmp_path_factory):
+    replies = Replies()
+    engine = ScriptedEngine(tiny_model, replies)
+    pool = DataPool.sqlite(tmp_path_factory.mktemp("gw") / "pool.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), pool=pool, admin_key="admin-secret")
+    live = LiveGateway(state)
+    yield live, replies, pool
+    live.stop()
+    pool.close()
+
+
+def recorded(stack, key):
+    live, _, pool = stack
+    state = live.state
+    return pool.trajectory(state.sessions[state.by_key[key]].trajectory_id).completions
+
+
+def template(stack, messages, tools=None):
+    tok = stack[0].state.tokenizer
+    return tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+
+
+def test_plain_chat_and_recording(stack):
+    live, replies, _ = stack
+    replies.queue.append("Paris is the capital of France.")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]
+    r = live.openai("k-plain").chat.completions.create(model="forge", messages=messages, max_tokens=64, temperature=0.7)
+    assert r.choices[0].message.content == "Paris is the capital of France."
+    assert r.choices[0].finish_reason == "stop"
+    [c] = recorded(stack, "k-plain")
+    tok = live.state.tokenizer
+    assert tok.decode(c.prompt_ids) == template(stack, messages)
+    assert c.prompt_ids == tok.encode(template(stack, messages), add_special_tokens=False)
+    assert tok.decode(c.output_ids[:-1]) == r.choices[0].message.content and c.output_ids[-1] == tok.eos_token_id
+    assert c.sampling["temperature"] == 0.7 and c.policy_version == 0 and c.tool_format == "hermes"
+    assert r.usage.prompt_tokens == len(c.prompt_ids) and r.usage.completion_tokens == len(c.output_ids)
+
+
+def test_tool_call_round_trip(stack):
+    live, replies, _ = stack
+    client = live.openai("k-tools")
+    replies.queue.append(f"Let me look.\n{CALL}")
+    first = [{"role": "user", "content": "What is here?"}]
+    r = client.chat.completions.create(model="forge", messages=first, tools=[BASH], tool_choice="auto")
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert msg.content == "Let me look."
+    assert msg.tool_calls[0].function.name == "bash" and json.loads(msg.tool_calls[0].function.arguments) == {"command": "ls -la"}
+    # the tool result comes back; assistant content empty, null or absent are all accepted
+    for variant in ({"content": None}, {"content": ""}, {}):
+        replies.queue.append("There is a README.")
+        history = first + [
+            {"role": "assistant", **variant, "tool_calls": [{"id": msg.tool_calls[0].id, "type": "function",
+                                                           "function": {"name": "bash", "arguments": '{"command": "ls -la"}'}}]},
+            {"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "README.md"},
+        ]
+        r2 = client.chat.completions.create(model="forge", messages=history, tools=[BASH])
+        assert r2.choices[0].message.content == "There is a README."
+    calls = recorded(stack, "k-tools")
+    assert len(calls) == 4
+    tok = live.state.tokenizer
+    # the oracle: the model's own template with the request's messages and tools
+    oracle_history = first + [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "bash", "arguments": {"command": "ls -la"}}}]},
+                              {"role": "tool", "content": "README.md"}]
+    assert tok.decode(calls[0].prompt_ids) == template(stack, first, tools=[BASH])
+    assert tok.decode(calls[1].prompt_ids) == template(stack, oracle_history, tools=[BASH])
+    assert "<tool_response>\nREADME.md\n</tool_response>" in tok.decode(calls[3].prompt_ids)
+
+
+def test_streaming_with_tool_calls_and_usage(stack):
+    live, replies, _ = stack
+    replies.queue.append(f"Checking.\n{CALL}")
+    chunks = list(live.openai("k-stream").chat.completions.create(
+        model="forge", messages=[{"role": "user", "content": "list"}], tools=[BASH], stream=True,
+        stream_options={"include_usage": True}))
+    content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    args = "".join(tc.function.arguments or "" for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or []))
+    names = [tc.function.name for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or []) if tc.function.name]
+    assert content == "Checking." and names == ["bash"] and json.loads(args) == {"command": "ls -la"}
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "tool_calls"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(recorded(stack, "k-stream")[0].output_ids)
+
+
+def test_raw_stream_ends_with_done(stack):
+    live, _, _ = stack
+    with httpx.stream("POST", f"{live.url}/v1/chat/completions", headers={"Authorization": "Bearer k-raw"},
+                      json={"messages": [{"role": "user", "content": "hi"}], "stream": True}) as resp:
+        lines = [line for line in resp.iter_lines() if line]
+    assert resp.status_code == 200 and lines[-1] == "data: [DONE]"
+
+
+def test_n_logprobs_stop_and_parts(stack):
+    live, replies, _ = stack
+    replies.queue += ["one. STOP two", "three"]
+    r = live.openai("k-n").chat.completions.create(
+        model="forge", n=2, logprobs=True, stop=["STOP"],
+        messages=[{"role": "user", "content": [{"type": "text", "text": "count "}, {"type": "text", "text": "please"}]},
+                  {"role": "system", "content": "a system message in the middle"}])
+    assert [c.message.content for c in r.choices] == ["one. ", "three"]
+    calls = recorded(stack, "k-n")
+    assert len(calls) == 2
+    assert [lp.logprob for lp in r.choices[0].logprobs.content] == pytest.approx(calls[0].output_logprobs)
+    assert "count please" in live.state.tokenizer.decode(calls[0].prompt_ids)
+    assert "<|im_start|>system\na system message in the middle" in live.state.tokenizer.decode(calls[0].prompt_ids)
+
+
+def test_unparsable_tool_call_is_text_and_a_parse_error(stack):
+    live, replies, _ = stack
+    replies.queue.append('<tool_call>\n{"name": "bash", "arguments": {"command": }\n</tool_call>')
+    r = live.openai("k-bad").chat.completions.create(model="forge", messages=[{"role": "user", "content": "x"}], tools=[BASH])
+    assert r.choices[0].finish_reason == "stop" and r.choices[0].message.tool_calls is None
+    assert "<tool_call>" in r.choices[0].message.content
+    [c] = recorded(stack, "k-bad")
+    assert c.parse_errors and "not valid JSON" in c.parse_errors[0]["reason"]
+
+
+def test_models_health_metrics(stack):
+    live, _, _ = stack
+    assert live.openai().models.list().data[0].id == "forge"
+    assert httpx.get(f"{live.url}/health").json()["status"] == "ok"
+    metrics = httpx.get(f"{live.url}/metrics").text
+    assert 'forge_gateway_requests_total{endpoint="/v1/chat/completions",status="200"}' in metrics
+    assert "forge_gateway_tokens_total" in metrics and "forge_gateway_request_seconds_bucket" in metrics

@@ -1,0 +1,159 @@
+"""Sessions and auth, bad input in the provider's error shape, and pause/resume around weight updates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from forge_cli.engine.hf import HFEngine
+from forge_cli.gateway.state import GatewayState
+from forge_cli.pool import DataPool
+from tests.conftest import LiveGateway, tool_formats
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model):
+    eng = HFEngine(tiny_model, max_model_len=512)
+    yield eng
+    asyncio.run(eng.close())
+
+
+def _gateway(engine, tmp_path, auth):
+    pool = DataPool.sqlite(tmp_path / f"pool-{auth}.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), pool=pool, auth=auth, admin_key="admin-secret")
+    return LiveGateway(state), pool
+
+
+@pytest.fixture
+def loopback(engine, tmp_path):
+    live, pool = _gateway(engine, tmp_path, "loopback")
+    yield live, pool
+    live.stop()
+    pool.close()
+
+
+@pytest.fixture
+def strict(engine, tmp_path):
+    live, pool = _gateway(engine, tmp_path, "strict")
+    yield live, pool
+    live.stop()
+    pool.close()
+
+
+def test_loopback_each_key_is_its_own_session(loopback):
+    live, pool = loopback
+    for key in ("a", "b", "a"):
+        live.openai(key).chat.completions.create(model="forge", messages=MSG, max_tokens=3)
+    state = live.state
+    ta, tb = state.sessions[state.by_key["a"]].trajectory_id, state.sessions[state.by_key["b"]].trajectory_id
+    assert ta != tb
+    assert len(pool.trajectory(ta).completions) == 2 and len(pool.trajectory(tb).completions) == 1
+
+
+def test_strict_needs_issued_keys(strict):
+    live, pool = strict
+    for key in ("unknown", ""):
+        with pytest.raises(openai.AuthenticationError) as info:
+            live.openai(key or "x", default_headers={"Authorization": ""} if not key else None).chat.completions.create(
+                model="forge", messages=MSG, max_tokens=3)
+        assert info.value.status_code == 401
+    assert httpx.post(f"{live.url}/admin/sessions", json={}).status_code == 401
+    made = httpx.post(f"{live.url}/admin/sessions", headers={"Authorization": "Bearer admin-secret"},
+                      json={"task_id": "t1", "scaffold": "react"}).json()
+    r = live.openai(made["api_key"]).chat.completions.create(model="forge", messages=MSG, max_tokens=3)
+    assert r.choices[0].message.content is not None
+    assert len(pool.trajectory(made["trajectory_id"]).completions) == 1
+    # the /s/<session>/v1 base URL, for clients that cannot set headers
+    from openai import OpenAI
+
+    OpenAI(base_url=made["base_url"], api_key="anything", max_retries=0).chat.completions.create(model="forge", messages=MSG, max_tokens=3)
+    assert len(pool.trajectory(made["trajectory_id"]).completions) == 2
+    # another session's key cannot write into this one
+    other = httpx.post(f"{live.url}/admin/sessions", headers={"Authorization": "Bearer admin-secret"}, json={}).json()
+    bad = httpx.post(f"{made['base_url']}/chat/completions", headers={"Authorization": f"Bearer {other['api_key']}"},
+                     json={"messages": MSG, "max_tokens": 3})
+    assert bad.status_code == 403 and bad.json()["error"]["type"] == "permission_error"
+    assert len(pool.trajectory(made["trajectory_id"]).completions) == 2
+    assert len(pool.trajectory(other["trajectory_id"]).completions) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "must be a JSON object"),
+        (json.dumps({"messages": "hi"}).encode(), 400, "messages: Input should be a valid list"),
+        (json.dumps({"messages": [{"role": "robot", "content": "x"}]}).encode(), 400, "messages[0].role"),
+        (json.dumps({"messages": MSG, "temperature": "hot"}).encode(), 400, "temperature"),
+        (json.dumps({"messages": MSG, "max_tokens": 0}).encode(), 400, "max_tokens"),
+        (json.dumps({"messages": []}).encode(), 400, "messages: List should have at least 1 item"),
+        (json.dumps({"messages": MSG, "tools": [{"type": "function", "function": {"name": "x", "parameters": {"type": "array"}}}]}).encode(),
+         400, "parameters must be a JSON schema of type 'object'"),
+        (json.dumps({"messages": MSG, "tools": [{"type": "function", "function": {"name": f"t{i}"}} for i in range(10_000)]}).encode(),
+         400, "10000 tools given"),
+        (json.dumps({"messages": MSG, "tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": []}).encode(),
+         400, "tool_choice"),
+        (json.dumps({"messages": [{"role": "user", "content": "word " * 2000}]}).encode(), 400, "this model's context is 512 tokens"),
+        (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(),
+         400, "content part type 'image_url' is not supported"),
+    ],
+)
+def test_bad_input_is_a_4xx_in_openai_shape(loopback, body, status, needle):
+    live, _ = loopback
+    r = httpx.post(f"{live.url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle in err["message"] and err["type"] == "invalid_request_error"
+
+
+def test_huge_body_is_413(loopback):
+    live, _ = loopback
+    body = b'{"messages": [{"role": "user", "content": "' + b"x" * (50 * 1024 * 1024) + b'"}]}'
+    r = httpx.post(f"{live.url}/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+
+
+def test_unknown_endpoint_is_404_json(loopback):
+    live, _ = loopback
+    r = httpx.post(f"{live.url}/v1/nothing", json={})
+    assert r.status_code == 404 and r.json()["error"]["message"].startswith("no endpoint")
+
+
+def test_pause_resume_and_weight_update_lose_nothing(loopback, tmp_path):
+    live, pool = loopback
+    admin = {"Authorization": "Bearer admin-secret"}
+    assert httpx.post(f"{live.url}/admin/pause", headers=admin).json()["paused"] is True
+    results: list = []
+
+    def call(i: int) -> None:
+        r = httpx.post(f"{live.url}/v1/chat/completions", headers={"Authorization": f"Bearer p{i}"},
+                       json={"messages": MSG, "max_tokens": 4}, timeout=60)
+        results.append((r.status_code, r.json()["system_fingerprint"]))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    assert results == []  # they wait while paused
+    # new weights while paused: a perturbed copy of the model's own
+    import torch
+    from safetensors.torch import save_file
+
+    sd = {k: (v + 0.01 * torch.randn_like(v)).contiguous() for k, v in live.state.engine.model.state_dict().items()}
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    assert httpx.post(f"{live.url}/admin/weights", headers=admin, json={"path": str(tmp_path)}, timeout=60).json()["version"] == 1
+    httpx.post(f"{live.url}/admin/resume", headers=admin)
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(results) == [(200, "forge-v1")] * 8
+    state = live.state
+    versions = [pool.trajectory(state.sessions[state.by_key[f"p{i}"]].trajectory_id).completions[0].policy_version for i in range(8)]
+    assert versions == [1] * 8
