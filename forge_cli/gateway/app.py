@@ -14,11 +14,14 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 def create_app(state: GatewayState, *, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    from forge_cli.gateway.routes import admin, chat
+    from forge_cli.gateway.routes import admin, chat, completions, messages, responses
 
     app = FastAPI(title="Forge gateway", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = state
     app.include_router(chat.router)
+    app.include_router(messages.router)
+    app.include_router(responses.router)
+    app.include_router(completions.router)
     app.include_router(admin.router)
 
     @app.middleware("http")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from forge_cli.engine.base import GenerationOutput, SamplingParams
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError, describe_validation
-from forge_cli.gateway.render import Tool, Turn, parse_output, render_prompt
+from forge_cli.gateway.render import Rendered, Tool, Turn, parse_output, render_prompt
 from forge_cli.gateway.state import GatewayState, Session
 from forge_cli.specs import ParsedOutput
 
@@ -73,12 +73,19 @@ async def generate(
     tool_choice: str | None = None,
     forced_tool: str | None = None,
     raw: dict[str, Any] | None = None,
+    prompt_ids: list[int] | None = None,
 ) -> Generated:
-    """Render, generate, parse and record one call for the request's session."""
+    """Render, generate, parse and record one call for the request's session.
+
+    ``prompt_ids`` (``/v1/completions``) skips the chat template: the ids are used as given.
+    """
     state = state_of(request)
     session = await session_of(request)
     fmt = state.tool_format_for(session)
-    rendered = render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool)
+    if prompt_ids is None:
+        rendered = render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool)
+    else:
+        rendered = Rendered(prompt_ids, state.tokenizer.decode(prompt_ids))
     context = {
         "messages": [{"role": t.role, "content": t.content} for t in turns],
         "tools": [t.schema() for t in tools],

@@ -1,0 +1,77 @@
+"""``POST /v1/completions``: raw text (or token ids) in, no chat template."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any, AsyncIterator, Optional, Union
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from forge_cli.gateway.errors import APIError, sse
+from forge_cli.gateway.routes.common import generate, read_json, sampling, state_of, validate
+
+router = APIRouter()
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str = "forge"
+    prompt: Union[str, list[int], list[str]]
+    max_tokens: int = Field(16, ge=1)
+    temperature: Optional[float] = Field(None, ge=0, le=2)
+    top_p: Optional[float] = Field(None, gt=0, le=1)
+    stop: Union[str, list[str], None] = None
+    n: int = Field(1, ge=1, le=16)
+    stream: bool = False
+    logprobs: Optional[int] = Field(None, ge=0, le=5)
+    echo: bool = False
+    seed: Optional[int] = None
+
+
+@router.post("/v1/completions")
+@router.post("/s/{session}/v1/completions")
+async def completions(request: Request):
+    raw = await read_json(request)
+    req: CompletionRequest = validate(CompletionRequest, raw)
+    tok = state_of(request).tokenizer
+    if isinstance(req.prompt, list) and req.prompt and all(isinstance(x, str) for x in req.prompt):
+        if len(req.prompt) != 1:
+            raise APIError(400, "prompt: one prompt per request (a list of several strings is not supported)", param="prompt")
+        req.prompt = req.prompt[0]
+    if isinstance(req.prompt, str):
+        ids = tok.encode(req.prompt, add_special_tokens=False)
+    else:
+        ids = list(req.prompt)
+        vocab = len(tok)
+        if any(not 0 <= i < vocab for i in ids):
+            raise APIError(400, f"prompt: token ids must be in 0..{vocab - 1}", param="prompt")
+    params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop, seed=req.seed, n=req.n)
+    gen = await generate(request, [], [], params, raw=raw, prompt_ids=ids)
+    echo = tok.decode(ids) if req.echo else ""
+    choices = []
+    for i, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
+        logprobs: Any = None
+        if req.logprobs is not None:
+            logprobs = {"tokens": [tok.decode([t]) for t in out.output_ids], "token_logprobs": out.logprobs,
+                        "top_logprobs": None, "text_offset": None}
+        choices.append({"index": i, "text": echo + parsed.content, "logprobs": logprobs,
+                        "finish_reason": "length" if out.finish_reason == "length" else "stop"})
+    body = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()), "model": req.model,
+            "choices": choices, "usage": {"prompt_tokens": len(ids), "completion_tokens": sum(len(o.output_ids) for o in gen.outputs),
+                                          "total_tokens": len(ids) + sum(len(o.output_ids) for o in gen.outputs)}}
+    if req.stream:
+        return StreamingResponse(_stream(body), media_type="text/event-stream")
+    return JSONResponse(body)
+
+
+async def _stream(body: dict[str, Any]) -> AsyncIterator[str]:
+    for choice in body["choices"]:
+        text = choice["text"]
+        for i in range(0, len(text), 16):
+            yield sse({**body, "choices": [{**choice, "text": text[i : i + 16], "finish_reason": None, "logprobs": None}], "usage": None})
+        yield sse({**body, "choices": [{**choice, "text": ""}], "usage": None})
+    yield sse("[DONE]")

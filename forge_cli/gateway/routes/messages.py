@@ -1,0 +1,153 @@
+"""``POST /v1/messages`` (Anthropic Messages, stream and not; ``?beta=true`` accepted)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from forge_cli.gateway.errors import APIError, sse
+from forge_cli.gateway.protocol.anthropic import Block, MessagesRequest
+from forge_cli.gateway.render import Tool, Turn
+from forge_cli.gateway.routes.common import Generated, generate, read_json, sampling, validate
+from forge_cli.specs import ToolCall
+
+router = APIRouter()
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for j, block in enumerate(content):
+        if block.type == "text":
+            parts.append(block.text or "")
+        elif block.type in ("thinking", "redacted_thinking"):
+            continue  # earlier reasoning is not re-rendered
+        else:
+            raise APIError(400, f"{where}[{j}]: content block type {block.type!r} is not supported here", param=where)
+    return "\n".join(parts) if len(parts) > 1 and all(parts) else "".join(parts)
+
+
+def to_turns(req: MessagesRequest) -> list[Turn]:
+    turns: list[Turn] = []
+    if req.system:
+        turns.append(Turn("system", _text(req.system, "system")))
+    for i, m in enumerate(req.messages):
+        where = f"messages[{i}].content"
+        if isinstance(m.content, str):
+            turns.append(Turn(m.role, m.content))
+            continue
+        if m.role == "assistant":
+            text, calls = [], []
+            for j, b in enumerate(m.content):
+                if b.type == "text":
+                    text.append(b.text or "")
+                elif b.type == "tool_use":
+                    if not b.name:
+                        raise APIError(400, f"{where}[{j}]: tool_use needs a name", param=where)
+                    calls.append(ToolCall(name=b.name, arguments=b.input if isinstance(b.input, (dict, str)) else {}, id=b.id))
+                elif b.type not in ("thinking", "redacted_thinking"):
+                    raise APIError(400, f"{where}[{j}]: content block type {b.type!r} is not supported in assistant turns", param=where)
+            turns.append(Turn("assistant", "".join(text), calls))
+            continue
+        # user (or system) turns: tool results first (they answer the previous turn), then text
+        text_blocks: list[Block] = []
+        for j, b in enumerate(m.content):
+            if b.type == "tool_result":
+                result = _text(b.content, f"{where}[{j}].content")
+                turns.append(Turn("tool", f"[error] {result}" if b.is_error else result))
+            else:
+                text_blocks.append(b)
+        if text_blocks:
+            turns.append(Turn(m.role, _text(text_blocks, where)))
+    return turns
+
+
+def to_tools(req: MessagesRequest) -> list[Tool]:
+    tools = []
+    for t in req.tools or []:
+        if t.input_schema is None and t.type and t.type != "custom":
+            continue  # server tools (web search, …) are the provider's: ignored
+        tools.append(Tool(t.name, t.description or "", t.input_schema or {"type": "object", "properties": {}}))
+    return tools
+
+
+def _blocks(parsed: Any) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if parsed.content or not parsed.calls:
+        blocks.append({"type": "text", "text": parsed.content})
+    for call in parsed.calls:
+        args = call.arguments
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                args = {"input": args}
+        blocks.append({"type": "tool_use", "id": f"toolu_{secrets.token_hex(12)}", "name": call.name, "input": args})
+    return blocks
+
+
+def _stop(out: Any, parsed: Any) -> tuple[str, str | None]:
+    if parsed.calls:
+        return "tool_use", None
+    if out.finish_reason == "length":
+        return "max_tokens", None
+    if isinstance(out.stop_reason, str):
+        return "stop_sequence", out.stop_reason
+    return "end_turn", None
+
+
+@router.post("/v1/messages")
+@router.post("/s/{session}/v1/messages")
+async def messages(request: Request):
+    raw = await read_json(request)
+    req: MessagesRequest = validate(MessagesRequest, raw)
+    tools = to_tools(req)
+    choice, forced = None, None
+    if req.tool_choice is not None:
+        choice = {"auto": "auto", "any": "required", "none": "none", "tool": None}[req.tool_choice.type]
+        if req.tool_choice.type == "tool":
+            forced = req.tool_choice.name
+            if forced not in {t.name for t in tools}:
+                raise APIError(400, f"tool_choice.name: {forced!r} is not in tools", param="tool_choice")
+    params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop_sequences, seed=None)
+    gen = await generate(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+    out, parsed = gen.outputs[0], gen.parsed[0]
+    mid = f"msg_{secrets.token_hex(12)}"
+    stop_reason, stop_sequence = _stop(out, parsed)
+    usage = {"input_tokens": len(gen.prompt_ids), "output_tokens": len(out.output_ids),
+             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    if req.stream:
+        return StreamingResponse(_stream(gen, mid, req.model, stop_reason, stop_sequence, usage), media_type="text/event-stream")
+    return JSONResponse({"id": mid, "type": "message", "role": "assistant", "model": req.model, "content": _blocks(parsed),
+                         "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage})
+
+
+async def _stream(gen: Generated, mid: str, model: str, stop_reason: str, stop_sequence: str | None,
+                  usage: dict[str, int]) -> AsyncIterator[str]:
+    start = {"id": mid, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
+             "stop_sequence": None, "usage": {**usage, "output_tokens": 0}}
+    yield sse({"type": "message_start", "message": start}, "message_start")
+    for index, block in enumerate(_blocks(gen.parsed[0])):
+        if block["type"] == "text":
+            yield sse({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}, "content_block_start")
+            for i in range(0, len(block["text"]), 16):
+                delta = {"type": "text_delta", "text": block["text"][i : i + 16]}
+                yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+        else:
+            head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            yield sse({"type": "content_block_start", "index": index, "content_block": head}, "content_block_start")
+            text = json.dumps(block["input"], ensure_ascii=False)
+            for i in range(0, len(text), 24):
+                delta = {"type": "input_json_delta", "partial_json": text[i : i + 24]}
+                yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+    yield sse({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+               "usage": {"output_tokens": usage["output_tokens"]}}, "message_delta")
+    yield sse({"type": "message_stop"}, "message_stop")

@@ -1,0 +1,162 @@
+"""/v1/messages (anthropic SDK), /v1/responses (openai SDK), /v1/completions, and the requests
+seven real agent programs sent (tests/fixtures/agent_requests), replayed against the gateway."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anthropic
+import httpx
+import pytest
+
+from forge_cli.engine.scripted import ScriptedEngine
+from forge_cli.gateway.state import GatewayState
+from forge_cli.pool import DataPool
+from tests.conftest import LiveGateway, tool_formats
+from tests.test_gateway_chat import Replies
+
+FIXTURES = Path(__file__).parent / "fixtures" / "agent_requests"
+WEATHER = {"name": "get_weather", "description": "Weather in a city.",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_model, tmp_path_factory):
+    replies = Replies()
+    engine = ScriptedEngine(tiny_model, replies)
+    pool = DataPool.sqlite(tmp_path_factory.mktemp("gw") / "pool.sqlite")
+    live = LiveGateway(GatewayState(engine, engine.tokenizer, tool_formats(), pool=pool))
+    yield live, replies, pool
+    live.stop()
+    pool.close()
+
+
+def recorded(stack, key):
+    live, _, pool = stack
+    return pool.trajectory(live.state.sessions[live.state.by_key[key]].trajectory_id).completions
+
+
+def claude(live, key):
+    return anthropic.Anthropic(base_url=live.url, api_key=key, max_retries=0)
+
+
+def test_messages_text_and_tool_use(stack):
+    live, replies, _ = stack
+    client = claude(live, "a-1")
+    replies.queue.append(f"I will check.\n{CALL}")
+    r = client.messages.create(model="forge", max_tokens=128, system=[{"type": "text", "text": "You help.", "cache_control": {"type": "ephemeral"}}],
+                               tools=[WEATHER], messages=[{"role": "user", "content": "Weather in Paris?"}],
+                               metadata={"user_id": "u"}, extra_query={"beta": "true"})
+    assert r.stop_reason == "tool_use"
+    assert r.content[0].type == "text" and r.content[0].text == "I will check."
+    assert r.content[1].type == "tool_use" and r.content[1].name == "get_weather" and r.content[1].input == {"city": "Paris"}
+    replies.queue.append("It is sunny.")
+    r2 = client.messages.create(model="forge", max_tokens=128, tools=[WEATHER], messages=[
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "I will check."},
+                                          {"type": "tool_use", "id": r.content[1].id, "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": r.content[1].id, "content": "sunny, 21 C"}]},
+        {"role": "system", "content": "A reminder in the middle."},
+    ])
+    assert r2.stop_reason == "end_turn" and r2.content[0].text == "It is sunny."
+    first, second = recorded(stack, "a-1")
+    tok = live.state.tokenizer
+    prompt = tok.decode(second.prompt_ids)
+    assert "<tool_response>\nsunny, 21 C\n</tool_response>" in prompt and "A reminder in the middle." in prompt
+    assert tok.decode(first.output_ids[:-1]) == f"I will check.\n{CALL}"
+
+
+def test_messages_stream_events(stack):
+    live, replies, _ = stack
+    replies.queue.append(f"Looking.\n{CALL}")
+    with claude(live, "a-2").messages.stream(model="forge", max_tokens=128, tools=[WEATHER],
+                                             messages=[{"role": "user", "content": "Weather?"}]) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert "content_block_delta" in kinds and "message_delta" in kinds
+    assert final.content[1].input == {"city": "Paris"} and final.stop_reason == "tool_use"
+
+
+def test_messages_errors_in_anthropic_shape(stack):
+    live, _, _ = stack
+    r = httpx.post(f"{live.url}/v1/messages", headers={"x-api-key": "a-3"}, json={"messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 400
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error" and "max_tokens" in body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError):
+        claude(live, "a-3").messages.create(model="forge", max_tokens=10, messages=[{"role": "robot", "content": "x"}])
+
+
+def test_responses_function_and_custom_tools(stack):
+    live, replies, _ = stack
+    client = live.openai("r-1")
+    tools = [{"type": "function", "name": "get_weather", "description": "Weather.", "strict": True,
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False}},
+             {"type": "custom", "name": "apply_patch", "description": "Apply a patch (freeform)."},
+             {"type": "web_search"}]
+    replies.queue.append(CALL)
+    r = client.responses.create(model="forge", instructions="Be useful.", input="Weather in Paris?", tools=tools,
+                                store=False, include=["reasoning.encrypted_content"], reasoning={"summary": "auto"},
+                                prompt_cache_key="k", parallel_tool_calls=True)
+    [call] = [o for o in r.output if o.type == "function_call"]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    replies.queue.append('<tool_call>\n{"name": "apply_patch", "arguments": {"input": "*** Begin Patch"}}\n</tool_call>')
+    r2 = client.responses.create(model="forge", input=[
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "dev note"}]},
+        {"type": "message", "role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": call.call_id, "name": "get_weather", "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+    ], tools=tools)
+    [custom] = [o for o in r2.output if o.type == "custom_tool_call"]
+    assert custom.name == "apply_patch" and custom.input == "*** Begin Patch"
+    replies.queue.append("Done.")
+    r3 = client.responses.create(model="forge", input=[
+        {"type": "custom_tool_call", "call_id": custom.call_id, "name": "apply_patch", "input": "*** Begin Patch"},
+        {"type": "custom_tool_call_output", "call_id": custom.call_id, "output": "applied"},
+    ], tools=tools)
+    assert r3.output_text == "Done." and r3.status == "completed"
+    prompt = live.state.tokenizer.decode(recorded(stack, "r-1")[1].prompt_ids)
+    assert "dev note" in prompt and "<tool_response>\nsunny\n</tool_response>" in prompt
+
+
+def test_responses_stream_event_sequence(stack):
+    live, replies, _ = stack
+    replies.queue.append(f"Checking.\n{CALL}")
+    events = list(live.openai("r-2").responses.create(model="forge", input="Weather?", stream=True, tools=[
+        {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]))
+    kinds = [e.type for e in events]
+    for kind in ("response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+                 "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+                 "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.output_item.done"):
+        assert kind in kinds, kind
+    assert kinds[-1] == "response.completed" and events[-1].response.usage.output_tokens > 0
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_completions(stack):
+    live, replies, _ = stack
+    replies.queue.append("world")
+    r = live.openai("c-1").completions.create(model="forge", prompt="hello ", max_tokens=8, logprobs=1)
+    assert r.choices[0].text == "world"
+    [c] = recorded(stack, "c-1")
+    assert c.prompt_ids == live.state.tokenizer.encode("hello ", add_special_tokens=False)
+    assert r.choices[0].logprobs.token_logprobs == pytest.approx(c.output_logprobs)
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.json")))
+def test_real_agent_requests_are_accepted(stack, fixture):
+    """What opencode, codex, claude-code, mini-swe-agent, aider, openai-agents and smolagents sent."""
+    live, _, _ = stack
+    captured = json.loads((FIXTURES / fixture).read_text())
+    body = captured["body"]
+    if isinstance(body.get("tools"), list):  # the capture trimmed some lists to a note string
+        body["tools"] = [t for t in body["tools"] if isinstance(t, dict)]
+    headers = {"x-api-key": "fx-" + fixture} if "messages" in captured["path"] else {"Authorization": f"Bearer fx-{fixture}"}
+    r = httpx.post(f"{live.url}{captured['path']}", json=body, headers=headers, timeout=60)
+    assert r.status_code == 200, r.text[:500]
+    if body.get("stream"):
+        assert r.text.startswith(("data:", "event:"))
+    assert len(recorded(stack, "fx-" + fixture)) == 1
