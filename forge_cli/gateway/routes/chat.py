@@ -97,6 +97,7 @@ async def chat_completions(request: Request):
         "prompt_tokens": len(gen.prompt_ids),
         "completion_tokens": sum(len(o.output_ids) for o in gen.outputs),
         "total_tokens": len(gen.prompt_ids) + sum(len(o.output_ids) for o in gen.outputs),
+        "prompt_tokens_details": {"cached_tokens": gen.outputs[0].extra.get("cached_tokens", 0)},
     }
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
