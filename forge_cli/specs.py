@@ -197,6 +197,8 @@ class ToolFormat:
 
     name: str = ""
     description: str = ""
+    # False for formats that can only write named arguments (an object), not a raw string
+    freeform_arguments: bool = True
 
     def render_tools(self, tools: list[dict[str, Any]]) -> str:
         """System-prompt text that lists ``tools`` (OpenAI function schemas) and how to call them."""

@@ -8,20 +8,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forge_cli.builtin.tool_formats import HermesFormat
+from forge_cli.builtin.tool_formats import BUILTIN_FORMATS, HermesFormat
 from forge_cli.specs import ToolCall
 from tests.conftest import EXAMPLE_PLUGIN
 
 sys.path.insert(0, str(EXAMPLE_PLUGIN))
 from forge_scaffold_example import SexprFormat  # noqa: E402
 
-FORMATS = [HermesFormat(), SexprFormat()]
+FORMATS = [cls() for cls in BUILTIN_FORMATS] + [SexprFormat()]
 
 json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
 json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
-arguments = st.dictionaries(st.text(max_size=12), json_value, max_size=5) | st.text(max_size=40)
+# argument names are schema property names: identifiers
+keys = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True)
+object_args = st.dictionaries(keys, json_value, max_size=5)
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
-calls = st.lists(st.builds(ToolCall, name=names, arguments=arguments), min_size=1, max_size=4)
+
+
+def calls_for(fmt):
+    arguments = object_args | st.text(max_size=40) if fmt.freeform_arguments else object_args
+    return st.lists(st.builds(ToolCall, name=names, arguments=arguments), min_size=1, max_size=4)
 
 
 def _plain(call: ToolCall) -> tuple:
@@ -36,10 +42,16 @@ def test_every_builtin_format_is_covered():
     assert registered <= {f.name for f in FORMATS}
 
 
+def test_the_builtin_set():
+    assert {f.name for f in FORMATS} >= {"hermes", "qwen3-coder", "minimax-xml", "llama3-json", "mistral", "deepseek",
+                                          "glm", "kimi-k2", "react", "json-block", "xml-tags"}
+
+
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(made=calls, prose=st.text(max_size=60))
-def test_round_trip(fmt, made, prose):
+@given(data=st.data(), prose=st.text(max_size=60))
+def test_round_trip(fmt, data, prose):
+    made = data.draw(calls_for(fmt))
     text = fmt.format_calls(made)
     parsed = fmt.parse(text)
     assert [_plain(c) for c in parsed.calls] == [_plain(c) for c in made]
@@ -54,7 +66,12 @@ def test_round_trip(fmt, made, prose):
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 @settings(max_examples=300)
-@given(text=st.text(max_size=200) | st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "(call f ", "{", "}", '"', ")", "x", "\n", '{"name": "f"'])).map("".join))
+@given(text=st.text(max_size=200) | st.lists(st.sampled_from([
+    "<tool_call>", "</tool_call>", "(call f ", "{", "}", '"', ")", "x", "\n", '{"name": "f"', "<function=f>", "<parameter=a>",
+    "</parameter>", "</function>", '<invoke name="f">', "</invoke>", "[TOOL_CALLS]", "Action: f\nAction Input: ", "```json\n",
+    "```", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<arg_key>", "<arg_value>", "<f>", "</f>", "<a>", "</a>",
+    "<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+])).map("".join))
 def test_parse_never_raises(fmt, text):
     parsed = fmt.parse(text)
     assert isinstance(parsed.content, str)

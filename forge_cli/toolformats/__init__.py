@@ -1,0 +1,1 @@
+"""Built-in tool-call formats (registered by the plugin ``forge:tool-formats``)."""
