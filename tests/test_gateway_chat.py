@@ -156,3 +156,23 @@ def test_models_health_metrics(stack):
     metrics = httpx.get(f"{live.url}/metrics").text
     assert 'forge_gateway_requests_total{endpoint="/v1/chat/completions",status="200"}' in metrics
     assert "forge_gateway_tokens_total" in metrics and "forge_gateway_request_seconds_bucket" in metrics
+
+
+def test_history_reuses_the_sampled_ids(stack):
+    """Turn 2's prompt starts with turn 1's exact prompt+output ids when the history renders back to that text."""
+    live, replies, _ = stack
+    client = live.openai("k-reuse")
+    replies.queue.append(CALL)
+    first = [{"role": "user", "content": "list"}]
+    r = client.chat.completions.create(model="forge", messages=first, tools=[BASH])
+    call = r.choices[0].message.tool_calls[0]
+    replies.queue.append("done")
+    client.chat.completions.create(model="forge", tools=[BASH], messages=first + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": call.id, "type": "function",
+                                                               "function": {"name": "bash", "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "a.txt"}])
+    one, two = recorded(stack, "k-reuse")
+    assert two.prompt_ids[: len(one.prompt_ids) + len(one.output_ids)] == one.prompt_ids + one.output_ids
+    session = live.state.sessions[live.state.by_key["k-reuse"]]
+    assert session.reused == 1
+    assert "forge_gateway_prefix_reuse_total" in httpx.get(f"{live.url}/metrics").text

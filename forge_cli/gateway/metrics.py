@@ -15,6 +15,9 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )
         self.in_flight = Gauge("forge_gateway_in_flight", "Requests being served (queue depth)", registry=self.registry)
+        self.prefix_reuse = Counter(
+            "forge_gateway_prefix_reuse", "Prompts that reused an earlier completion's exact ids", registry=self.registry
+        )
         self.parse_errors = Counter("forge_gateway_tool_parse_errors", "Tool calls that did not parse", registry=self.registry)
 
     def render(self) -> bytes:

@@ -31,6 +31,8 @@ class Session:
     tool_format: str | None = None
     created_at: float = field(default_factory=time.time)
     requests: int = 0
+    reused: int = 0  # requests whose prompt began with an earlier completion's exact ids
+    history: list[tuple[str, list[int]]] = field(default_factory=list)  # (text, ids) of each prompt+output
 
 
 class GatewayState:
@@ -115,6 +117,34 @@ class GatewayState:
 
     def tool_format_for(self, session: Session) -> ToolFormat:
         return self.tool_formats[session.tool_format or self.default_tool_format]
+
+    # ---- prefix id reuse -------------------------------------------------------------------------
+
+    def reuse_ids(self, session: Session, text: str, ids: list[int]) -> list[int]:
+        """If ``text`` begins with an earlier completion's full text (its prompt and its output),
+        return that completion's exact ids followed by the encoding of the rest.
+
+        Re-tokenising a sampled answer can give other ids than were sampled; reusing them keeps
+        every turn of a conversation on one path of the trainer's prefix tree.
+        """
+        best: tuple[str, list[int]] | None = None
+        for prior_text, prior_ids in session.history:
+            if len(prior_text) < len(text) and text.startswith(prior_text) and (best is None or len(prior_text) > len(best[0])):
+                best = (prior_text, prior_ids)
+        if best is None:
+            return ids
+        candidate = best[1] + self.tokenizer.encode(text[len(best[0]):], add_special_tokens=False)
+        if self.tokenizer.decode(candidate) != text:  # never trade exactness for sharing
+            return ids
+        session.reused += 1
+        self.metrics.prefix_reuse.inc()
+        return candidate
+
+    def remember(self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], max_entries: int = 64) -> None:
+        for out in outputs:
+            full = prompt_ids + out.output_ids
+            session.history.append((self.tokenizer.decode(full), full))
+        del session.history[:-max_entries]
 
     # ---- recording ---------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ async def create_session(request: Request):
 async def list_sessions(request: Request):
     state = state_of(request)
     state.check_admin(api_key(request))
-    return {"data": [{"session": s.id, "trajectory_id": s.trajectory_id, "requests": s.requests,
+    return {"data": [{"session": s.id, "trajectory_id": s.trajectory_id, "requests": s.requests, "reused_prefix": s.reused,
                       "tool_format": s.tool_format or state.default_tool_format} for s in state.sessions.values()]}
 
 

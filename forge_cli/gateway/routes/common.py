@@ -84,6 +84,7 @@ async def generate(
     fmt = state.tool_format_for(session)
     if prompt_ids is None:
         rendered = render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool)
+        rendered.prompt_ids = state.reuse_ids(session, rendered.text, rendered.prompt_ids)
     else:
         rendered = Rendered(prompt_ids, state.tokenizer.decode(prompt_ids))
     context = {
@@ -102,6 +103,7 @@ async def generate(
     state.metrics.tokens.labels("prompt").inc(len(rendered.prompt_ids))
     state.metrics.tokens.labels("output").inc(sum(len(o.output_ids) for o in outputs))
     state.metrics.parse_errors.inc(sum(len(e) for e in errors))
+    state.remember(session, rendered.prompt_ids, outputs)
     await state.record(session, rendered.prompt_ids, outputs, sampling=params.as_dict(), started_at=started,
                        tool_format=fmt.name, parse_errors=errors, request=raw)
     return Generated(rendered.prompt_ids, outputs, parsed, session)
