@@ -54,6 +54,8 @@ class ModelConfig(Section):
     engine: Literal["vllm", "hf", "scripted"] = Field("vllm", description="Rollout engine.")
     tool_format: str = Field("hermes", description="Tool-call format for sessions that do not choose one.")
     max_model_len: int = Field(4096, gt=0, description="Longest prompt + output, in tokens.")
+    replicas: int = Field(1, ge=1, le=64, description="Engine replicas behind the gateway's router.")
+    routing: Literal["cache_aware", "round_robin"] = Field("cache_aware", description="How the router picks a replica.")
 
 
 class GatewayConfig(Section):

@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
         auth: Optional[str] = typer.Option(None, "--auth", help="auto, loopback or strict (default gateway.auth)."),
         tool_format: Optional[str] = typer.Option(None, "--tool-format", help="Default tool-call format (default model.tool_format)."),
         run: Optional[str] = typer.Option(None, "--run", help="Record into this run (created if new; default: a new timestamped run)."),
+        replicas: Optional[int] = typer.Option(None, "--replicas", help="Engine replicas behind a cache-aware router (default model.replicas, 1)."),
     ) -> None:
         """Start the gateway; every call is recorded into the run's data pool."""
         import asyncio
@@ -45,7 +46,8 @@ def register(app: typer.Typer) -> None:
         state = get_state()
         overrides = dict(state.overrides)
         for key, value in (("gateway.host", host), ("gateway.port", port), ("model.path", str(model) if model else None),
-                           ("model.engine", engine), ("gateway.auth", auth), ("model.tool_format", tool_format)):
+                           ("model.engine", engine), ("gateway.auth", auth), ("model.tool_format", tool_format),
+                           ("model.replicas", replicas)):
             if value is not None:
                 overrides[key] = value
         config = load_config(state.config_path, overrides=overrides)
@@ -62,8 +64,14 @@ def register(app: typer.Typer) -> None:
             raise ForgeError("--engine scripted needs --policy FILE (rules/turns JSON) or module:function")
         if config.model.engine in ("vllm", "hf"):
             options["max_model_len"] = config.model.max_model_len
-        with err_console.status(f"starting the {config.model.engine} engine on {model_path}…"):
-            eng = make_engine(config.model.engine, model_path, **options)
+        with err_console.status(f"starting {config.model.replicas} {config.model.engine} engine(s) on {model_path}…"):
+            engines = [make_engine(config.model.engine, model_path, **options) for _ in range(config.model.replicas)]
+        if len(engines) == 1:
+            eng = engines[0]
+        else:
+            from forge_cli.engine.router import Router
+
+            eng = Router(engines, policy=config.model.routing)
         admin_key = "forge-admin-" + secrets.token_urlsafe(16)
         gw = GatewayState(eng, eng.tokenizer, formats, pool=pool, default_tool_format=config.model.tool_format,
                           model_name=model_path.name, auth=mode, admin_key=admin_key)

@@ -1,0 +1,91 @@
+"""Cache-aware routing: the replica holding the longest prefix, unless load is imbalanced."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams
+from forge_cli.engine.router import PrefixTree, Router
+
+
+class Replica(Engine):
+    """A stand-in replica (the router's decisions are what is tested): echoes, after a delay."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__(4096)
+        self.delay = delay
+        self.seen: list[list[int]] = []
+
+    async def _generate(self, prompt_ids, params, context):
+        self.seen.append(list(prompt_ids))
+        await asyncio.sleep(self.delay)
+        return [GenerationOutput([7, 8], [-0.1, -0.2], "stop", self.version)]
+
+    async def _load_weights(self, weights):
+        pass
+
+
+def test_prefix_tree():
+    tree = PrefixTree(max_nodes=10)
+    tree.insert([1, 2, 3, 4])
+    assert tree.match([1, 2, 3, 9]) == 3 and tree.match([2]) == 0
+    tree.insert(list(range(100, 108)))  # over the budget: starts over
+    assert tree.match([1, 2]) == 0 and tree.match([100, 101]) == 2
+
+
+def test_multi_turn_sessions_stick_to_their_replica():
+    async def run():
+        replicas = [Replica(), Replica()]
+        router = Router(replicas)
+        sessions = {s: [1000 + s] * 40 for s in range(6)}
+        placed: dict[int, set[int]] = {s: set() for s in sessions}
+        for turn in range(5):
+            for s, prompt in sessions.items():
+                out = await router.generate(prompt, SamplingParams(max_tokens=2))
+                placed[s].add(out[0].extra["replica"])
+                sessions[s] = prompt + out[0].output_ids + [turn] * 10
+        return placed, router
+
+    placed, router = asyncio.run(run())
+    assert all(len(p) == 1 for p in placed.values())  # every later turn went where its prefix was
+    assert router.stats.by_cache == 6 * 4
+
+
+def test_round_robin_ignores_prefixes():
+    async def run():
+        router = Router([Replica(), Replica()], policy="round_robin")
+        return [(await router.generate([5] * 30, SamplingParams(max_tokens=2)))[0].extra["replica"] for _ in range(4)]
+
+    assert asyncio.run(run()) == [0, 1, 0, 1]
+
+
+def test_imbalance_sends_to_the_shortest_queue():
+    async def run():
+        replicas = [Replica(delay=0.2), Replica(delay=0.2)]
+        router = Router(replicas, balance_abs=2, balance_rel=1.5)
+        prompt = [3] * 50
+        await router.generate(prompt, SamplingParams(max_tokens=2))  # replica 0 now holds the prefix
+        outs = await asyncio.gather(*(router.generate(prompt, SamplingParams(max_tokens=2)) for _ in range(10)))
+        return [o[0].extra["replica"] for o in outs]
+
+    where = asyncio.run(run())
+    assert where.count(1) >= 3  # the cache said 0, the queue length overrode it
+
+
+def test_weights_and_pause_reach_every_replica():
+    async def run():
+        replicas = [Replica(), Replica()]
+        router = Router(replicas)
+        version = await router.load_weights({})
+        return version, [r.version for r in replicas]
+
+    assert asyncio.run(run()) == (1, [1, 1])
+
+
+def test_bad_config():
+    with pytest.raises(ValueError):
+        Router([])
+    with pytest.raises(ValueError):
+        Router([Replica()], policy="random")
