@@ -23,6 +23,9 @@ bench: setup      ## every benchmark; figures go to benchmarks/results/
 	$(VENV)/bin/python benchmarks/cli_startup.py
 	$(VENV)/bin/python benchmarks/scheduler_sim.py
 	$(VENV)/bin/python benchmarks/pool_ingest.py
+	$(VENV)/bin/python benchmarks/gateway_overhead.py
+	$(VENV)/bin/python benchmarks/engine_throughput.py
+	$(VENV)/bin/python benchmarks/router.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist
