@@ -199,6 +199,10 @@ class ToolFormat:
     description: str = ""
     # False for formats that can only write named arguments (an object), not a raw string
     freeform_arguments: bool = True
+    # Text that may begin a call: while streaming, content is held back from the first of these
+    # (or a partial one at the end) until the generation ends and the whole text is parsed.
+    # A format with no markers streams no content before the end.
+    markers: tuple[str, ...] = ()
 
     def render_tools(self, tools: list[dict[str, Any]]) -> str:
         """System-prompt text that lists ``tools`` (OpenAI function schemas) and how to call them."""

@@ -79,3 +79,14 @@ def test_weight_update_in_place(stack, tmp_path):
     [c] = _recorded(live, pool, "after")
     assert c.policy_version == 1
     assert c.output_logprobs == pytest.approx(token_logprobs(model, prompt, c.output_ids, 1.0), abs=TOL)
+
+
+def test_chat_streams_while_vllm_samples(stack):
+    live, pool, model, tok = stack
+    chunks = list(live.openai("stream").chat.completions.create(
+        model="forge", messages=[{"role": "user", "content": "tell me a story"}], max_tokens=48, temperature=1.0, stream=True))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    [c] = _recorded(live, pool, "stream")
+    ids = c.output_ids[:-1] if c.output_ids and c.output_ids[-1] == tok.eos_token_id else c.output_ids
+    assert "".join(pieces) == tok.decode(ids)
+    assert len(pieces) > 3  # it arrived in many pieces, not one

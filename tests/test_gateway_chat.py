@@ -176,3 +176,17 @@ def test_history_reuses_the_sampled_ids(stack):
     session = live.state.sessions[live.state.by_key["k-reuse"]]
     assert session.reused == 1
     assert "forge_gateway_prefix_reuse_total" in httpx.get(f"{live.url}/metrics").text
+
+
+def test_a_session_speaks_its_scaffold_tool_format(stack):
+    live, replies, _ = stack
+    made = httpx.post(f"{live.url}/admin/sessions", headers={"Authorization": "Bearer admin-secret"},
+                      json={"scaffold": "react", "tool_format": "qwen3-coder"}).json()
+    assert made["tool_format"] == "qwen3-coder"
+    replies.queue.append("<tool_call>\n<function=bash>\n<parameter=command>\nls -la\n</parameter>\n</function>\n</tool_call>")
+    r = live.openai(made["api_key"]).chat.completions.create(model="forge", messages=[{"role": "user", "content": "x"}], tools=[BASH])
+    assert json.loads(r.choices[0].message.tool_calls[0].function.arguments) == {"command": "ls -la"}
+    [c] = live.state.pool.trajectory(made["trajectory_id"]).completions
+    assert c.tool_format == "qwen3-coder" and "<function=NAME>" in live.state.tokenizer.decode(c.prompt_ids)
+    bad = httpx.post(f"{live.url}/admin/sessions", headers={"Authorization": "Bearer admin-secret"}, json={"tool_format": "nope"})
+    assert bad.status_code == 400 and "no tool format named 'nope'" in bad.json()["error"]["message"]

@@ -102,10 +102,8 @@ class Engine:
             if self._in_flight == 0:
                 self._idle.set()
 
-    async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, *, context: dict[str, Any] | None = None
-    ) -> list[GenerationOutput]:
-        """``params.n`` samples for one prompt. Raises ForgeError if the prompt leaves no room."""
+    def check(self, prompt_ids: list[int], params: SamplingParams) -> SamplingParams:
+        """Raise ForgeError if the prompt leaves no room; clamp max_tokens to what is left."""
         if not prompt_ids:
             raise ForgeError("the prompt is empty")
         if len(prompt_ids) >= self.max_model_len:
@@ -115,8 +113,37 @@ class Engine:
         room = self.max_model_len - len(prompt_ids)
         if params.max_tokens > room:
             params = SamplingParams(**{**params.__dict__, "max_tokens": room})
+        return params
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, context: dict[str, Any] | None = None
+    ) -> list[GenerationOutput]:
+        """``params.n`` samples for one prompt. Raises ForgeError if the prompt leaves no room."""
+        params = self.check(prompt_ids, params)
         async with self._admitted():
             return await self._generate(prompt_ids, params, context)
+
+    async def generate_stream(
+        self, prompt_ids: list[int], params: SamplingParams, *, context: dict[str, Any] | None = None
+    ) -> AsyncIterator[list[int] | GenerationOutput]:
+        """One sample, as it is made: lists of new ids, then the final :class:`GenerationOutput`.
+
+        Call :meth:`check` first to get a clear error before a response has started.
+        """
+        params = self.check(prompt_ids, params)
+        if params.n != 1:
+            raise ForgeError("streaming generates one sample (n = 1)")
+        async with self._admitted():
+            async for item in self._generate_stream(prompt_ids, params, context):
+                yield item
+
+    async def _generate_stream(
+        self, prompt_ids: list[int], params: SamplingParams, context: dict[str, Any] | None
+    ) -> AsyncIterator[list[int] | GenerationOutput]:
+        """Engines that cannot stream produce everything at once."""
+        [out] = await self._generate(prompt_ids, params, context)
+        yield list(out.output_ids)
+        yield out
 
     async def pause(self) -> None:
         """Stop admitting requests and wait for the in-flight ones to finish."""

@@ -115,6 +115,21 @@ class Router(Engine):
             self.trees[i].insert(prompt_ids + out.output_ids)
         return [GenerationOutput(o.output_ids, o.logprobs, o.finish_reason, self.version, o.stop_reason, o.extra) for o in outputs]
 
+    async def _generate_stream(self, prompt_ids: list[int], params: SamplingParams, context: Any):
+        i = self.choose(prompt_ids)
+        self.stats.per_replica[i] += 1
+        self.trees[i].insert(prompt_ids)
+        self.load[i] += 1
+        try:
+            async for item in self.replicas[i].generate_stream(prompt_ids, params, context=context):
+                if isinstance(item, GenerationOutput):
+                    self.trees[i].insert(prompt_ids + item.output_ids)
+                    item.extra["replica"] = i
+                    item = GenerationOutput(item.output_ids, item.logprobs, item.finish_reason, self.version, item.stop_reason, item.extra)
+                yield item
+        finally:
+            self.load[i] -= 1
+
     async def _load_weights(self, weights: Any) -> None:
         await asyncio.gather(*(r.load_weights(weights) for r in self.replicas))
 

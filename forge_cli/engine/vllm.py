@@ -76,11 +76,10 @@ class VLLMEngine(Engine):
         self.eos_token_id = self.tokenizer.eos_token_id
         self._weights_dir = Path(tempfile.mkdtemp(prefix="forge-weights-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
 
-    async def _generate(self, prompt_ids, params, context):
+    def _sampling(self, params: SamplingParams) -> Any:
         from vllm import SamplingParams as VSamplingParams
-        from vllm.inputs import TokensPrompt
 
-        sp = VSamplingParams(
+        return VSamplingParams(
             n=params.n,
             max_tokens=params.max_tokens,
             temperature=params.temperature,
@@ -90,19 +89,39 @@ class VLLMEngine(Engine):
             seed=params.seed if self.cuda else None,
             logprobs=0,
         )
+
+    @staticmethod
+    def _output(o: Any, version: int, cached: int) -> GenerationOutput:
+        ids = list(o.token_ids)
+        lps = [step[tok].logprob for step, tok in zip(o.logprobs or [], ids)]
+        reason = "length" if o.finish_reason == "length" else "stop"
+        return GenerationOutput(ids, lps, reason, version, o.stop_reason, {"cached_tokens": cached or 0})
+
+    async def _generate_stream(self, prompt_ids, params, context):
+        from vllm.inputs import TokensPrompt
+
+        version, sent, final = self.version, 0, None
+        async for out in self.llm.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), self._sampling(params), request_id=uuid.uuid4().hex):
+            final = out
+            ids = out.outputs[0].token_ids  # cumulative
+            if len(ids) > sent:
+                yield list(ids[sent:])
+                sent = len(ids)
+        if final is None:
+            raise ForgeError("vLLM returned no output")
+        yield self._output(final.outputs[0], version, final.num_cached_tokens)
+
+    async def _generate(self, prompt_ids, params, context):
+        from vllm.inputs import TokensPrompt
+
+        sp = self._sampling(params)
         version = self.version
         final = None
         async for out in self.llm.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), sp, request_id=uuid.uuid4().hex):
             final = out
         if final is None:
             raise ForgeError("vLLM returned no output")
-        results = []
-        for o in sorted(final.outputs, key=lambda o: o.index):
-            ids = list(o.token_ids)
-            lps = [step[tok].logprob for step, tok in zip(o.logprobs or [], ids)]
-            reason = "length" if o.finish_reason == "length" else "stop"
-            results.append(GenerationOutput(ids, lps, reason, version, o.stop_reason, {"cached_tokens": final.num_cached_tokens or 0}))
-        return results
+        return [self._output(o, version, final.num_cached_tokens) for o in sorted(final.outputs, key=lambda o: o.index)]
 
     async def _load_weights(self, weights: Any) -> None:
         """A state dict, or a folder of ``*.safetensors``; written as one file vLLM reloads from.

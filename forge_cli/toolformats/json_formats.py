@@ -52,6 +52,7 @@ class _Delimited(ToolFormat):
 class HermesFormat(_Delimited):
     """Hermes / Qwen2.5: ``<tool_call>{"name": …, "arguments": {…}}</tool_call>``."""
 
+    markers = ("<tool_call>",)
     name = "hermes"
     description = 'Hermes/Qwen2.5: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, tools listed in <tools>.'
     open, close = "<tool_call>\n", "\n</tool_call>"
@@ -84,6 +85,7 @@ class HermesFormat(_Delimited):
 class DeepSeekFormat(_Delimited):
     """DeepSeek-V3: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME`` + a fenced JSON block."""
 
+    markers = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>")
     name = "deepseek"
     description = "DeepSeek-V3: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json {...}```<｜tool▁call▁end｜>…"
     open, close = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
@@ -115,6 +117,7 @@ class DeepSeekFormat(_Delimited):
 class KimiK2Format(_Delimited):
     """Kimi-K2: ``<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{…}<|tool_call_end|>``."""
 
+    markers = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>")
     name = "kimi-k2"
     description = "Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>…"
     open, close = "<|tool_call_begin|>", "<|tool_call_end|>"
@@ -143,6 +146,7 @@ class KimiK2Format(_Delimited):
 class FencedJsonFormat(_Delimited):
     """A fenced block: ```` ```json {"name": …, "arguments": {…}} ``` ````."""
 
+    markers = ("```json",)
     name = "json-block"
     description = 'A fenced ```json block holding {"name": ..., "arguments": {...}}.'
     open, close = "```json\n", "\n```"
@@ -162,6 +166,7 @@ class FencedJsonFormat(_Delimited):
 class Llama3JsonFormat(ToolFormat):
     """Llama 3.1/3.2 JSON calls: ``{"name": …, "parameters": {…}}``, one per line."""
 
+    markers = ("{", "<|python_tag|>")
     name = "llama3-json"
     description = 'Llama-3.1 JSON: {"name": ..., "parameters": {...}} on a line of its own (optionally after <|python_tag|>).'
 
@@ -203,6 +208,7 @@ class Llama3JsonFormat(ToolFormat):
 class MistralFormat(ToolFormat):
     """Mistral: ``[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`` after any text."""
 
+    markers = ("[TOOL_CALLS]",)
     name = "mistral"
     description = 'Mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]; tools listed in [AVAILABLE_TOOLS].'
 
@@ -230,6 +236,7 @@ class MistralFormat(ToolFormat):
 class ReActFormat(ToolFormat):
     """ReAct text: ``Action: NAME`` then ``Action Input: {json}``."""
 
+    markers = ("Action:",)
     name = "react"
     description = "ReAct: 'Thought: …', then 'Action: NAME' and 'Action Input: {json}' lines."
 

@@ -81,6 +81,7 @@ class _Markup(ToolFormat):
 
 
 class Qwen3CoderFormat(_Markup):
+    markers = ("<tool_call>",)
     name = "qwen3-coder"
     description = "Qwen3-Coder XML: <tool_call><function=NAME><parameter=ARG>value</parameter></function></tool_call>."
     example = "<tool_call>\n<function=NAME>\n<parameter=ARG>\nvalue\n</parameter>\n</function>\n</tool_call>"
@@ -98,6 +99,7 @@ class Qwen3CoderFormat(_Markup):
 
 
 class MiniMaxXmlFormat(_Markup):
+    markers = ("<minimax:tool_call>", "<invoke")
     name = "minimax-xml"
     description = 'MiniMax-M2: <minimax:tool_call><invoke name="NAME"><parameter name="ARG">value</parameter></invoke></minimax:tool_call>.'
     example = '<minimax:tool_call>\n<invoke name="NAME">\n<parameter name="ARG">value</parameter>\n</invoke>\n</minimax:tool_call>'
@@ -120,6 +122,7 @@ class MiniMaxXmlFormat(_Markup):
 
 
 class GlmFormat(_Markup):
+    markers = ("<tool_call>",)
     name = "glm"
     description = "GLM-4.5: <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>."
     example = "<tool_call>NAME\n<arg_key>ARG</arg_key>\n<arg_value>value</arg_value>\n</tool_call>"
@@ -140,6 +143,7 @@ class XmlTagsFormat(_Markup):
     """``<tool_name><arg>value</arg></tool_name>`` (Cline/Claude-style). An element counts as a
     call only when its body is nothing but argument elements."""
 
+    markers = ("<",)
     name = "xml-tags"
     description = "XML tags: <TOOL_NAME><ARG>value</ARG>…</TOOL_NAME>."
     example = "<TOOL_NAME>\n<ARG>value</ARG>\n</TOOL_NAME>"

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, ChatMessage
 from forge_cli.gateway.render import Tool, Turn, arguments_json
-from forge_cli.gateway.routes.common import Generated, finish_reason, generate, read_json, sampling, validate
+from forge_cli.gateway.routes.common import Generated, finish_reason, generate, prepare, read_json, sampling, stream, validate
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -89,10 +89,14 @@ async def chat_completions(request: Request):
         raise APIError(400, "tool_choice: 'required' needs tools", param="tool_choice")
     params = sampling(max_tokens=req.max_completion_tokens or req.max_tokens, temperature=req.temperature, top_p=req.top_p,
                       stop=req.stop, seed=req.seed, n=req.n)
-    gen = await generate(request, to_turns(req.messages), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
     state = request.app.state.gateway
     cid = f"chatcmpl-{secrets.token_hex(12)}"
     created = int(time.time())
+    if req.stream and req.n == 1:  # content streams while the engine samples
+        prepared = await prepare(request, to_turns(req.messages), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return StreamingResponse(_live(state, request, prepared, cid, created, req, include_usage), media_type="text/event-stream")
+    gen = await generate(request, to_turns(req.messages), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
     usage = {
         "prompt_tokens": len(gen.prompt_ids),
         "completion_tokens": sum(len(o.output_ids) for o in gen.outputs),
@@ -111,9 +115,7 @@ async def chat_completions(request: Request):
                          "choices": choices, "usage": usage, "system_fingerprint": f"forge-v{gen.outputs[0].policy_version}"})
 
 
-async def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatCompletionRequest, include_usage: bool,
-                  usage: dict[str, int]) -> AsyncIterator[str]:
-    """The recorded result as OpenAI chunks: role, content pieces, tool-call deltas, finish, usage, [DONE]."""
+def _chunker(cid: str, created: int, req: ChatCompletionRequest, include_usage: bool):
     def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
         body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model,
                 "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
@@ -121,17 +123,53 @@ async def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatC
             body["usage"] = None
         return sse(body)
 
+    return chunk
+
+
+def _tool_call_chunks(chunk: Any, index: int, calls: list[ToolCall]) -> list[str]:
+    out = []
+    for k, call in enumerate(calls):
+        out.append(chunk(index, {"tool_calls": [{"index": k, "id": f"call_{secrets.token_hex(8)}", "type": "function",
+                                                 "function": {"name": call.name, "arguments": ""}}]}))
+        for piece in _pieces(arguments_json(call), 24):
+            out.append(chunk(index, {"tool_calls": [{"index": k, "function": {"arguments": piece}}]}))
+    return out
+
+
+async def _live(state: Any, request: Request, prepared: Any, cid: str, created: int, req: ChatCompletionRequest,
+                include_usage: bool) -> AsyncIterator[str]:
+    """One sample streamed as the engine makes it: content as it is safe, tool calls at the end."""
+    chunk = _chunker(cid, created, req, include_usage)
+    yield chunk(0, {"role": "assistant", "content": ""})
+    gen = None
+    async for kind, value in stream(request, prepared):
+        if kind == "text":
+            yield chunk(0, {"content": value})
+        else:
+            gen = value
+    out, parsed = gen.outputs[0], gen.parsed[0]
+    for line in _tool_call_chunks(chunk, 0, parsed.calls):
+        yield line
+    yield chunk(0, {}, finish_reason(out, parsed), _logprobs(state, out) if req.logprobs else None)
+    if include_usage:
+        usage = {"prompt_tokens": len(gen.prompt_ids), "completion_tokens": len(out.output_ids),
+                 "total_tokens": len(gen.prompt_ids) + len(out.output_ids)}
+        yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model, "choices": [], "usage": usage})
+    yield sse("[DONE]")
+
+
+async def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatCompletionRequest, include_usage: bool,
+                  usage: dict[str, int]) -> AsyncIterator[str]:
+    """n > 1: the finished samples as OpenAI chunks: role, content, tool-call deltas, finish, usage, [DONE]."""
+    chunk = _chunker(cid, created, req, include_usage)
+
     for i, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
         yield chunk(i, {"role": "assistant", "content": ""})
         if parsed.content:
             for piece in _pieces(parsed.content):
                 yield chunk(i, {"content": piece})
-        for k, call in enumerate(parsed.calls):
-            args = arguments_json(call)
-            yield chunk(i, {"tool_calls": [{"index": k, "id": f"call_{secrets.token_hex(8)}", "type": "function",
-                                            "function": {"name": call.name, "arguments": ""}}]})
-            for piece in _pieces(args, 24):
-                yield chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
+        for line in _tool_call_chunks(chunk, i, parsed.calls):
+            yield line
         yield chunk(i, {}, finish_reason(out, parsed), _logprobs(state, out) if req.logprobs else None)
     if include_usage:
         yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model, "choices": [], "usage": usage})

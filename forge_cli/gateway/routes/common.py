@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AsyncIterator
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -64,7 +64,20 @@ class Generated:
     session: Session
 
 
-async def generate(
+@dataclass
+class Prepared:
+    """A request ready for the engine: its session, format, rendered prompt and checked params."""
+
+    session: Session
+    fmt: Any
+    rendered: Rendered
+    params: SamplingParams
+    tools: list[Tool]
+    turns: list[Turn]
+    raw: dict[str, Any] | None
+
+
+async def prepare(
     request: Request,
     turns: list[Turn],
     tools: list[Tool],
@@ -74,8 +87,8 @@ async def generate(
     forced_tool: str | None = None,
     raw: dict[str, Any] | None = None,
     prompt_ids: list[int] | None = None,
-) -> Generated:
-    """Render, generate, parse and record one call for the request's session.
+) -> Prepared:
+    """Everything that can fail on the client's input, before any response starts.
 
     ``prompt_ids`` (``/v1/completions``) skips the chat template: the ids are used as given.
     """
@@ -87,26 +100,67 @@ async def generate(
         rendered.prompt_ids = state.reuse_ids(session, rendered.text, rendered.prompt_ids)
     else:
         rendered = Rendered(prompt_ids, state.tokenizer.decode(prompt_ids))
-    context = {
-        "messages": [{"role": t.role, "content": t.content} for t in turns],
-        "tools": [t.schema() for t in tools],
-        "session": session.id,
-        "prompt_text": rendered.text,
-    }
-    started = time.time()
     try:
-        outputs = await state.engine.generate(rendered.prompt_ids, params, context=context)
+        params = state.engine.check(rendered.prompt_ids, params)
     except ForgeError as exc:
         raise APIError(400, str(exc), param="messages") from None
-    parsed = [parse_output(state.tokenizer, o.output_ids, o.stop_reason, fmt, tools) for o in outputs]
-    errors = [[{"text": e.text, "reason": e.reason} for e in p.errors] for p in parsed]
-    state.metrics.tokens.labels("prompt").inc(len(rendered.prompt_ids))
+    return Prepared(session, fmt, rendered, params, tools, turns, raw)
+
+
+def _context(p: Prepared) -> dict[str, Any]:
+    return {
+        "messages": [{"role": t.role, "content": t.content} for t in p.turns],
+        "tools": [t.schema() for t in p.tools],
+        "session": p.session.id,
+        "prompt_text": p.rendered.text,
+    }
+
+
+async def _finish(request: Request, p: Prepared, outputs: list[GenerationOutput], started: float) -> Generated:
+    """Parse, count, remember and record what the engine produced."""
+    state = state_of(request)
+    parsed = [parse_output(state.tokenizer, o.output_ids, o.stop_reason, p.fmt, p.tools) for o in outputs]
+    errors = [[{"text": e.text, "reason": e.reason} for e in x.errors] for x in parsed]
+    state.metrics.tokens.labels("prompt").inc(len(p.rendered.prompt_ids))
     state.metrics.tokens.labels("output").inc(sum(len(o.output_ids) for o in outputs))
     state.metrics.parse_errors.inc(sum(len(e) for e in errors))
-    state.remember(session, rendered.prompt_ids, outputs)
-    await state.record(session, rendered.prompt_ids, outputs, sampling=params.as_dict(), started_at=started,
-                       tool_format=fmt.name, parse_errors=errors, request=raw)
-    return Generated(rendered.prompt_ids, outputs, parsed, session)
+    state.remember(p.session, p.rendered.prompt_ids, outputs)
+    await state.record(p.session, p.rendered.prompt_ids, outputs, sampling=p.params.as_dict(), started_at=started,
+                       tool_format=p.fmt.name, parse_errors=errors, request=p.raw)
+    return Generated(p.rendered.prompt_ids, outputs, parsed, p.session)
+
+
+async def generate(request: Request, turns: list[Turn], tools: list[Tool], params: SamplingParams, **kw: Any) -> Generated:
+    """Render, generate, parse and record one call for the request's session."""
+    p = await prepare(request, turns, tools, params, **kw)
+    started = time.time()
+    try:
+        outputs = await state_of(request).engine.generate(p.rendered.prompt_ids, p.params, context=_context(p))
+    except ForgeError as exc:
+        raise APIError(400, str(exc), param="messages") from None
+    return await _finish(request, p, outputs, started)
+
+
+async def stream(request: Request, p: Prepared) -> AsyncIterator[tuple[str, Any]]:
+    """Generate one sample as it is made: ``("text", piece)`` events of safe content, then
+    ``("done", Generated)``, whose parsed content equals everything streamed plus what
+    :meth:`ContentStream.rest` adds (sent as a last text event before ``done``)."""
+    from forge_cli.gateway.streaming import ContentStream
+
+    state = state_of(request)
+    content = ContentStream(state.tokenizer, p.fmt if p.tools else None, p.params.stop)
+    started = time.time()
+    final = None
+    async for item in state.engine.generate_stream(p.rendered.prompt_ids, p.params, context=_context(p)):
+        if isinstance(item, GenerationOutput):
+            final = item
+        elif piece := content.feed(item):
+            yield "text", piece
+    assert final is not None
+    gen = await _finish(request, p, [final], started)
+    if rest := content.rest(gen.parsed[0].content):
+        yield "text", rest
+    yield "done", gen
 
 
 def sampling(

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.protocol.anthropic import Block, MessagesRequest
 from forge_cli.gateway.render import Tool, Turn
-from forge_cli.gateway.routes.common import Generated, generate, read_json, sampling, validate
+from forge_cli.gateway.routes.common import generate, prepare, read_json, sampling, stream, validate
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -117,37 +117,55 @@ async def messages(request: Request):
             if forced not in {t.name for t in tools}:
                 raise APIError(400, f"tool_choice.name: {forced!r} is not in tools", param="tool_choice")
     params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop_sequences, seed=None)
+    if req.stream:
+        prepared = await prepare(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+        return StreamingResponse(_live(request, prepared, req.model), media_type="text/event-stream")
     gen = await generate(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
     out, parsed = gen.outputs[0], gen.parsed[0]
     mid = f"msg_{secrets.token_hex(12)}"
     stop_reason, stop_sequence = _stop(out, parsed)
     usage = {"input_tokens": len(gen.prompt_ids), "output_tokens": len(out.output_ids),
              "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    if req.stream:
-        return StreamingResponse(_stream(gen, mid, req.model, stop_reason, stop_sequence, usage), media_type="text/event-stream")
     return JSONResponse({"id": mid, "type": "message", "role": "assistant", "model": req.model, "content": _blocks(parsed),
                          "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage})
 
 
-async def _stream(gen: Generated, mid: str, model: str, stop_reason: str, stop_sequence: str | None,
-                  usage: dict[str, int]) -> AsyncIterator[str]:
+async def _live(request: Request, prepared: Any, model: str) -> AsyncIterator[str]:
+    """Anthropic's event sequence, text streamed as the engine samples it, tool_use blocks at the end."""
+    mid = f"msg_{secrets.token_hex(12)}"
+    n_prompt = len(prepared.rendered.prompt_ids)
     start = {"id": mid, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
-             "stop_sequence": None, "usage": {**usage, "output_tokens": 0}}
+             "stop_sequence": None, "usage": {"input_tokens": n_prompt, "output_tokens": 0,
+                                              "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
     yield sse({"type": "message_start", "message": start}, "message_start")
-    for index, block in enumerate(_blocks(gen.parsed[0])):
-        if block["type"] == "text":
-            yield sse({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}, "content_block_start")
-            for i in range(0, len(block["text"]), 16):
-                delta = {"type": "text_delta", "text": block["text"][i : i + 16]}
-                yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-        else:
-            head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            yield sse({"type": "content_block_start", "index": index, "content_block": head}, "content_block_start")
-            text = json.dumps(block["input"], ensure_ascii=False)
-            for i in range(0, len(text), 24):
-                delta = {"type": "input_json_delta", "partial_json": text[i : i + 24]}
-                yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+    index, text_open, gen = 0, False, None
+    async for kind, value in stream(request, prepared):
+        if kind == "done":
+            gen = value
+            continue
+        if not text_open:
+            yield sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, "content_block_start")
+            text_open = True
+        yield sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": value}}, "content_block_delta")
+    out, parsed = gen.outputs[0], gen.parsed[0]
+    if not text_open and not parsed.calls:  # an empty answer is still one (empty) text block
+        yield sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, "content_block_start")
+        text_open = True
+    if text_open:
+        yield sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+        index = 1
+    for block in _blocks(parsed):
+        if block["type"] != "tool_use":
+            continue
+        head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+        yield sse({"type": "content_block_start", "index": index, "content_block": head}, "content_block_start")
+        text = json.dumps(block["input"], ensure_ascii=False)
+        for i in range(0, len(text), 24):
+            delta = {"type": "input_json_delta", "partial_json": text[i : i + 24]}
+            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
         yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        index += 1
+    stop_reason, stop_sequence = _stop(out, parsed)
     yield sse({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-               "usage": {"output_tokens": usage["output_tokens"]}}, "message_delta")
+               "usage": {"output_tokens": len(out.output_ids)}}, "message_delta")
     yield sse({"type": "message_stop"}, "message_stop")

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.protocol.responses import ResponsesRequest
 from forge_cli.gateway.render import Tool, Turn, arguments_json
-from forge_cli.gateway.routes.common import generate, read_json, sampling, validate
+from forge_cli.gateway.routes.common import generate, prepare, read_json, sampling, stream, validate
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -157,7 +157,14 @@ async def responses(request: Request):
         if forced not in {t.name for t in tools}:
             raise APIError(400, f"tool_choice: names {forced!r}, which is not in tools", param="tool_choice")
     params = sampling(max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, stop=None, seed=None)
+    if req.stream:
+        prepared = await prepare(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+        return StreamingResponse(_live(request, prepared, req, namespace_of, freeform), media_type="text/event-stream")
     gen = await generate(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+    return JSONResponse(_body(req, gen, namespace_of, freeform, params))
+
+
+def _body(req: ResponsesRequest, gen: Any, namespace_of: dict[str, str], freeform: set[str], params: Any) -> dict[str, Any]:
     out, parsed = gen.outputs[0], gen.parsed[0]
     incomplete = out.finish_reason == "length" and not parsed.calls
     body = {
@@ -172,12 +179,12 @@ async def responses(request: Request):
         "error": None, "instructions": req.instructions, "temperature": params.temperature, "top_p": params.top_p,
         "max_output_tokens": req.max_output_tokens,
     }
-    if req.stream:
-        return StreamingResponse(_stream(body), media_type="text/event-stream")
-    return JSONResponse(body)
+    return body
 
 
-async def _stream(body: dict[str, Any]) -> AsyncIterator[str]:
+async def _live(request: Request, prepared: Any, req: ResponsesRequest, namespace_of: dict[str, str],
+                freeform: set[str]) -> AsyncIterator[str]:
+    """The Responses event sequence: output text streamed as the engine samples it, calls at the end."""
     seq = 0
 
     def event(kind: str, **fields: Any) -> str:
@@ -185,32 +192,57 @@ async def _stream(body: dict[str, Any]) -> AsyncIterator[str]:
         seq += 1
         return sse({"type": kind, "sequence_number": seq - 1, **fields}, kind)
 
-    pending = {**body, "status": "in_progress", "output": [], "usage": None}
+    def event(kind: str, **fields: Any) -> str:
+        nonlocal seq
+        seq += 1
+        return sse({"type": kind, "sequence_number": seq - 1, **fields}, kind)
+
+    rid = f"resp_{secrets.token_hex(12)}"
+    pending = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "in_progress", "model": req.model,
+               "output": [], "usage": None, "error": None, "incomplete_details": None, "instructions": req.instructions,
+               "tools": req.tools or [], "tool_choice": req.tool_choice or "auto", "parallel_tool_calls": True}
     yield event("response.created", response=pending)
     yield event("response.in_progress", response=pending)
-    for index, item in enumerate(body["output"]):
+    msg_id, text, gen = f"msg_{secrets.token_hex(12)}", "", None
+    async for kind, value in stream(request, prepared):
+        if kind == "done":
+            gen = value
+            continue
+        if not text:
+            item = {"type": "message", "id": msg_id, "status": "in_progress", "role": "assistant", "content": []}
+            yield event("response.output_item.added", output_index=0, item=item)
+            yield event("response.content_part.added", item_id=msg_id, output_index=0, content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": []})
+        text += value
+        yield event("response.output_text.delta", item_id=msg_id, output_index=0, content_index=0, delta=value, logprobs=[])
+    body = _body(req, gen, namespace_of, freeform, prepared.params)
+    body["id"] = rid
+    items = body["output"]
+    if items and items[0]["type"] == "message":
+        items[0]["id"] = msg_id
+        final_text = items[0]["content"][0]["text"]
+        if not text:  # nothing streamed (an empty answer): open the item now
+            yield event("response.output_item.added", output_index=0, item={**items[0], "status": "in_progress", "content": []})
+            yield event("response.content_part.added", item_id=msg_id, output_index=0, content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": []})
+        yield event("response.output_text.done", item_id=msg_id, output_index=0, content_index=0, text=final_text, logprobs=[])
+        yield event("response.content_part.done", item_id=msg_id, output_index=0, content_index=0,
+                    part={"type": "output_text", "text": final_text, "annotations": []})
+        yield event("response.output_item.done", output_index=0, item=items[0])
+    for index, item in enumerate(items):
         if item["type"] == "message":
-            text = item["content"][0]["text"]
-            yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
-            part = {"type": "output_text", "text": "", "annotations": []}
-            yield event("response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=part)
-            for i in range(0, len(text), 16):
-                yield event("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
-                            delta=text[i : i + 16], logprobs=[])
-            yield event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0, text=text, logprobs=[])
-            yield event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
-                        part={**part, "text": text})
-        elif item["type"] == "function_call":
+            continue
+        if item["type"] == "function_call":
             args = item["arguments"]
             yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""})
             for i in range(0, len(args), 24):
                 yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=args[i : i + 24])
             yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index, arguments=args)
         else:  # custom_tool_call
-            text = item["input"]
+            raw_input = item["input"]
             yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "input": ""})
-            for i in range(0, len(text), 24):
-                yield event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=text[i : i + 24])
-            yield event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=text)
+            for i in range(0, len(raw_input), 24):
+                yield event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=raw_input[i : i + 24])
+            yield event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=raw_input)
         yield event("response.output_item.done", output_index=index, item=item)
     yield event("response.incomplete" if body["status"] == "incomplete" else "response.completed", response=body)

@@ -16,6 +16,7 @@ class SexprFormat(ToolFormat):
     """Tool calls written as ``(call NAME {"arg": ...})``, one per call."""
 
     name = "sexpr"
+    markers = ("(call",)
     description = 'Lisp-flavoured calls: (call NAME {"arg": value}).'
 
     _START = re.compile(r"\(call\s+([A-Za-z_][\w.-]*)\s*")
