@@ -1,0 +1,1 @@
+"""The trainer: prefix-tree packing, losses, train engines, weight sync, checkpoints."""
