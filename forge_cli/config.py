@@ -89,6 +89,7 @@ class LossConfig(Section):
     type: Literal["cispo", "ppo_clip", "grpo", "reinforce"] = Field("cispo", description="Loss function.")
     eps_low: float = Field(1e6, ge=0, description="Lower clip of the IS weight (large = no lower bound).")
     eps_high: float = Field(0.28, ge=0, description="Upper clip of the IS weight.")
+    token_mask: bool = Field(False, description="CISPO: the token mask of MiniMax-M1 eq. 6–7.")
 
 
 class TrainConfig(Section):

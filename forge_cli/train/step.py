@@ -1,0 +1,80 @@
+"""One policy-gradient step over a batch of samples, merged into prefix trees.
+
+    terms  = pack(samples, budget)                   # micro-batches of packed trees
+    N      = Σ_i |o_i|                               # logical output tokens, whole batch
+    for each micro-batch:
+        logits = model(tokens, tree mask, depth)     # [1, T, V]
+        logp   = log_softmax(logits[predictor] / T)[target]      # [n_terms]
+        loss   = Σ LOSS(logp, old_logp, Â) · weight / N           # the same sum as unmerged
+        loss.backward()                              # gradients accumulate across micro-batches
+    optimizer.step()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from forge_cli.train.loss import LOSSES
+from forge_cli.train.prefix_tree import Packed, TrainSample, pack
+
+
+def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0) -> torch.Tensor:
+    """``log_softmax(logits / T)`` of every loss term's target, from one packed forward. ``[n_terms]``"""
+    device = next(model.parameters()).device
+    ids = torch.tensor([batch.tokens], device=device)
+    positions = torch.tensor([batch.position_ids], device=device)
+    mask = batch.attention_mask().to(device)  # [1, 1, T, T] bool: ancestors-or-self, causal
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[0]  # [T, V]
+    predictor = torch.tensor(batch.predictor, device=device)
+    target = torch.tensor(batch.target, device=device)
+    # only the predictor rows are needed: T × V logits shrink to n_terms × V before the softmax
+    rows = logits.index_select(0, predictor).float() if logits.dtype in (torch.float16, torch.bfloat16) else logits.index_select(0, predictor)
+    return torch.log_softmax(rows / temperature, dim=-1).gather(-1, target[:, None])[:, 0]
+
+
+@dataclass
+class StepStats:
+    loss: float
+    tokens: int  # logical output tokens (N)
+    packed_tokens: int  # tokens actually computed
+    micro_batches: int
+    grad_norm: float | None = None
+    mean_ratio: float | None = None
+
+
+def policy_loss_backward(
+    model: Any, samples: Sequence[TrainSample], loss_cfg: Any, *, budget: int | None = None, temperature: float = 1.0,
+) -> StepStats:
+    """Accumulate the loss's gradients over all micro-batches (no optimizer step)."""
+    fn = LOSSES[loss_cfg.type]
+    n = sum(len(s.tokens) - s.prompt_len for s in samples)
+    total, ratio_sum, packed_tokens = 0.0, 0.0, 0
+    batches = pack(samples, budget)
+    for batch in batches:
+        logp = packed_logprobs(model, batch, temperature)
+        like = dict(device=logp.device, dtype=logp.dtype)
+        old = torch.tensor(batch.old_logprob, **like)
+        adv = torch.tensor(batch.advantage, **like)
+        weight = torch.tensor(batch.weight, **like)
+        loss = (fn(logp, old, adv, loss_cfg) * weight).sum() / n
+        loss.backward()
+        total += float(loss.detach())
+        ratio_sum += float(torch.exp(logp.detach() - old).sum())
+        packed_tokens += len(batch)
+    return StepStats(total, n, packed_tokens, len(batches), mean_ratio=ratio_sum / max(n, 1))
+
+
+def train_step(
+    model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], loss_cfg: Any, *,
+    budget: int | None = None, temperature: float = 1.0, max_grad_norm: float | None = 1.0,
+) -> StepStats:
+    """One optimizer step of the configured loss on ``samples``."""
+    optimizer.zero_grad(set_to_none=True)
+    stats = policy_loss_backward(model, samples, loss_cfg, budget=budget, temperature=temperature)
+    if max_grad_norm is not None:
+        stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+    optimizer.step()
+    return stats
