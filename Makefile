@@ -26,6 +26,7 @@ bench: setup      ## every benchmark; figures go to benchmarks/results/
 	$(VENV)/bin/python benchmarks/gateway_overhead.py
 	$(VENV)/bin/python benchmarks/engine_throughput.py
 	$(VENV)/bin/python benchmarks/router.py
+	$(VENV)/bin/python benchmarks/prefix_tree.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist
