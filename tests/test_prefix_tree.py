@@ -154,3 +154,28 @@ def test_merged_equals_unmerged(dtype, tol, budget, seed):
     assert torch.allclose(loss_sep, loss_mer, rtol=tol, atol=tol)
     for n, p in model.named_parameters():
         assert torch.allclose(grads_sep[n], p.grad, rtol=tol * 10, atol=tol), n
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_ancestor_only_attention_equals_unmerged(dtype, tol, seed):
+    from forge_cli.train.tree_attention import supports, tree_logprobs
+
+    samples = forest(random.Random(seed))
+    model = tiny_llama(dtype)
+    assert supports(model)
+    model.zero_grad()
+    sep = separate_logprobs(model, samples)
+    loss_sep = sum((torch.tensor(s.advantages, dtype=torch.float64) * lp).sum() for s, lp in zip(samples, sep))
+    loss_sep.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    logp, terms = tree_logprobs(model, samples)
+    loss_tree = (torch.tensor(terms["advantage"], dtype=logp.dtype) * logp).sum()
+    loss_tree.backward()
+    flat_sep = torch.cat(sep)
+    order = [t for i in range(len(samples)) for t in range(len(terms["sample"])) if terms["sample"][t] == i]
+    assert torch.allclose(flat_sep, logp[order].to(torch.float64), rtol=tol, atol=tol)
+    assert torch.allclose(loss_sep, loss_tree.to(torch.float64), rtol=tol, atol=tol)
+    for n, p in model.named_parameters():
+        assert torch.allclose(grads[n], p.grad, rtol=tol * 10, atol=tol * 10), n

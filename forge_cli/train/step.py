@@ -47,10 +47,28 @@ class StepStats:
 
 def policy_loss_backward(
     model: Any, samples: Sequence[TrainSample], loss_cfg: Any, *, budget: int | None = None, temperature: float = 1.0,
+    attention: str = "auto",
 ) -> StepStats:
-    """Accumulate the loss's gradients over all micro-batches (no optimizer step)."""
+    """Accumulate the loss's gradients over all micro-batches (no optimizer step).
+
+    ``attention``: ``"ancestors"`` runs each trie node as a segment attending to its ancestors'
+    cached keys/values (:mod:`.tree_attention`; Llama-family models), ``"dense"`` packs trees with
+    a boolean mask to ``budget``; ``"auto"`` takes the first where the model supports it.
+    """
     fn = LOSSES[loss_cfg.type]
     n = sum(len(s.tokens) - s.prompt_len for s in samples)
+    from forge_cli.train import tree_attention
+
+    if attention == "ancestors" or (attention == "auto" and tree_attention.supports(model)):
+        logp, terms = tree_attention.tree_logprobs(model, samples, temperature)
+        like = dict(device=logp.device, dtype=logp.dtype)
+        old = torch.tensor(terms["old_logprob"], **like)
+        loss = fn(logp, old, torch.tensor(terms["advantage"], **like), loss_cfg).sum() / n
+        loss.backward()
+        from forge_cli.train.prefix_tree import unique_tokens
+
+        return StepStats(float(loss.detach()), n, unique_tokens(samples), 1,
+                         mean_ratio=float(torch.exp(logp.detach() - old).sum()) / max(n, 1))
     total, ratio_sum, packed_tokens = 0.0, 0.0, 0
     batches = pack(samples, budget)
     for batch in batches:
@@ -69,11 +87,11 @@ def policy_loss_backward(
 
 def train_step(
     model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], loss_cfg: Any, *,
-    budget: int | None = None, temperature: float = 1.0, max_grad_norm: float | None = 1.0,
+    budget: int | None = None, temperature: float = 1.0, max_grad_norm: float | None = 1.0, attention: str = "auto",
 ) -> StepStats:
     """One optimizer step of the configured loss on ``samples``."""
     optimizer.zero_grad(set_to_none=True)
-    stats = policy_loss_backward(model, samples, loss_cfg, budget=budget, temperature=temperature)
+    stats = policy_loss_backward(model, samples, loss_cfg, budget=budget, temperature=temperature, attention=attention)
     if max_grad_norm is not None:
         stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
     optimizer.step()
