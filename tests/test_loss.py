@@ -28,7 +28,7 @@ def test_cispo_by_hand():
     loss.backward()
     weights = [1.28, 0.5, 1.0]  # sg(clip(r)): detached
     expected_loss = -sum(w * a * lp for w, a, lp in zip(weights, adv.tolist(), logp.detach().tolist())) / n
-    assert float(loss) == pytest.approx(expected_loss, rel=1e-12)
+    assert float(loss.detach()) == pytest.approx(expected_loss, rel=1e-12)
     # the gradient flows only through log π: d loss / d logp_t = −w_t · Â_t / N, and no token is dropped
     assert logp.grad.tolist() == pytest.approx([-1.28 * 1.0 / 3, -0.5 * -2.0 / 3, -1.0 * 0.5 / 3], rel=1e-12)
     assert all(g != 0 for g in logp.grad.tolist())
