@@ -36,7 +36,8 @@ class _Delimited(ToolFormat):
         return "\n".join(f"{self.open}{self.body(c)}{self.close}" for c in calls)
 
     def parse(self, text: str) -> ParsedOutput:
-        pattern = re.compile(re.escape(self.open) + r"(.*?)(?:" + re.escape(self.close) + r"|\Z)", re.DOTALL)
+        # match the markers without their surrounding whitespace: models drop or add newlines
+        pattern = re.compile(re.escape(self.open.strip()) + r"(.*?)(?:" + re.escape(self.close.strip()) + r"|\Z)", re.DOTALL)
         calls, errors, pieces, last = [], [], [], 0
         for match in pattern.finditer(text):
             pieces.append(text[last : match.start()])
@@ -66,20 +67,6 @@ class HermesFormat(_Delimited):
             "<tool_call></tool_call> XML tags:\n<tool_call>\n"
             '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
         )
-
-    def parse(self, text: str) -> ParsedOutput:
-        # tolerate calls written without the newlines
-        pattern = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-        calls, errors, pieces, last = [], [], [], 0
-        for match in pattern.finditer(text):
-            pieces.append(text[last : match.start()])
-            last = match.end()
-            try:
-                calls.append(self.read(match.group(1).strip()))
-            except ValueError as exc:
-                errors.append(parse_error(match.group(0), exc))
-        pieces.append(text[last:])
-        return ParsedOutput(content="".join(pieces).strip(), calls=calls, errors=errors)
 
 
 class DeepSeekFormat(_Delimited):
