@@ -36,7 +36,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from forge_cli.train.prefix_tree import Packed, TrainSample, pack, unique_tokens  # noqa: E402
+from forge_cli.pool.types import Sample
+from forge_cli.train.prefix_tree import Packed, pack, unique_tokens  # noqa: E402
 from forge_cli.train.step import policy_loss_backward  # noqa: E402
 
 VOCAB = 4096
@@ -44,7 +45,7 @@ VOCAB = 4096
 LOSS = SimpleNamespace(type="reinforce", eps_low=1e6, eps_high=0.28, token_mask=False)
 
 
-def traces(rng: random.Random, groups: int, system_len: int, turns: tuple[int, int]) -> list[TrainSample]:
+def traces(rng: random.Random, groups: int, system_len: int, turns: tuple[int, int]) -> list[Sample]:
     samples = []
     for _ in range(groups):
         system = [rng.randrange(VOCAB) for _ in range(system_len)]  # system prompt + tool schemas
@@ -53,7 +54,7 @@ def traces(rng: random.Random, groups: int, system_len: int, turns: tuple[int, i
             history = system + task
             for _turn in range(rng.randrange(*turns)):
                 out = [rng.randrange(VOCAB) for _ in range(rng.randrange(20, 80))]  # the assistant turn
-                samples.append(TrainSample(history + out, len(history), [-1.0] * len(out), [rng.uniform(-1, 1)] * len(out)))
+                samples.append(Sample(history + out, len(history), [-1.0] * len(out), [rng.uniform(-1, 1)] * len(out)))
                 tool = [rng.randrange(VOCAB) for _ in range(rng.randrange(20, 200))]  # tool output
                 history = history + out + tool
                 if rng.random() < 0.05:  # context management: keep system + task + a recent tail
@@ -86,7 +87,7 @@ def naive(m, samples) -> float:
 def packed_plain(m, samples, budget) -> float:
     """Ordinary packing: whole samples back to back, block-diagonal causal mask."""
     n = sum(len(s.tokens) - s.prompt_len for s in samples)
-    bins: list[list[TrainSample]] = [[]]
+    bins: list[list[Sample]] = [[]]
     for s in samples:
         if bins[-1] and sum(len(x.tokens) for x in bins[-1]) + len(s.tokens) > budget:
             bins.append([])

@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
-from forge_cli.train.prefix_tree import TrainSample, pack, unique_tokens
+from forge_cli.pool.types import Sample
+from forge_cli.train.prefix_tree import pack, unique_tokens
 
 
-def forest(rng: random.Random, n_groups: int = 3, vocab: int = 50) -> list[TrainSample]:
+def forest(rng: random.Random, n_groups: int = 3, vocab: int = 50) -> list[Sample]:
     """Agent-like samples: shared system prompts, multi-turn growth, branches, rewrites, duplicates."""
     samples = []
     for _ in range(n_groups):
@@ -23,7 +24,7 @@ def forest(rng: random.Random, n_groups: int = 3, vocab: int = 50) -> list[Train
             for _ in range(rng.randrange(1, 4)):  # turns: each call's prompt is the history so far
                 history += [rng.randrange(vocab) for _ in range(rng.randrange(1, 5))]
                 out = [rng.randrange(vocab) for _ in range(rng.randrange(1, 6))]
-                samples.append(TrainSample(history + out, len(history), [-rng.random() for _ in out], [rng.uniform(-1, 1) for _ in out]))
+                samples.append(Sample(history + out, len(history), [-rng.random() for _ in out], [rng.uniform(-1, 1) for _ in out]))
                 if rng.random() < 0.2:  # context management: a rewrite that shares only a short prefix
                     history = history[: rng.randrange(1, len(history) + 1)]
                 history += out
@@ -32,7 +33,7 @@ def forest(rng: random.Random, n_groups: int = 3, vocab: int = 50) -> list[Train
     return samples
 
 
-def check_layout(samples: list[TrainSample], packs) -> None:
+def check_layout(samples: list[Sample], packs) -> None:
     terms = 0
     for b in packs:
         mask = b.attention_mask()[0, 0]
@@ -64,8 +65,8 @@ def test_layout_properties(seed, budget):
 
 
 def test_shared_prefix_is_stored_once():
-    a = TrainSample([1, 2, 3, 4, 5], 3, [-0.1, -0.2], [1.0, 1.0])
-    b = TrainSample([1, 2, 3, 9], 3, [-0.3], [0.5])
+    a = Sample([1, 2, 3, 4, 5], 3, [-0.1, -0.2], [1.0, 1.0])
+    b = Sample([1, 2, 3, 9], 3, [-0.3], [0.5])
     [p] = pack([a, b])
     assert p.tokens == [1, 2, 3, 4, 5, 9] and p.position_ids == [0, 1, 2, 3, 4, 3]
     assert p.subtree_end == [6, 6, 6, 5, 5, 6]
@@ -75,9 +76,9 @@ def test_shared_prefix_is_stored_once():
 
 def test_bad_samples():
     with pytest.raises(ForgeError, match="at least one prompt token"):
-        TrainSample([1, 2], 0, [-1.0, -1.0], [0.0, 0.0])
+        Sample([1, 2], 0, [-1.0, -1.0], [0.0, 0.0])
     with pytest.raises(ForgeError, match="needs 2 old logprobs"):
-        TrainSample([1, 2, 3], 1, [-1.0], [0.0, 0.0])
+        Sample([1, 2, 3], 1, [-1.0], [0.0, 0.0])
 
 
 # ---- exactness on a real transformer ------------------------------------------------------------------

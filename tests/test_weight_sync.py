@@ -12,7 +12,7 @@ import torch
 
 from forge_cli.engine.base import SamplingParams
 from forge_cli.engine.hf import HFEngine, load_hf, token_logprobs
-from forge_cli.train.prefix_tree import TrainSample
+from forge_cli.pool.types import Sample
 from forge_cli.train.step import train_step
 
 
@@ -24,7 +24,7 @@ def test_train_step_then_push_into_the_engine(tiny_model):
 
     async def run():
         [sample] = await engine.generate(prompt, SamplingParams(max_tokens=12, temperature=1.0, seed=3))
-        batch = [TrainSample(prompt + sample.output_ids, len(prompt), sample.logprobs, [1.0] * len(sample.output_ids))]
+        batch = [Sample(prompt + sample.output_ids, len(prompt), sample.logprobs, [1.0] * len(sample.output_ids))]
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         stats = train_step(model, opt, batch, SimpleNamespace(type="cispo", eps_low=1e6, eps_high=0.28, token_mask=False))
         assert stats.mean_ratio == pytest.approx(1.0, abs=1e-4)  # engine and trainer agree before the step

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 
 class TrajectoryStatus(str, enum.Enum):
@@ -131,12 +131,24 @@ class Sample:
     ``len(old_logprobs) == len(advantages) == len(output_ids)``.
     """
 
-    tokens: list[int]
+    tokens: Sequence[int]
     prompt_len: int
-    old_logprobs: list[float]
-    advantages: list[float]
+    old_logprobs: Sequence[float]
+    advantages: Sequence[float]
     completion_id: str = ""
     policy_version: int = 0
+
+    def __post_init__(self) -> None:
+        from forge_cli.errors import ForgeError
+
+        n_out = len(self.tokens) - self.prompt_len
+        if self.prompt_len < 1:
+            raise ForgeError("a sample needs at least one prompt token (the first output token needs a predictor)")
+        if n_out < 0 or len(self.old_logprobs) != n_out or len(self.advantages) != n_out:
+            raise ForgeError(
+                f"a sample with {len(self.tokens)} tokens and prompt_len {self.prompt_len} needs {max(n_out, 0)} old "
+                f"logprobs and advantages, got {len(self.old_logprobs)} and {len(self.advantages)}"
+            )
 
     @property
     def output_ids(self) -> list[int]:

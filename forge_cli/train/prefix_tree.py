@@ -24,28 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from forge_cli.errors import ForgeError
-
-
-@dataclass(frozen=True)
-class TrainSample:
-    """One completion as the trainer sees it: ``tokens = prompt + output``; one old logprob and
-    one advantage per output token."""
-
-    tokens: Sequence[int]
-    prompt_len: int
-    old_logprobs: Sequence[float]
-    advantages: Sequence[float]
-
-    def __post_init__(self) -> None:
-        n_out = len(self.tokens) - self.prompt_len
-        if self.prompt_len < 1:
-            raise ForgeError("a sample needs at least one prompt token (the first output token needs a predictor)")
-        if n_out < 0 or len(self.old_logprobs) != n_out or len(self.advantages) != n_out:
-            raise ForgeError(
-                f"a sample with {len(self.tokens)} tokens and prompt_len {self.prompt_len} needs {max(n_out, 0)} old "
-                f"logprobs and advantages, got {len(self.old_logprobs)} and {len(self.advantages)}"
-            )
+from forge_cli.pool.types import Sample
 
 
 @dataclass
@@ -61,7 +40,7 @@ class Node:
         return self.size
 
 
-def build_trie(samples: Sequence[TrainSample]) -> tuple[Node, list[list[tuple[Node, int]]]]:
+def build_trie(samples: Sequence[Sample]) -> tuple[Node, list[list[tuple[Node, int]]]]:
     """A radix trie of all samples under a virtual root; and, per sample, for each of its tokens,
     (node, offset in node)."""
     root = Node(tokens=[], depth=0)
@@ -170,7 +149,7 @@ def _split(node: Node, chain: list[Node], budget: int, claimed: set[int]) -> lis
     return parts
 
 
-def pack(samples: Sequence[TrainSample], budget: int | None = None, weights: Sequence[float] | None = None) -> list[Packed]:
+def pack(samples: Sequence[Sample], budget: int | None = None, weights: Sequence[float] | None = None) -> list[Packed]:
     """Merge ``samples`` into prefix trees and pack them into micro-batches of at most ``budget``
     tokens (``None``: one micro-batch). ``weights[i]`` scales every term of sample ``i`` (default 1)."""
     if not samples:
@@ -206,7 +185,7 @@ def pack(samples: Sequence[TrainSample], budget: int | None = None, weights: Seq
     return [_layout(b, samples, paths, needs, weights) for b in bins]
 
 
-def _layout(parts: list[_Part], samples: Sequence[TrainSample], paths, needs, weights) -> Packed:
+def _layout(parts: list[_Part], samples: Sequence[Sample], paths, needs, weights) -> Packed:
     out = Packed()
     for part in parts:
         where: dict[int, int] = {}  # id(node) -> packed start, for this part
@@ -256,7 +235,7 @@ def _layout(parts: list[_Part], samples: Sequence[TrainSample], paths, needs, we
     return out
 
 
-def unique_tokens(samples: Iterable[TrainSample]) -> int:
+def unique_tokens(samples: Iterable[Sample]) -> int:
     """Tokens in the merged trie: the bound on what merging can save."""
     root, _ = build_trie(list(samples))
     return sum(c.subtree_size() for c in root.children.values())

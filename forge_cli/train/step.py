@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import torch
 
 from forge_cli.train.loss import LOSSES
-from forge_cli.train.prefix_tree import Packed, TrainSample, pack
+from forge_cli.pool.types import Sample
+from forge_cli.train.prefix_tree import Packed, pack
 
 
 def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0) -> torch.Tensor:
@@ -46,7 +47,7 @@ class StepStats:
 
 
 def policy_loss_backward(
-    model: Any, samples: Sequence[TrainSample], loss_cfg: Any, *, budget: int | None = None, temperature: float = 1.0,
+    model: Any, samples: Sequence[Sample], loss_cfg: Any, *, budget: int | None = None, temperature: float = 1.0,
     attention: str = "auto",
 ) -> StepStats:
     """Accumulate the loss's gradients over all micro-batches (no optimizer step).
@@ -86,7 +87,7 @@ def policy_loss_backward(
 
 
 def train_step(
-    model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], loss_cfg: Any, *,
+    model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[Sample], loss_cfg: Any, *,
     budget: int | None = None, temperature: float = 1.0, max_grad_norm: float | None = 1.0, attention: str = "auto",
 ) -> StepStats:
     """One optimizer step of the configured loss on ``samples``."""

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 
 import torch
 
-from forge_cli.train.prefix_tree import Node, TrainSample, build_trie
+from forge_cli.pool.types import Sample
+from forge_cli.train.prefix_tree import Node, build_trie
 
 
 def supports(model: Any) -> bool:
@@ -30,7 +31,7 @@ def supports(model: Any) -> bool:
     return all(hasattr(attn, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling")) and not hasattr(attn, "q_norm")
 
 
-def tree_logprobs(model: Any, samples: Sequence[TrainSample], temperature: float = 1.0) -> tuple[torch.Tensor, dict[str, list]]:
+def tree_logprobs(model: Any, samples: Sequence[Sample], temperature: float = 1.0) -> tuple[torch.Tensor, dict[str, list]]:
     """``log_softmax(logits / T)`` of every output token of every sample, and the terms they belong to.
 
     Returns ``(logp [n_terms], terms)`` where ``terms`` has lists ``sample``, ``old_logprob``,
