@@ -160,3 +160,26 @@ def test_real_agent_requests_are_accepted(stack, fixture):
     if body.get("stream"):
         assert r.text.startswith(("data:", "event:"))
     assert len(recorded(stack, "fx-" + fixture)) == 1
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_leaf = st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8) | st.sampled_from(
+    ["user", "assistant", "system", "tool", "developer", "function", "text", "tool_use", "tool_result", "function_call",
+     "function_call_output", "custom", "namespace", "message", "auto", "required", "any", "none", "input_text"])
+_json = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+    ["role", "content", "type", "text", "name", "arguments", "input", "tools", "function", "parameters", "tool_calls", "id",
+     "call_id", "output", "messages", "max_tokens", "stream", "tool_choice", "input_schema", "system", "instructions",
+     "prompt", "n", "stop", "temperature", "tool_use_id", "is_error", "max_output_tokens"]), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(path=st.sampled_from(["/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/completions"]), body=_json)
+def test_client_input_never_gets_a_500(stack, path, body):
+    live, _, _ = stack
+    if isinstance(body, dict):
+        body.setdefault("max_tokens", 4)
+        body.setdefault("max_output_tokens", 4)
+    r = httpx.post(f"{live.url}{path}", json=body, headers={"Authorization": "Bearer fuzz", "x-api-key": "fuzz"}, timeout=60)
+    assert r.status_code < 500, (path, body, r.text[:300])
