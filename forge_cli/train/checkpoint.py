@@ -1,0 +1,100 @@
+"""Checkpoints: resume after a crash with the identical next step.
+
+A checkpoint folder ``step-00000012/`` holds the model in Hugging Face format (safetensors) and
+``trainer_state.pt``: optimizer and LR-schedule state, every RNG's state, the step, the policy
+version, and the pool's consumption cursor (the trainer version of the last consumed batch, for
+``DataPool.unconsume_after``). It is written under a temporary name and renamed into place, then
+``latest`` is replaced atomically — a process killed at any moment leaves either the previous
+checkpoint or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from forge_cli.errors import ForgeError
+
+
+@dataclass
+class TrainerState:
+    step: int
+    policy_version: int
+    pool_cursor: int | None = None
+
+
+def save_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any, state: TrainerState, keep: int = 2) -> Path:
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{state.step:08d}"
+    tmp = root / f".step-{state.step:08d}.writing"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    torch.save(
+        {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "rng": {"python": random.getstate(), "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "state": state.__dict__,
+        },
+        tmp / "trainer_state.pt",
+    )
+    _fsync_tree(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    pointer = root / ".latest.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, root / "latest")
+    for old in sorted(root.glob("step-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any = None) -> TrainerState | None:
+    """Restore the latest checkpoint into ``model``/``optimizer``/``scheduler`` and the RNGs; None if there is none."""
+    root = Path(root)
+    pointer = root / "latest"
+    if not pointer.is_file():
+        return None
+    folder = root / pointer.read_text().strip()
+    try:
+        from safetensors.torch import load_file
+
+        weights = {}
+        for f in sorted((folder / "model").glob("*.safetensors")):
+            weights.update(load_file(str(f)))
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if [m for m in missing if not m.endswith("lm_head.weight")] or unexpected:
+            raise ForgeError(f"checkpoint {folder} does not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        if "lm_head.weight" in missing and getattr(model.config, "tie_word_embeddings", False):
+            model.tie_weights()
+        blob = torch.load(folder / "trainer_state.pt", weights_only=False)
+    except (OSError, RuntimeError) as exc:
+        raise ForgeError(f"cannot read checkpoint {folder}: {exc}") from None
+    optimizer.load_state_dict(blob["optimizer"])
+    if scheduler is not None and blob["scheduler"] is not None:
+        scheduler.load_state_dict(blob["scheduler"])
+    random.setstate(blob["rng"]["python"])
+    torch.set_rng_state(blob["rng"]["torch"])
+    if blob["rng"]["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(blob["rng"]["cuda"])
+    return TrainerState(**blob["state"])
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
