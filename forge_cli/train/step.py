@@ -48,9 +48,11 @@ class StepStats:
 
 def policy_loss_backward(
     model: Any, samples: Sequence[Sample], loss_cfg: Any, *, budget: int | None = None, temperature: float = 1.0,
-    attention: str = "auto",
+    attention: str = "auto", backward: Any = None,
 ) -> StepStats:
     """Accumulate the loss's gradients over all micro-batches (no optimizer step).
+
+    ``backward(loss)`` defaults to ``loss.backward()``; a DeepSpeed engine passes its own.
 
     ``attention``: ``"ancestors"`` runs each trie node as a segment attending to its ancestors'
     cached keys/values (:mod:`.tree_attention`; Llama-family models), ``"dense"`` packs trees with
@@ -58,6 +60,7 @@ def policy_loss_backward(
     """
     fn = LOSSES[loss_cfg.type]
     n = sum(len(s.tokens) - s.prompt_len for s in samples)
+    backward = backward or (lambda loss: loss.backward())
     from forge_cli.train import tree_attention
 
     if attention == "ancestors" or (attention == "auto" and tree_attention.supports(model)):
@@ -65,7 +68,7 @@ def policy_loss_backward(
         like = dict(device=logp.device, dtype=logp.dtype)
         old = torch.tensor(terms["old_logprob"], **like)
         loss = fn(logp, old, torch.tensor(terms["advantage"], **like), loss_cfg).sum() / n
-        loss.backward()
+        backward(loss)
         from forge_cli.train.prefix_tree import unique_tokens
 
         return StepStats(float(loss.detach()), n, unique_tokens(samples), 1,
@@ -79,7 +82,7 @@ def policy_loss_backward(
         adv = torch.tensor(batch.advantage, **like)
         weight = torch.tensor(batch.weight, **like)
         loss = (fn(logp, old, adv, loss_cfg) * weight).sum() / n
-        loss.backward()
+        backward(loss)
         total += float(loss.detach())
         ratio_sum += float(torch.exp(logp.detach() - old).sum())
         packed_tokens += len(batch)

@@ -1,0 +1,50 @@
+"""DeepSpeed ZeRO-1/2/3, in one process and in two, gives the torch engine's losses and weights."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _run(args, nproc=1):
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port())}
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "tests.ds_worker", *args]
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+               f"--master_port={env['MASTER_PORT']}", "-m", "tests.ds_worker", *args]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _run(["torch", "0"])
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_one_process(reference, stage):
+    got = _run(["deepspeed", str(stage)])
+    assert got == pytest.approx(reference, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_two_processes(reference, stage):
+    got = _run(["deepspeed", str(stage)], nproc=2)
+    assert got == pytest.approx(reference, rel=1e-4, abs=1e-6)
