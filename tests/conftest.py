@@ -160,3 +160,19 @@ def tool_formats():
     from forge_cli import plugins
 
     return {name: e.value for name, e in plugins.get_registry().tool_formats.items()}
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.gpu`` tests run only where a CUDA device exists."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

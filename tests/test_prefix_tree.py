@@ -180,3 +180,29 @@ def test_ancestor_only_attention_equals_unmerged(dtype, tol, seed):
     assert torch.allclose(loss_sep, loss_tree.to(torch.float64), rtol=tol, atol=tol)
     for n, p in model.named_parameters():
         assert torch.allclose(grads[n], p.grad, rtol=tol * 10, atol=tol * 10), n
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("budget", [None, 24])
+def test_flex_attention_block_mask_equals_unmerged_on_cuda(budget):
+    """FlexAttention (CUDA only: no backward on CPU) with the block mask built from subtree_end."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from forge_cli.train.step import packed_logprobs
+
+    samples = forest(random.Random(5))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256)
+    flex = LlamaForCausalLM(cfg).to("cuda", torch.float32)
+    flex.config._attn_implementation = "flex_attention"
+    sep = torch.cat(separate_logprobs(flex.cpu().to(torch.float32), samples)).to(torch.float64)
+    flex.to("cuda")
+    got = []
+    for b in pack(samples, budget):
+        values = packed_logprobs(flex, b)
+        values.sum().backward()  # the backward pass exists on CUDA
+        got += list(zip(b.sample, [b.position_ids[p] for p in b.predictor], values.detach().cpu().tolist()))
+    got.sort()
+    flat = [v for _, _, v in got]
+    assert torch.allclose(torch.tensor(flat, dtype=torch.float64), sep, atol=1e-4)

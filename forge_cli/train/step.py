@@ -27,13 +27,32 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0) -> torc
     device = next(model.parameters()).device
     ids = torch.tensor([batch.tokens], device=device)
     positions = torch.tensor([batch.position_ids], device=device)
-    mask = batch.attention_mask().to(device)  # [1, 1, T, T] bool: ancestors-or-self, causal
+    if getattr(model.config, "_attn_implementation", None) == "flex_attention":
+        mask = flex_block_mask(batch, device)  # block-sparse: only ancestor blocks are computed
+    else:
+        mask = batch.attention_mask().to(device)  # [1, 1, T, T] bool: ancestors-or-self, causal
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[0]  # [T, V]
     predictor = torch.tensor(batch.predictor, device=device)
     target = torch.tensor(batch.target, device=device)
     # only the predictor rows are needed: T × V logits shrink to n_terms × V before the softmax
     rows = logits.index_select(0, predictor).float() if logits.dtype in (torch.float16, torch.bfloat16) else logits.index_select(0, predictor)
     return torch.log_softmax(rows / temperature, dim=-1).gather(-1, target[:, None])[:, 0]
+
+
+def flex_block_mask(batch: Packed, device: Any):
+    """FlexAttention's block-sparse mask from ``subtree_end`` (CUDA: it has no backward on CPU).
+
+    ``mask_mod(q, k) = k <= q < subtree_end[k]``; blocks with no allowed pair are skipped.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    end = torch.tensor(batch.subtree_end, device=device)
+    T = len(batch.tokens)
+
+    def mask_mod(b, h, q, k):  # noqa: ANN001 — FlexAttention's signature
+        return (k <= q) & (q < end[k])
+
+    return create_block_mask(mask_mod, B=None, H=None, Q_LEN=T, KV_LEN=T, device=device)
 
 
 @dataclass
