@@ -157,3 +157,50 @@ def test_pause_resume_and_weight_update_lose_nothing(loopback, tmp_path):
     state = live.state
     versions = [pool.trajectory(state.sessions[state.by_key[f"p{i}"]].trajectory_id).completions[0].policy_version for i in range(8)]
     assert versions == [1] * 8
+
+
+def test_a_closed_trajectory_refuses_more_calls_with_409(strict):
+    live, pool = strict
+    admin = {"Authorization": "Bearer admin-secret"}
+    made = httpx.post(f"{live.url}/admin/sessions", headers=admin, json={}).json()
+    key = {"Authorization": f"Bearer {made['api_key']}"}
+    assert httpx.post(f"{live.url}/v1/chat/completions", headers=key, json={"messages": MSG, "max_tokens": 2}).status_code == 200
+    done = httpx.post(f"{live.url}/admin/sessions/{made['session']}/finish", headers=admin, json={"rewards": {"outcome": 1.0}})
+    assert done.status_code == 200 and pool.trajectory(made["trajectory_id"]).reward == 1.0
+    again = httpx.post(f"{live.url}/v1/chat/completions", headers=key, json={"messages": MSG, "max_tokens": 2})
+    assert again.status_code == 409 and "can no longer record" in again.json()["error"]["message"]
+    # a session bound to a finished trajectory is refused up front
+    bad = httpx.post(f"{live.url}/admin/sessions", headers=admin, json={"trajectory_id": made["trajectory_id"]})
+    assert bad.status_code == 409
+
+
+def test_admin_key_with_odd_bytes_is_401(strict):
+    live, _ = strict
+    r = httpx.post(f"{live.url}/admin/pause", headers={"x-api-key": "\xe9t\xe9".encode("latin-1")})
+    assert r.status_code == 401
+
+
+def test_chunked_huge_body_is_413(loopback):
+    live, _ = loopback
+
+    def body():
+        yield b'{"messages": [{"role": "user", "content": "'
+        for _ in range(20):
+            yield b"x" * (1024 * 1024)
+        yield b'"}]}'
+
+    r = httpx.post(f"{live.url}/v1/chat/completions", content=body(), headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413
+
+
+@pytest.mark.parametrize(("path", "body", "needle"), [
+    ("/v1/chat/completions", {"messages": MSG, "seed": 2**64 + 5}, "seed"),
+    ("/v1/responses", {"input": [{"role": ["x"], "content": "hi"}]}, "must be strings"),
+    ("/v1/responses", {"input": "hi", "tools": [{"type": ["x"], "name": "a"}]}, "type: must be a string"),
+    ("/v1/responses", {"input": "hi", "tool_choice": {"type": "function", "name": ["a"]}}, "tool_choice"),
+    ("/v1/responses", {"input": "hi", "tools": [{"type": "namespace", "name": "ns", "tools": ["x"]}]}, "a tool must be an object"),
+])
+def test_odd_types_are_400(loopback, path, body, needle):
+    live, _ = loopback
+    r = httpx.post(f"{live.url}{path}", json=body, headers={"Authorization": "Bearer odd"})
+    assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text

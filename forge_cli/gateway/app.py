@@ -18,6 +18,7 @@ def create_app(state: GatewayState, *, max_body_bytes: int = MAX_BODY_BYTES) -> 
 
     app = FastAPI(title="Forge gateway", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = state
+    app.state.max_body_bytes = max_body_bytes
     app.include_router(chat.router)
     app.include_router(messages.router)
     app.include_router(responses.router)
@@ -46,6 +47,14 @@ def create_app(state: GatewayState, *, max_body_bytes: int = MAX_BODY_BYTES) -> 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
         return error_response(request.url.path, exc)
+
+    @app.exception_handler(Exception)
+    async def server_fault(request: Request, exc: Exception) -> JSONResponse:
+        # the server's fault, never the client's: still the provider's error shape
+        err = APIError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
+        response = error_response(request.url.path, err)
+        response.status_code = 500
+        return response
 
     @app.exception_handler(404)
     async def not_found(request: Request, exc: Exception) -> JSONResponse:

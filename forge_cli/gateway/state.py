@@ -48,6 +48,7 @@ class GatewayState:
         auth: str = "loopback",
         admin_key: str | None = None,
         record_requests: bool = False,
+        adhoc_timeout_s: float = 3600.0,
     ) -> None:
         if default_tool_format not in tool_formats:
             from forge_cli.errors import ForgeError
@@ -66,6 +67,9 @@ class GatewayState:
         self.auth = auth
         self.admin_key = admin_key or "forge-admin-" + secrets.token_urlsafe(16)
         self.record_requests = record_requests
+        # a session opened without a trajectory gets a group of its own in the queue; its time
+        # budget keeps a forgotten session from stalling a FIFO trainer reading the same pool
+        self.adhoc_timeout_s = adhoc_timeout_s
         self.metrics = Metrics()
         self.sessions: dict[str, Session] = {}
         self.by_key: dict[str, str] = {}
@@ -80,12 +84,19 @@ class GatewayState:
         if tool_format is not None and tool_format not in self.tool_formats:
             raise APIError(400, f"tool_format: no tool format named {tool_format!r} (registered: {', '.join(sorted(self.tool_formats))})", param="tool_format")
         if trajectory_id is None and self.pool is not None:
-            group = await run_in_threadpool(self.pool.submit_group, task_id, 1, scaffold)
+            group = await run_in_threadpool(lambda: self.pool.submit_group(task_id, 1, scaffold, timeout_s=self.adhoc_timeout_s))
             trajectory_id = group.trajectories[0].id
             await run_in_threadpool(self.pool.start_trajectory, trajectory_id)
-        elif trajectory_id is not None and self.pool is not None and not await run_in_threadpool(self.pool.has_trajectory, trajectory_id):
-            raise APIError(404, f"trajectory_id: no trajectory {trajectory_id!r} in the pool", param="trajectory_id")
-        session = Session(id=secrets.token_hex(12), api_key=api_key or "forge-" + secrets.token_urlsafe(24),
+        elif trajectory_id is not None and self.pool is not None:
+            status = await run_in_threadpool(self.pool.trajectory_status, trajectory_id)
+            if status is None:
+                raise APIError(404, f"trajectory_id: no trajectory {trajectory_id!r} in the pool", param="trajectory_id")
+            if status == "queued":
+                await run_in_threadpool(self.pool.start_trajectory, trajectory_id)
+            elif status != "running":
+                raise APIError(409, f"trajectory_id: trajectory {trajectory_id} is {status}; it can no longer record", param="trajectory_id")
+        # the session id is a credential too (the /s/<session>/v1 URL): as long as a key
+        session = Session(id=secrets.token_urlsafe(24), api_key=api_key or "forge-" + secrets.token_urlsafe(24),
                           trajectory_id=trajectory_id, tool_format=tool_format)
         self.sessions[session.id] = session
         self.by_key[session.api_key] = session.id
@@ -112,8 +123,17 @@ class GatewayState:
             return await self.create_session(api_key=key)
 
     def check_admin(self, api_key: str | None) -> None:
-        if not api_key or not secrets.compare_digest(api_key, self.admin_key):
+        given = (api_key or "").encode("utf-8", "surrogateescape")
+        if not api_key or not secrets.compare_digest(given, self.admin_key.encode()):
             raise APIError(401, "this endpoint needs the admin key", kind="authentication_error")
+
+    async def check_recording(self, session: Session) -> None:
+        """Refuse (409) a call whose trajectory can no longer record (timed out, finished, failed)."""
+        if self.pool is None or session.trajectory_id is None:
+            return
+        status = await run_in_threadpool(self.pool.trajectory_status, session.trajectory_id)
+        if status != "running":
+            raise APIError(409, f"this session's trajectory is {status}; it can no longer record", kind="invalid_request_error")
 
     def tool_format_for(self, session: Session) -> ToolFormat:
         return self.tool_formats[session.tool_format or self.default_tool_format]
@@ -156,12 +176,17 @@ class GatewayState:
         if self.pool is None or session.trajectory_id is None:
             return
         finished = time.time()
+        from forge_cli.errors import ForgeError
+
         for out, errors in zip(outputs, parse_errors):
-            await run_in_threadpool(
+            try:
+                await run_in_threadpool(
                 lambda o=out, e=errors: self.pool.append_completion(
                     session.trajectory_id, prompt_ids=prompt_ids, output_ids=o.output_ids, output_logprobs=o.logprobs,
                     policy_version=o.policy_version, sampling=sampling, finish_reason=o.finish_reason,
                     started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=e,
                     request=request if self.record_requests else None,
                 )
-            )
+                )
+            except ForgeError as exc:  # e.g. the group timed out while this call was generating
+                raise APIError(409, f"the call could not be recorded: {exc}") from None

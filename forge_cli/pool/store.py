@@ -535,6 +535,12 @@ class DataPool:
             ids = [r[0] for r in cur.all(f"SELECT id FROM groups {where} ORDER BY queue_index", args)]
             return [self._load_group(cur, gid) for gid in ids]
 
+    def trajectory_status(self, trajectory_id: str) -> str | None:
+        """A trajectory's status, or None if there is no such trajectory."""
+        with self._read() as cur:
+            row = cur.one("SELECT status FROM trajectories WHERE id = ?", (trajectory_id,))
+            return row[0] if row else None
+
     def has_trajectory(self, trajectory_id: str) -> bool:
         with self._read() as cur:
             return cur.one("SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id,)) is not None

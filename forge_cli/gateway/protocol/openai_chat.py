@@ -71,4 +71,4 @@ class ChatCompletionRequest(_Loose):
     stream_options: Optional[StreamOptions] = None
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=20)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=0, le=2**62)

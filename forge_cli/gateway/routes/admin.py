@@ -43,6 +43,40 @@ async def list_sessions(request: Request):
                       "tool_format": s.tool_format or state.default_tool_format} for s in state.sessions.values()]}
 
 
+class FinishSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: str = "completed"  # completed | failed
+    rewards: Optional[dict[str, float]] = None
+    error: Optional[str] = None
+
+
+@router.post("/admin/sessions/{session_id}/finish")
+async def finish_session(request: Request, session_id: str):
+    """Close a session's trajectory (completed or failed), with its reward components."""
+    from starlette.concurrency import run_in_threadpool
+
+    from forge_cli.errors import ForgeError
+    from forge_cli.gateway.errors import APIError
+
+    state = state_of(request)
+    state.check_admin(api_key(request))
+    body = validate(FinishSession, await read_json(request))
+    session = state.sessions.get(session_id)
+    if session is None or session.trajectory_id is None or state.pool is None:
+        raise APIError(404, f"no recorded session {session_id!r}")
+    try:
+        if body.status == "completed":
+            await run_in_threadpool(lambda: state.pool.finish_trajectory(session.trajectory_id, rewards=body.rewards))
+        elif body.status == "failed":
+            await run_in_threadpool(lambda: state.pool.fail_trajectory(session.trajectory_id, body.error or "failed", rewards=body.rewards))
+        else:
+            raise APIError(400, "status: must be 'completed' or 'failed'", param="status")
+    except ForgeError as exc:
+        raise APIError(409, str(exc)) from None
+    return {"session": session_id, "trajectory_id": session.trajectory_id, "status": body.status}
+
+
 @router.post("/admin/pause")
 async def pause(request: Request):
     """Stop admitting generation (new requests wait) and return once in-flight ones are done."""

@@ -21,7 +21,14 @@ DEFAULT_MAX_TOKENS = 1024
 
 
 async def read_json(request: Request) -> dict[str, Any]:
-    body = await request.body()
+    limit = getattr(request.app.state, "max_body_bytes", None)
+    chunks, total = [], 0
+    async for chunk in request.stream():  # chunked bodies have no Content-Length to check
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise APIError(413, f"the request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -94,6 +101,7 @@ async def prepare(
     """
     state = state_of(request)
     session = await session_of(request)
+    await state.check_recording(session)
     fmt = state.tool_format_for(session)
     if prompt_ids is None:
         rendered = render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool)

@@ -29,7 +29,7 @@ class CompletionRequest(BaseModel):
     stream: bool = False
     logprobs: Optional[int] = Field(None, ge=0, le=5)
     echo: bool = False
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=0, le=2**62)
 
 
 @router.post("/v1/completions")

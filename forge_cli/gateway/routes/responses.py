@@ -54,9 +54,13 @@ def to_tools(req: ResponsesRequest) -> tuple[list[Tool], dict[str, str], set[str
     namespace_of: dict[str, str] = {}
     freeform: set[str] = set()
 
-    def add(t: dict[str, Any], ns: str | None, where: str) -> None:
+    def add(t: Any, ns: str | None, where: str) -> None:
+        if not isinstance(t, dict):
+            raise APIError(400, f"{where}: a tool must be an object", param="tools")
         kind = t.get("type", "function")
         name = t.get("name")
+        if not isinstance(kind, str):
+            raise APIError(400, f"{where}.type: must be a string", param="tools")
         if kind in HOSTED:
             return
         if not isinstance(name, str) or not name:
@@ -68,6 +72,8 @@ def to_tools(req: ResponsesRequest) -> tuple[list[Tool], dict[str, str], set[str
             tools.append(Tool(name, t.get("description") or "", FREEFORM_SCHEMA, freeform=True))
             freeform.add(name)
         elif kind == "namespace":
+            if not isinstance(t.get("tools") or [], list):
+                raise APIError(400, f"{where}.tools: must be a list of tools", param="tools")
             for k, inner in enumerate(t.get("tools") or []):
                 add(inner, name, f"{where}.tools[{k}]")
             return
@@ -91,6 +97,8 @@ def to_turns(req: ResponsesRequest) -> list[Turn]:
     for i, item in enumerate(items):
         where = f"input[{i}]"
         kind = item.get("type", "message" if "role" in item else None)
+        if not isinstance(kind, (str, type(None))) or not isinstance(item.get("role", ""), str):
+            raise APIError(400, f"{where}: 'type' and 'role' must be strings", param=where)
         if kind == "message":
             role = {"developer": "system"}.get(item.get("role"), item.get("role"))
             if role not in ("system", "user", "assistant"):
@@ -154,7 +162,7 @@ async def responses(request: Request):
         choice = req.tool_choice
     elif isinstance(req.tool_choice, dict):
         forced = req.tool_choice.get("name")
-        if forced not in {t.name for t in tools}:
+        if not isinstance(forced, str) or forced not in {t.name for t in tools}:
             raise APIError(400, f"tool_choice: names {forced!r}, which is not in tools", param="tool_choice")
     params = sampling(max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, stop=None, seed=None)
     if req.stream:
