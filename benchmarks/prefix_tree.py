@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from forge_cli.pool.types import Sample
-from forge_cli.train.prefix_tree import Packed, pack, unique_tokens  # noqa: E402
+from forge_cli.train.prefix_tree import Packed, unique_tokens  # noqa: E402
 from forge_cli.train.step import policy_loss_backward  # noqa: E402
 
 VOCAB = 4096

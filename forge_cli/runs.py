@@ -10,13 +10,17 @@ from typing import Any
 from forge_cli.errors import ForgeError
 
 
-def new_run(config: Any, name: str | None = None) -> Path:
-    """Create a run folder and write the resolved configuration into it as ``config.json``."""
+def new_run(config: Any, name: str | None = None, *, exist_ok: bool = False) -> Path:
+    """Create a run folder and write the resolved configuration into it as ``config.json``.
+
+    ``exist_ok`` continues an existing run (its config.json is rewritten); otherwise a non-empty
+    folder of that name is an error.
+    """
     from forge_cli.config import write_resolved
 
     name = name or config.run.name or time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(config.run.dir) / name
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if not exist_ok and run_dir.exists() and any(run_dir.iterdir()):
         raise ForgeError(f"run folder {run_dir} already exists; choose another --name")
     write_resolved(config, run_dir)
     return run_dir

@@ -100,7 +100,7 @@ def test_add_opencode_installs_from_npm_into_forge_home(cli, tmp_path):
     first = cli("scaffold", "add", "opencode")
     assert first.exit_code == 0, first.stderr
     binary = home / "agents" / "opencode" / "node_modules" / ".bin" / "opencode"
-    assert f"installed opencode 1." in first.stdout and binary.exists()
+    assert "installed opencode 1." in first.stdout and binary.exists()
     version = _run([str(binary), "--version"]).stdout.strip()
     assert version.startswith("1.")
     listed = json.loads(cli("scaffold", "list", "--json").stdout)

@@ -4,7 +4,6 @@ moves: the engine's logprobs for fixed tokens equal the trainer model's."""
 from __future__ import annotations
 
 import asyncio
-import random
 from types import SimpleNamespace
 
 import pytest

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
 
         from forge_cli.cli import get_state
         from forge_cli.commands._common import registry
-        from forge_cli.config import load_config, write_resolved
+        from forge_cli.config import load_config
         from forge_cli.console import console, err_console
         from forge_cli.engine import make_engine
         from forge_cli.engine.default_model import resolve_model_path
@@ -42,6 +42,7 @@ def register(app: typer.Typer) -> None:
         from forge_cli.gateway.app import create_app
         from forge_cli.gateway.state import GatewayState
         from forge_cli.pool import open_pool
+        from forge_cli.runs import new_run
 
         state = get_state()
         overrides = dict(state.overrides)
@@ -55,8 +56,7 @@ def register(app: typer.Typer) -> None:
         if mode == "auto":
             mode = "loopback" if config.gateway.host in LOOPBACK else "strict"
         model_path = resolve_model_path(config.model.path)
-        run_dir = Path(config.run.dir) / (run or config.run.name or _timestamp())
-        write_resolved(config, run_dir)
+        run_dir = new_run(config, run, exist_ok=True)
         pool = open_pool(config.pool.url, run_dir)
         formats = {name: entry.value for name, entry in registry().tool_formats.items()}
         options = {"policy": policy} if config.model.engine == "scripted" else {}
@@ -86,8 +86,3 @@ def register(app: typer.Typer) -> None:
             asyncio.run(eng.close())
             pool.close()
 
-
-def _timestamp() -> str:
-    import time
-
-    return time.strftime("%Y%m%d-%H%M%S")

@@ -75,18 +75,12 @@ class HFEngine(Engine):
         return await job.future
 
     async def _load_weights(self, weights: Any) -> None:
-        import torch
+        from forge_cli.engine.weights import load_into
 
-        if isinstance(weights, (str, Path)):
-            from safetensors.torch import load_file
-
-            weights = load_file(str(Path(weights) / "model.safetensors"))
         def load() -> None:
-            with self._lock, torch.no_grad():
-                missing, unexpected = self.model.load_state_dict(weights, strict=False)
-                real_missing = [m for m in missing if not m.endswith("lm_head.weight")]
-                if real_missing or unexpected:
-                    raise ForgeError(f"weights do not fit the model: missing {real_missing[:3]}, unexpected {unexpected[:3]}")
+            with self._lock:  # never between two steps of a running batch
+                load_into(self.model, weights)
+
         await asyncio.get_running_loop().run_in_executor(None, load)
 
     async def close(self) -> None:
@@ -145,7 +139,7 @@ class HFEngine(Engine):
         lps: list[list[float]] = [[] for _ in rows]
         done: list[tuple[str, Any] | None] = [None] * len(rows)
         past = None
-        step_ids, step_mask = input_ids, mask
+        step_ids = input_ids
         max_new = max(j.params.max_tokens for j in jobs)
         with torch.no_grad():
             for _ in range(max_new):

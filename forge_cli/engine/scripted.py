@@ -115,11 +115,7 @@ class ScriptedEngine(Engine):
         return GenerationOutput(ids, lps, reason, self.version, why)
 
     async def _load_weights(self, weights: Any) -> None:
-        import torch
+        from forge_cli.engine.weights import load_into
 
-        if isinstance(weights, (str, Path)):
-            from safetensors.torch import load_file
-
-            weights = load_file(str(Path(weights) / "model.safetensors"))
-        with self._lock, torch.no_grad():
-            self.model.load_state_dict(weights, strict=False)
+        with self._lock:
+            load_into(self.model, weights)

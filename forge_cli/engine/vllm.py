@@ -130,15 +130,11 @@ class VLLMEngine(Engine):
         saved by transformers has no ``lm_head.weight``: it is written out explicitly here, or
         the head would keep the old weights.
         """
-        from safetensors.torch import load_file, save_file
+        from safetensors.torch import save_file
 
-        if isinstance(weights, (str, Path)):
-            files = sorted(Path(weights).glob("*.safetensors"))
-            if not files:
-                raise ForgeError(f"no *.safetensors in {weights}")
-            weights = {}
-            for f in files:
-                weights.update(load_file(str(f)))
+        from forge_cli.engine.weights import read_weights
+
+        weights = read_weights(weights)
         # clone: tied tensors share storage, which safetensors refuses
         tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in weights.items()}
         if self.tied and "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:

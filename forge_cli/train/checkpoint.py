@@ -64,17 +64,10 @@ def load_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any = Non
     if not pointer.is_file():
         return None
     folder = root / pointer.read_text().strip()
-    try:
-        from safetensors.torch import load_file
+    from forge_cli.engine.weights import load_into
 
-        weights = {}
-        for f in sorted((folder / "model").glob("*.safetensors")):
-            weights.update(load_file(str(f)))
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-        if [m for m in missing if not m.endswith("lm_head.weight")] or unexpected:
-            raise ForgeError(f"checkpoint {folder} does not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
-        if "lm_head.weight" in missing and getattr(model.config, "tie_word_embeddings", False):
-            model.tie_weights()
+    try:
+        load_into(model, folder / "model")
         blob = torch.load(folder / "trainer_state.pt", weights_only=False)
     except (OSError, RuntimeError) as exc:
         raise ForgeError(f"cannot read checkpoint {folder}: {exc}") from None

@@ -200,11 +200,6 @@ async def _live(request: Request, prepared: Any, req: ResponsesRequest, namespac
         seq += 1
         return sse({"type": kind, "sequence_number": seq - 1, **fields}, kind)
 
-    def event(kind: str, **fields: Any) -> str:
-        nonlocal seq
-        seq += 1
-        return sse({"type": kind, "sequence_number": seq - 1, **fields}, kind)
-
     rid = f"resp_{secrets.token_hex(12)}"
     pending = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "in_progress", "model": req.model,
                "output": [], "usage": None, "error": None, "incomplete_details": None, "instructions": req.instructions,
