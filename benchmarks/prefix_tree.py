@@ -3,19 +3,26 @@
 Traces: groups of 8 trajectories of one task; a long shared system prompt with tool schemas;
 10–30 turns each with tool outputs; some trajectories rewrite their context (keep the system
 prompt and the last turns). Every model call is one sample (prompt = the history, output = the
-turn). For the same batch and a small Llama (float32, SDPA, CPU), forward + backward of the policy loss
-(REINFORCE, so that all three compute the same objective) with:
+turn). For the same batch and a small Llama (float32, CPU), forward + backward of the policy loss
+(REINFORCE, so that all modes compute the same objective) with:
 
-  (a) each sample alone;
-  (b) ordinary packing: samples concatenated up to the token budget, block-diagonal causal mask;
-  (c) the prefix tree with a dense mask (``prefix_tree.pack``), split at branch points to the budget;
-  (d) the prefix tree with ancestor-only attention (``tree_attention``): each node attends to its
-      ancestors' cached keys/values — the figures ``speedup_vs_*`` and ``fraction_of_bound`` are (d)'s.
+  (a) naive:   each sample alone (causal flash attention; logits only at output positions);
+  (b) packed:  ordinary packing — whole samples back to back up to the token budget, each attending
+               only to itself (variable-length packing: no cross-sample pairs are computed);
+  (c) tree_dense: the prefix tree under a dense [T, T] tree mask (any model), split to the budget;
+  (d) tree:    the prefix tree with ancestor-only attention (``tree_attention``, the default),
+               split to the budget into trunks whose keys/values are reused — the figures
+               ``speedup_vs_*`` and ``fraction_of_bound`` are (d)'s;
+  (e) tree_recompute: as (d), but each part of a split tree recomputes the shared chain.
 
-The bound on the speed-up is total tokens / unique tree tokens. ``max_abs_loss_diff`` compares
-(c)'s loss with (a)'s. Each mode runs in a fresh process; peak memory is its max RSS.
+``bound`` = total tokens / unique tree tokens: the speed-up if every token cost the same. Attention
+does not: a token's attention cost grows with its depth, and deep tokens are the least shared, so
+``compute_bound`` (multiply-adds of the model below: linear layers per token, attention per
+query–key pair, the lm_head per output row, in each mode's own accounting) is the speed-up an exact
+method can reach with this model. ``max_abs_loss_diff`` compares every mode's loss with (a)'s.
+Each mode runs in a fresh process; peak memory is its max RSS.
 
-    python benchmarks/prefix_tree.py [--groups 1] [--budget 2048] [--quick]
+    python benchmarks/prefix_tree.py [--groups 1] [--budget 8192] [--hidden 256] [--quick]
 
 Writes benchmarks/results/prefix_tree.json.
 """
@@ -26,6 +33,7 @@ import argparse
 import json
 import random
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,13 +44,14 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from forge_cli.pool.types import Sample
-from forge_cli.train.prefix_tree import Packed, unique_tokens  # noqa: E402
-from forge_cli.train.step import policy_loss_backward  # noqa: E402
+from forge_cli.pool.types import Sample  # noqa: E402
+from forge_cli.train.prefix_tree import Packed, build_trie, unique_tokens  # noqa: E402
+from forge_cli.train.step import packed_logprobs, policy_loss_backward  # noqa: E402
 
 VOCAB = 4096
-# REINFORCE (−Â·log π): the three modes then compute the same objective whatever the old logprobs
+# REINFORCE (−Â·log π): every mode then computes the same objective whatever the old logprobs
 LOSS = SimpleNamespace(type="reinforce", eps_low=1e6, eps_high=0.28, token_mask=False)
+MODES = ("naive", "packed", "tree_dense", "tree", "tree_recompute")
 
 
 def traces(rng: random.Random, groups: int, system_len: int, turns: tuple[int, int]) -> list[Sample]:
@@ -62,30 +71,33 @@ def traces(rng: random.Random, groups: int, system_len: int, turns: tuple[int, i
     return samples
 
 
-def model(dtype=torch.float32):
+def model(hidden: int, layers: int, dtype=torch.float32):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=4, max_position_embeddings=32768, attn_implementation="sdpa", tie_word_embeddings=True)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=hidden * 8 // 3, num_hidden_layers=layers,
+                      num_attention_heads=hidden // 64, num_key_value_heads=hidden // 64, max_position_embeddings=32768,
+                      attn_implementation="sdpa", tie_word_embeddings=True)
     return LlamaForCausalLM(cfg).to(dtype)
 
 
-def naive(m, samples) -> float:
+def naive(m, samples, budget) -> float:
+    """One sample per forward; logits only where they are used (``logits_to_keep``)."""
     n = sum(len(s.tokens) - s.prompt_len for s in samples)
     total = 0.0
     for s in samples:
         ids = torch.tensor([list(s.tokens)])
-        logits = m(input_ids=ids).logits[0, s.prompt_len - 1 : -1]
+        k = len(s.tokens) - s.prompt_len
+        logits = m(input_ids=ids, logits_to_keep=k + 1).logits[0, :-1]  # [k, V]: predictors of the output tokens
         logp = torch.log_softmax(logits, -1).gather(-1, ids[0, s.prompt_len:, None])[:, 0]
         loss = (-(torch.tensor(list(s.advantages)) * logp)).sum() / n
         loss.backward()
-        total += float(loss)
+        total += float(loss.detach())
     return total
 
 
-def packed_plain(m, samples, budget) -> float:
-    """Ordinary packing: whole samples back to back, block-diagonal causal mask."""
+def packed(m, samples, budget) -> float:
+    """Ordinary packing: whole samples back to back up to ``budget``, each attending to itself only."""
     n = sum(len(s.tokens) - s.prompt_len for s in samples)
     bins: list[list[Sample]] = [[]]
     for s in samples:
@@ -99,82 +111,112 @@ def packed_plain(m, samples, budget) -> float:
             start = len(p.tokens)
             p.tokens += list(s.tokens)
             p.position_ids += list(range(len(s.tokens)))
-            p.subtree_end += [start + len(s.tokens)] * len(s.tokens)
+            p.subtree_end += [start + len(s.tokens)] * len(s.tokens)  # block-diagonal: one run per sample
             for j in range(s.prompt_len, len(s.tokens)):
                 p.predictor.append(start + j - 1)
                 p.target.append(s.tokens[j])
                 p.advantage.append(s.advantages[j - s.prompt_len])
-        from forge_cli.train.step import packed_logprobs
-
-        logp = packed_logprobs(m, p)
+        logp = packed_logprobs(m, p, attention="tree")  # no ancestors: variable-length causal attention
         loss = (-(torch.tensor(p.advantage) * logp)).sum() / n
         loss.backward()
-        total += float(loss)
+        total += float(loss.detach())
     return total
 
 
-def tree(m, samples, budget) -> float:
+def tree_dense(m, samples, budget) -> float:
     return policy_loss_backward(m, samples, LOSS, budget=budget, attention="dense").loss
 
 
-def tree_kv(m, samples, budget) -> float:
-    return policy_loss_backward(m, samples, LOSS, attention="ancestors").loss
+def tree(m, samples, budget) -> float:
+    return policy_loss_backward(m, samples, LOSS, budget=budget, attention="tree", split="reuse").loss
 
 
-def timed(fn, *args) -> tuple[float, float, float]:
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def tree_recompute(m, samples, budget) -> float:
+    return policy_loss_backward(m, samples, LOSS, budget=budget, attention="tree", split="recompute").loss
+
+
+def compute_bound(samples: list[Sample], hidden: int, layers: int) -> dict:
+    """Multiply-adds of one forward, for one-at-a-time and for the tree (backward is ~2× both)."""
+    ff = hidden * 8 // 3
+    per_token = layers * (4 * hidden * hidden + 3 * hidden * ff)  # q, k, v, o + gated MLP
+    per_pair = layers * 2 * hidden  # q·k and p·v over all heads
+    head = sum(len(s.tokens) - s.prompt_len for s in samples) * hidden * VOCAB  # lm_head at output rows (both)
+    naive_pairs = sum(len(s.tokens) * (len(s.tokens) + 1) // 2 for s in samples)
+    root, _ = build_trie(samples)
+    tree_pairs, stack = 0, list(root.children.values())
+    while stack:
+        node = stack.pop()
+        L = len(node.tokens)
+        tree_pairs += L * node.depth + L * (L + 1) // 2
+        stack.extend(node.children.values())
+    naive_macs = sum(len(s.tokens) for s in samples) * per_token + naive_pairs * per_pair + head
+    tree_macs = unique_tokens(samples) * per_token + tree_pairs * per_pair + head
+    return {"naive_gmac": round(naive_macs / 1e9, 1), "tree_gmac": round(tree_macs / 1e9, 1),
+            "pair_bound": round(naive_pairs / tree_pairs, 2), "compute_bound": round(naive_macs / tree_macs, 2)}
+
+
+def timed(fn, *args) -> tuple[float, float]:
     t0 = time.perf_counter()
     loss = fn(*args)
-    return time.perf_counter() - t0, loss, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+    return time.perf_counter() - t0, loss
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=1)
     parser.add_argument("--system", type=int, default=1000, help="shared system prompt + tool schemas, tokens")
-    parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--budget", type=int, default=8192, help="micro-batch tokens for (b)–(e)")
+    parser.add_argument("--hidden", type=int, default=256, help="model width (heads of 64)")
+    parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="short trajectories (a smoke run)")
-    parser.add_argument("--mode", choices=["naive", "packed", "tree", "tree_kv"], help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=str(HERE / "results" / "prefix_tree.json"))
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     samples = traces(random.Random(0), args.groups, args.system, (4, 8) if args.quick else (10, 31))
     if args.mode:  # one mode, in this fresh process
-        fn = {"naive": lambda m: naive(m, samples), "packed": lambda m: packed_plain(m, samples, args.budget),
-              "tree": lambda m: tree(m, samples, args.budget), "tree_kv": lambda m: tree_kv(m, samples, args.budget)}[args.mode]
-        secs, loss, _ = timed(fn, model())
+        secs, loss = timed(globals()[args.mode], model(args.hidden, args.layers), samples, args.budget)
         print(json.dumps({"seconds": secs, "loss": loss, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
         return
-    import subprocess
-
     total = sum(len(s.tokens) for s in samples)
     unique = unique_tokens(samples)
     results = {}
-    for name in ("tree_kv", "tree", "packed", "naive"):
+    for name in reversed(MODES):
         cmd = [sys.executable, __file__, "--mode", name, "--groups", str(args.groups), "--system", str(args.system),
-               "--budget", str(args.budget)] + (["--quick"] if args.quick else [])
-        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+               "--budget", str(args.budget), "--hidden", str(args.hidden), "--layers", str(args.layers)] + (["--quick"] if args.quick else [])
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"mode {name} failed:\n{done.stderr[-3000:]}")
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
-    n_out = sum(len(s.tokens) - s.prompt_len for s in samples)
+        print(f"  {name}: {results[name]['seconds']:.2f} s", file=sys.stderr)
+    secs = {k: v["seconds"] for k, v in results.items()}
     row = {
-        "samples": len(samples), "total_tokens": total, "unique_tokens": unique, "output_tokens": n_out,
-        "bound": round(total / unique, 2), "budget": args.budget,
-        "seconds": {k: round(v["seconds"], 2) for k, v in results.items()},
-        "peak_rss_mib": {k: round(v["peak_rss_mib"], 1) for k, v in results.items()},
-        "speedup_vs_naive": round(results["naive"]["seconds"] / results["tree_kv"]["seconds"], 2),
-        "speedup_vs_packed": round(results["packed"]["seconds"] / results["tree_kv"]["seconds"], 2),
-        "dense_tree_speedup_vs_naive": round(results["naive"]["seconds"] / results["tree"]["seconds"], 2),
-        "max_abs_loss_diff": max(abs(results[k]["loss"] - results["naive"]["loss"]) for k in ("tree", "tree_kv")),
+        "model": {"hidden": args.hidden, "layers": args.layers, "vocab": VOCAB, "dtype": "float32"},
+        "samples": len(samples), "total_tokens": total, "unique_tokens": unique,
+        "output_tokens": sum(len(s.tokens) - s.prompt_len for s in samples), "budget": args.budget,
+        "bound": round(total / unique, 2), **compute_bound(samples, args.hidden, args.layers),
+        "seconds": {k: round(secs[k], 2) for k in MODES},
+        "peak_rss_mib": {k: round(results[k]["peak_rss_mib"], 1) for k in MODES},
+        "speedup_vs_naive": round(secs["naive"] / secs["tree"], 2),
+        "speedup_vs_packed": round(secs["packed"] / secs["tree"], 2),
+        "dense_tree_speedup_vs_naive": round(secs["naive"] / secs["tree_dense"], 2),
+        "reuse_vs_recompute": round(secs["tree_recompute"] / secs["tree"], 3),
+        "max_abs_loss_diff": max(abs(results[k]["loss"] - results["naive"]["loss"]) for k in MODES),
     }
     row["fraction_of_bound"] = round(row["speedup_vs_naive"] / row["bound"], 3)
-    print(f"{len(samples)} samples, {total} tokens, {unique} unique in the tree: bound {row['bound']}×  (budget {args.budget})")
-    print(f"{'mode':<10}{'seconds':>9}{'peak RSS MiB':>14}")
-    for k in ("naive", "packed", "tree", "tree_kv"):
-        print(f"{k:<10}{row['seconds'][k]:>9.2f}{row['peak_rss_mib'][k]:>14.1f}")
-    print(f"tree (ancestor-only attention): speed-up vs naive {row['speedup_vs_naive']}× ({row['fraction_of_bound']} of the bound), "
-          f"vs packed {row['speedup_vs_packed']}×; dense-mask tree {row['dense_tree_speedup_vs_naive']}×; "
-          f"max |loss − loss(naive)| = {row['max_abs_loss_diff']:.2e}")
-    out = HERE / "results" / "prefix_tree.json"
-    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), **row}, indent=2) + "\n")
-    print(f"wrote {out.relative_to(HERE.parent)}")
+    row["fraction_of_compute_bound"] = round(row["speedup_vs_naive"] / row["compute_bound"], 3)
+    print(f"{len(samples)} samples, {total} tokens, {unique} unique in the tree: bound {row['bound']}×, "
+          f"compute bound {row['compute_bound']}× (attention pairs {row['pair_bound']}×); "
+          f"model hidden {args.hidden} × {args.layers} layers")
+    print(f"{'mode':<16}{'seconds':>9}{'vs naive':>10}{'peak RSS MiB':>14}")
+    for k in MODES:
+        print(f"{k:<16}{secs[k]:>9.2f}{secs['naive'] / secs[k]:>9.2f}×{row['peak_rss_mib'][k]:>14.1f}")
+    print(f"tree: {row['speedup_vs_naive']}× vs naive = {row['fraction_of_bound']} of the bound, "
+          f"{row['fraction_of_compute_bound']} of the compute bound; {row['speedup_vs_packed']}× vs packed; "
+          f"reuse vs recompute {row['reuse_vs_recompute']}×; max |loss − loss(naive)| = {row['max_abs_loss_diff']:.2e}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "benchmarks/prefix_tree.py", *sys.argv[1:]]), **row}, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

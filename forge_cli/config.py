@@ -100,6 +100,15 @@ class TrainConfig(Section):
     groups_per_step: int = Field(4, gt=0, description="P: groups consumed per train step.")
     group_size: int = Field(8, gt=0, description="n: trajectories sampled per task.")
     micro_batch_tokens: int = Field(8192, gt=0, description="Token budget of one packed micro-batch.")
+    attention: Literal["auto", "tree", "flex", "dense"] = Field(
+        "auto", description="Prefix-tree attention: tree (ancestor pairs only), flex (FlexAttention block mask, CUDA), "
+        "dense (a [T, T] mask, any model); auto picks flex for FlexAttention models, else tree, else dense.")
+    split: Literal["auto", "reuse", "recompute"] = Field(
+        "auto", description="A tree over micro_batch_tokens: reuse (its shared part's keys/values are computed once "
+        "and reused, with gradients; tree attention only) or recompute (each part recomputes the shared chain); "
+        "auto: reuse where the attention allows.")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 mixed precision on a GPU that supports it, float32 otherwise.")
     loss: LossConfig = Field(default_factory=LossConfig)
 
 

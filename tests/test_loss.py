@@ -59,8 +59,10 @@ def separate_backward(model, samples, loss_cfg):
 
 @pytest.mark.parametrize("loss_type", sorted(LOSSES))
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)])
-@pytest.mark.parametrize(("budget", "attention"), [(None, "dense"), (20, "dense"), (None, "ancestors")])
-def test_every_loss_merged_equals_unmerged(loss_type, dtype, tol, budget, attention):
+@pytest.mark.parametrize(("budget", "attention", "split"), [
+    (None, "dense", "auto"), (20, "dense", "recompute"), (None, "tree", "auto"), (20, "tree", "reuse"), (20, "tree", "recompute"),
+])
+def test_every_loss_merged_equals_unmerged(loss_type, dtype, tol, budget, attention, split):
     samples = forest(random.Random(7))
     # old logprobs near the model's own, so ratios land on both sides of the clip range
     model = tiny_llama(dtype)
@@ -69,7 +71,7 @@ def test_every_loss_merged_equals_unmerged(loss_type, dtype, tol, budget, attent
     loss_sep = separate_backward(model, samples, loss_cfg)
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    stats = policy_loss_backward(model, samples, loss_cfg, budget=budget, attention=attention)
+    stats = policy_loss_backward(model, samples, loss_cfg, budget=budget, attention=attention, split=split)
     assert stats.loss == pytest.approx(loss_sep, rel=tol, abs=tol)
     assert stats.packed_tokens < sum(len(s.tokens) for s in samples)
     for n, p in model.named_parameters():

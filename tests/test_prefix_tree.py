@@ -64,6 +64,44 @@ def test_layout_properties(seed, budget):
         assert all(len(b) <= max(budget, longest) for b in packs)  # only an unsplittable path may exceed
 
 
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**6), budget=st.sampled_from([None, 4, 8, 16, 40, 1000]))
+def test_reuse_layout_properties(seed, budget):
+    """Prefix reuse: every token laid out once; each predictor sees its trunks' tokens and then its
+    in-batch ancestors, which spell its sample's prefix; trunks come before their dependants."""
+    samples = forest(random.Random(seed))
+    packs = pack(samples, budget, reuse_prefix=True)
+    assert sum(len(b) for b in packs) == unique_tokens(samples)
+    terms = 0
+    open_trunks: list[int] = []
+    for index, b in enumerate(packs):
+        while open_trunks and open_trunks[-1] not in b.prefix:
+            open_trunks.pop()
+        assert list(b.prefix) == open_trunks  # depth-first: the prefix is the stack of open trunks
+        assert b.prefix_len == sum(len(packs[t]) for t in b.prefix)
+        prefix_tokens = [tok for t in b.prefix for tok in packs[t].tokens]
+        mask = b.attention_mask()[0, 0] if not b.prefix else _mask_without_prefix(b)
+        for t in range(len(b.predictor)):
+            s, p = samples[b.sample[t]], b.predictor[t]
+            seen = prefix_tokens + [b.tokens[k] for k in mask[p].nonzero().flatten().tolist()]
+            prefix_len = b.position_ids[p] + 1
+            assert seen == list(s.tokens[:prefix_len])
+            assert b.target[t] == s.tokens[prefix_len]
+        terms += len(b.predictor)
+        if b.trunk:
+            assert len(set(b.subtree_end)) == 1  # one run: every token of a trunk is an ancestor of its dependants
+            open_trunks.append(index)
+        if budget is not None:
+            assert len(b) <= budget  # trunks too: long paths and long nodes are cut
+    assert terms == sum(len(s.tokens) - s.prompt_len for s in samples)
+
+
+def _mask_without_prefix(b):
+    import dataclasses
+
+    return dataclasses.replace(b, prefix=(), prefix_len=0).attention_mask()[0, 0]
+
+
 def test_shared_prefix_is_stored_once():
     a = Sample([1, 2, 3, 4, 5], 3, [-0.1, -0.2], [1.0, 1.0])
     b = Sample([1, 2, 3, 9], 3, [-0.3], [0.5])
@@ -116,14 +154,13 @@ def separate_logprobs(model, samples):
     return out
 
 
-def packed_logprobs(model, samples, budget):
+def merged_logprobs(model, samples, budget, attention):
+    """Per-sample logprobs back from the packed forwards (the inverse of the layout)."""
+    from forge_cli.train.step import packed_logprobs
+
     per_sample = [[None] * (len(s.tokens) - s.prompt_len) for s in samples]
     for b in pack(samples, budget):
-        ids = torch.tensor([b.tokens])
-        mask = b.attention_mask()
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=torch.tensor([b.position_ids])).logits[0].to(torch.float64)
-        logp = torch.log_softmax(logits, -1)
-        values = logp[torch.tensor(b.predictor), torch.tensor(b.target)]
+        values = packed_logprobs(model, b, attention=attention).to(torch.float64)
         for t, v in enumerate(values):
             s = samples[b.sample[t]]
             j = b.position_ids[b.predictor[t]] + 1 - s.prompt_len
@@ -131,11 +168,13 @@ def packed_logprobs(model, samples, budget):
     return [torch.stack(x) for x in per_sample]
 
 
+@pytest.mark.parametrize("attention", ["tree", "dense"])
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)])
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 10**6), budget=st.sampled_from([None, 12, 24, 64]))
-def test_merged_equals_unmerged(dtype, tol, budget, seed):
-    """Random forests (shared system prompts, multi-turn growth, branches, rewrites, duplicates)."""
+def test_merged_equals_unmerged(attention, dtype, tol, budget, seed):
+    """Random forests (shared system prompts, multi-turn growth, branches, rewrites, duplicates):
+    per-token logprobs, the loss and every parameter gradient equal the sample-at-a-time computation."""
     samples = forest(random.Random(seed))
     model = tiny_llama(dtype)
     loss_of = lambda lps: sum((torch.tensor(s.advantages, dtype=torch.float64) * lp).sum() for s, lp in zip(samples, lps)) / sum(len(lp) for lp in lps)
@@ -147,7 +186,7 @@ def test_merged_equals_unmerged(dtype, tol, budget, seed):
     grads_sep = {n: p.grad.clone() for n, p in model.named_parameters()}
 
     model.zero_grad()
-    mer = packed_logprobs(model, samples, budget)
+    mer = merged_logprobs(model, samples, budget, attention)
     loss_mer = loss_of(mer)
     loss_mer.backward()
 
@@ -159,28 +198,80 @@ def test_merged_equals_unmerged(dtype, tol, budget, seed):
 
 
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)])
-@pytest.mark.parametrize("seed", [0, 3])
-def test_ancestor_only_attention_equals_unmerged(dtype, tol, seed):
-    from forge_cli.train.tree_attention import supports, tree_logprobs
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10**6), budget=st.sampled_from([4, 8, 16, 40]))
+def test_prefix_reuse_equals_unmerged(dtype, tol, budget, seed):
+    """Trees split into trunks whose keys/values (and gradients) are reused across micro-batches:
+    the loss and every parameter gradient equal the sample-at-a-time computation."""
+    from types import SimpleNamespace
+
+    from forge_cli.train.step import policy_loss_backward
 
     samples = forest(random.Random(seed))
     model = tiny_llama(dtype)
-    assert supports(model)
+    n = sum(len(s.tokens) - s.prompt_len for s in samples)
     model.zero_grad()
-    sep = separate_logprobs(model, samples)
-    loss_sep = sum((torch.tensor(s.advantages, dtype=torch.float64) * lp).sum() for s, lp in zip(samples, sep))
+    loss_sep = -sum((torch.tensor(s.advantages, dtype=torch.float64) * lp).sum() for s, lp in zip(samples, separate_logprobs(model, samples))) / n
     loss_sep.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    grads_sep = {k: p.grad.clone() for k, p in model.named_parameters()}
     model.zero_grad()
-    logp, terms = tree_logprobs(model, samples)
-    loss_tree = (torch.tensor(terms["advantage"], dtype=logp.dtype) * logp).sum()
-    loss_tree.backward()
-    flat_sep = torch.cat(sep)
-    order = [t for i in range(len(samples)) for t in range(len(terms["sample"])) if terms["sample"][t] == i]
-    assert torch.allclose(flat_sep, logp[order].to(torch.float64), rtol=tol, atol=tol)
-    assert torch.allclose(loss_sep, loss_tree.to(torch.float64), rtol=tol, atol=tol)
-    for n, p in model.named_parameters():
-        assert torch.allclose(grads[n], p.grad, rtol=tol * 10, atol=tol * 10), n
+    cfg = SimpleNamespace(type="reinforce", eps_low=1e6, eps_high=0.28, token_mask=False)
+    stats = policy_loss_backward(model, samples, cfg, budget=budget, attention="tree", split="reuse")
+    assert stats.packed_tokens == unique_tokens(samples)  # nothing recomputed
+    assert stats.loss == pytest.approx(float(loss_sep), rel=tol, abs=tol)
+    for k, p in model.named_parameters():
+        assert torch.allclose(grads_sep[k], p.grad, rtol=tol * 10, atol=tol), k
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 10**6), budget=st.sampled_from([None, 8, 24]))
+def test_tree_plan_matches_the_mask(seed, budget):
+    """Each run's queries see exactly the keys the dense tree mask allows: its ancestor runs' keys
+    and its own earlier ones."""
+    from forge_cli.train.tree_attention import TreePlan
+
+    for b in pack(forest(random.Random(seed)), budget):
+        mask = b.attention_mask()[0, 0]
+        plan = TreePlan.from_subtree_end(b.subtree_end)
+        assert plan.runs[0][0] == 0 and plan.runs[-1][1] == len(b) and all(x[1] == y[0] for x, y in zip(plan.runs, plan.runs[1:]))
+        for (s, e), idx in zip(plan.runs, plan.ancestors):
+            ancestors = [] if idx is None else idx.tolist()
+            for q in range(s, e):
+                assert mask[q].nonzero().flatten().tolist() == ancestors + list(range(s, q + 1))
+
+
+@pytest.mark.parametrize("prefix_len", [0, 5])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_portable_tree_attention_equals_the_cpu_kernel_path(dtype, prefix_len):
+    """The SDPA path other devices take gives the CPU flash path's outputs and gradients (with and
+    without a reused prefix's keys)."""
+    from forge_cli.train.tree_attention import TreePlan, _tree_sdpa, _TreeFlashCPU
+
+    [b] = pack(forest(random.Random(11), n_groups=4), None)
+    plan = TreePlan.from_subtree_end(b.subtree_end, prefix_len=prefix_len)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 3, len(b), 8, generator=g, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(1, 3, prefix_len + len(b), 8, generator=g, dtype=dtype, requires_grad=True) for _ in range(2))
+    dout = torch.randn(1, 3, len(b), 8, generator=g, dtype=dtype)
+    results = []
+    for fn in (lambda: _TreeFlashCPU.apply(q, k, v, plan, 0.3), lambda: _tree_sdpa(q, k, v, plan, 0.3)):
+        out = fn()
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        results.append((out, *grads))
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    for a, c in zip(*results):
+        assert torch.allclose(a, c, rtol=tol, atol=tol)
+
+
+def test_tree_attention_refuses_what_it_cannot_do_exactly():
+    from forge_cli.train.tree_attention import TreePlan, tree_attention_forward
+
+    q = torch.zeros(1, 2, 3, 4)
+    plan = TreePlan.from_subtree_end([3, 3, 3])
+    with pytest.raises(ForgeError, match="sliding-window"):
+        tree_attention_forward(None, q, q, q, None, tree_plan=plan, sliding_window=2)
+    with pytest.raises(ForgeError, match="tree_plan"):
+        tree_attention_forward(None, q, q, q, None)
 
 
 @pytest.mark.gpu
@@ -201,7 +292,7 @@ def test_flex_attention_block_mask_equals_unmerged_on_cuda(budget):
     flex.to("cuda")
     got = []
     for b in pack(samples, budget):
-        values = packed_logprobs(flex, b)
+        values = packed_logprobs(flex, b, attention="flex")
         values.sum().backward()  # the backward pass exists on CUDA
         got += list(zip(b.sample, [b.position_ids[p] for p in b.predictor], values.detach().cpu().tolist()))
     got.sort()

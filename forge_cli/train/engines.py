@@ -7,30 +7,53 @@ loss is normalised by the *global* count of output tokens and scaled by the worl
 DeepSpeed averages gradients over ranks — so the update equals the one-process update on the
 whole batch. The torch optimizer is handed to DeepSpeed as is, so no op needs compiling; compiled
 ops DeepSpeed may still build are cached under ``$FORGE_HOME/torch_extensions``.
+
+Precision: ``auto`` is bf16 mixed precision on a GPU that supports it (torch: autocast over fp32
+master weights; DeepSpeed: its ``bf16`` mode) and float32 everywhere else; ``bf16`` forces autocast
+(on CPU too, where it is slower on most chips), ``fp32`` turns it off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Sequence
 
 import torch
 
+from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Sample
+from forge_cli.train.prefix_tree import pack
 from forge_cli.train.step import StepStats, policy_loss_backward
+
+
+def resolve_precision(precision: str, device: Any) -> str:
+    """``auto`` → ``bf16`` on a CUDA device that supports it, else ``fp32``."""
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ForgeError(f"unknown precision {precision!r}: choose auto, fp32 or bf16")
+    if precision != "auto":
+        return precision
+    device = torch.device(device)
+    return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
 
 
 class TorchEngine:
     name = "torch"
 
-    def __init__(self, model: Any, lr: float, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0) -> None:
+    def __init__(self, model: Any, lr: float, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
+                 precision: str = "auto") -> None:
         self.model = model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         self.max_grad_norm = max_grad_norm
+        self.device = next(model.parameters()).device
+        self.precision = resolve_precision(precision, self.device)
 
     def step(self, samples: Sequence[Sample], loss_cfg: Any, **kw: Any) -> StepStats:
         self.optimizer.zero_grad(set_to_none=True)
-        stats = policy_loss_backward(self.model, samples, loss_cfg, **kw)
+        autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.precision == "bf16"
+                    else contextlib.nullcontext())
+        with autocast:  # weights and optimizer stay float32; matmuls run in bf16
+            stats = policy_loss_backward(self.model, samples, loss_cfg, **kw)
         if self.max_grad_norm is not None:
             stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
         self.optimizer.step()
@@ -43,7 +66,8 @@ class TorchEngine:
 class DeepSpeedEngine:
     name = "deepspeed"
 
-    def __init__(self, model: Any, lr: float, zero_stage: int = 1, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0) -> None:
+    def __init__(self, model: Any, lr: float, zero_stage: int = 1, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
+                 precision: str = "auto") -> None:
         from forge_cli.paths import forge_home
 
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(forge_home() / "torch_extensions"))
@@ -63,6 +87,10 @@ class DeepSpeedEngine:
         }
         if max_grad_norm is not None:
             config["gradient_clipping"] = max_grad_norm
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.precision = resolve_precision(precision, device)
+        if self.precision == "bf16":
+            config["bf16"] = {"enabled": True}
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self.model = self.engine.module
         self.zero_stage = zero_stage
@@ -72,19 +100,43 @@ class DeepSpeedEngine:
     def step(self, samples: Sequence[Sample], loss_cfg: Any, **kw: Any) -> StepStats:
         """One update on the global batch ``samples`` (this rank trains on every world-th sample)."""
         mine = list(samples)[self.rank :: self.world]
-        n_global = sum(len(s.tokens) - s.prompt_len for s in samples)
-        n_mine = sum(len(s.tokens) - s.prompt_len for s in mine)
+        n_out = sum(len(s.tokens) - s.prompt_len for s in samples)
+        n_global = max(n_out, 1)
+        n_mine = max(sum(len(s.tokens) - s.prompt_len for s in mine), 1)
         scale = self.world * n_mine / n_global  # policy_loss_backward divides by n_mine
 
-        def backward(loss: torch.Tensor) -> None:
-            self.engine.backward(loss * scale)
+        def backward(loss: torch.Tensor, last: bool) -> None:
+            # several backward calls, one optimizer step: DeepSpeed reduces and steps at the boundary only
+            self.engine.set_gradient_accumulation_boundary(last)
+            # We run the module itself, not engine.forward, and a trunk's backward comes after its
+            # dependants' forwards; ZeRO-3 starts accumulating (not overwriting) partitioned gradients
+            # only after this flag is cleared — engine.forward does it per forward, we do it per backward.
+            clear = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
+            if clear is not None:
+                clear()
+            self.engine.backward(loss)
 
-        stats = policy_loss_backward(self.model, mine, loss_cfg, backward=backward, **kw)
+        # Every rank must reach the accumulation boundary. ZeRO-2 reduces gradients in every backward
+        # and ZeRO-3 also gathers parameters in every forward, collectively, so there ranks must run
+        # the same sequence of passes: split trees are recomputed (forward, backward, forward, …) and
+        # every rank pads to the largest count of micro-batches. ZeRO-1 reduces at the boundary only.
+        split = kw.pop("split", "auto")
+        minimum = 1
+        if self.zero_stage >= 2 and self.world > 1:
+            if split == "reuse":
+                raise ForgeError(f"split = 'reuse' cannot run under ZeRO-{self.zero_stage} on several ranks (their "
+                                 "forward/backward order differs); use 'recompute' or 'auto'")
+            split = "recompute"
+            count = torch.tensor([len(pack(mine, kw.get("budget"), reuse_prefix=False))])
+            torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MAX)
+            minimum = int(count)
+        stats = policy_loss_backward(self.model, mine, loss_cfg, backward=backward, loss_scale=scale, split=split,
+                                     min_micro_batches=minimum, **kw)
         self.engine.step()
         total = torch.tensor([stats.loss * n_mine / n_global], dtype=torch.float64)
         torch.distributed.all_reduce(total)
         stats.loss = float(total)
-        stats.tokens = n_global
+        stats.tokens = n_out
         return stats
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -104,6 +156,4 @@ def make_train_engine(kind: str, model: Any, lr: float, **kw: Any) -> Any:
         return TorchEngine(model, lr, **kw)
     if kind == "deepspeed":
         return DeepSpeedEngine(model, lr, **kw)
-    from forge_cli.errors import ForgeError
-
     raise ForgeError(f"unknown train engine {kind!r}: choose torch or deepspeed")

@@ -13,10 +13,20 @@ position whose logits predict ``target`` — the previous token of that sample, 
 token of a branch is the last token of its parent node. Reducing these terms exactly as the
 unmerged batch would gives the same loss and gradients.
 
-A tree larger than the micro-batch token budget is split at branch points; each part carries
-its own copy of the shared ancestor chain (recomputed), and the chain's loss terms are counted in
-the first part only. Nothing is truncated or dropped: a single path longer than the budget goes
-into a micro-batch of its own.
+A tree larger than the micro-batch token budget is split at branch points, in one of two ways
+(DESIGN.md §5 asks for both, measured in ``benchmarks/prefix_tree.py``):
+
+- *recompute* (default; any attention): each part carries its own copy of the shared ancestor
+  chain, whose loss terms are counted in the first part only; a single path longer than the
+  budget goes into a micro-batch of its own;
+- *reuse* (``reuse_prefix=True``; tree attention only): the node that does not fit becomes a
+  *trunk* micro-batch of its own, and the parts under it carry no copy — ``prefix`` names the
+  trunks whose keys/values precede them, which the trainer keeps (with their graph) and feeds to
+  each part's attention, sending the parts' gradients back through them. Each token is computed
+  once, and a path (even a single node) longer than the budget is cut into trunks, so every
+  micro-batch stays within the budget.
+
+Nothing is truncated or dropped.
 """
 
 from __future__ import annotations
@@ -40,9 +50,25 @@ class Node:
         return self.size
 
 
-def build_trie(samples: Sequence[Sample]) -> tuple[Node, list[list[tuple[Node, int]]]]:
-    """A radix trie of all samples under a virtual root; and, per sample, for each of its tokens,
-    (node, offset in node)."""
+def _common_prefix(a: list[int], b: list[int], start: int) -> int:
+    """Length of the common prefix of ``a`` and ``b[start:]``, by slice comparisons (C speed)."""
+    n = min(len(a), len(b) - start)
+    if a[:n] == b[start : start + n]:
+        return n
+    lo, hi = 0, n  # a[:lo] matches, a[:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[start : start + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def build_trie(samples: Sequence[Sample], max_node_len: int | None = None) -> tuple[Node, list[list[Node]]]:
+    """A radix trie of all samples under a virtual root; and, per sample, the nodes its tokens run
+    through, in order (``locate`` finds the node of one token). ``max_node_len`` cuts longer nodes
+    into chains of nodes of at most that many tokens."""
     root = Node(tokens=[], depth=0)
     for s in samples:
         node, i, toks = root, 0, list(s.tokens)
@@ -51,28 +77,43 @@ def build_trie(samples: Sequence[Sample]) -> tuple[Node, list[list[tuple[Node, i
             if child is None:
                 node.children[toks[i]] = Node(tokens=toks[i:], depth=i)
                 break
-            # walk along child's run
-            k = 0
-            while k < len(child.tokens) and i + k < len(toks) and child.tokens[k] == toks[i + k]:
-                k += 1
+            k = _common_prefix(child.tokens, toks, i)
             if k < len(child.tokens):  # split the child at k
                 tail = Node(tokens=child.tokens[k:], depth=child.depth + k, children=child.children)
                 child.tokens = child.tokens[:k]
                 child.children = {tail.tokens[0]: tail}
             node, i = child, i + k
+    if max_node_len is not None:
+        stack = list(root.children.values())
+        while stack:
+            node = stack.pop()
+            if len(node.tokens) > max_node_len:
+                tail = Node(tokens=node.tokens[max_node_len:], depth=node.depth + max_node_len, children=node.children)
+                node.tokens = node.tokens[:max_node_len]
+                node.children = {tail.tokens[0]: tail}
+            stack.extend(node.children.values())
     paths = []
     for s in samples:
-        path: list[tuple[Node, int]] = []
-        node, i, toks = root, 0, list(s.tokens)
+        path: list[Node] = []
+        node, i, toks = root, 0, s.tokens
         while i < len(toks):
             node = node.children[toks[i]]
-            for off in range(len(node.tokens)):
-                if i + off >= len(toks):
-                    break
-                path.append((node, off))
+            path.append(node)
             i += len(node.tokens)
         paths.append(path)
     return root, paths
+
+
+def locate(path: list[Node], j: int) -> tuple[Node, int]:
+    """(node, offset in node) of token ``j`` of the sample whose ``path`` this is."""
+    lo, hi = 0, len(path)
+    while hi - lo > 1:  # the last node whose depth is <= j
+        mid = (lo + hi) // 2
+        if path[mid].depth <= j:
+            lo = mid
+        else:
+            hi = mid
+    return path[lo], j - path[lo].depth
 
 
 @dataclass
@@ -89,6 +130,10 @@ class Packed:
     old_logprob: list[float] = field(default_factory=list)
     advantage: list[float] = field(default_factory=list)
     weight: list[float] = field(default_factory=list)
+    # prefix reuse (``pack(..., reuse_prefix=True)``)
+    prefix: tuple[int, ...] = ()  # earlier trunk micro-batches (root first) whose tokens are ancestors of all of these
+    prefix_len: int = 0  # their tokens, in all
+    trunk: bool = False  # later micro-batches attend to this one's keys/values
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -97,6 +142,10 @@ class Packed:
         """``mask[q, k] = k <= q < subtree_end[k]`` (True = may attend), as SDPA takes it."""
         import torch
 
+        if self.prefix:
+            from forge_cli.errors import ForgeError
+
+            raise ForgeError("a micro-batch that reuses a prefix's keys/values needs tree attention, not a dense mask")
         T = len(self.tokens)
         idx = torch.arange(T)
         end = torch.tensor(self.subtree_end)
@@ -112,6 +161,8 @@ class _Part:
     chain: list[Node]
     subtrees: list[Node]
     owns: set[int]
+    prefix: tuple[int, ...] = ()  # reuse mode: indices of the trunk micro-batches above this part
+    trunk: bool = False
 
     def size(self) -> int:
         return sum(len(n.tokens) for n in self.chain) + sum(s.size for s in self.subtrees)
@@ -149,21 +200,36 @@ def _split(node: Node, chain: list[Node], budget: int, claimed: set[int]) -> lis
     return parts
 
 
-def pack(samples: Sequence[Sample], budget: int | None = None, weights: Sequence[float] | None = None) -> list[Packed]:
-    """Merge ``samples`` into prefix trees and pack them into micro-batches of at most ``budget``
-    tokens (``None``: one micro-batch). ``weights[i]`` scales every term of sample ``i`` (default 1)."""
-    if not samples:
-        return []
-    weights = list(weights) if weights is not None else [1.0] * len(samples)
-    root, paths = build_trie(samples)
-    for child in root.children.values():
-        child.subtree_size()
-    limit = budget if budget is not None else sum(c.size for c in root.children.values())
-    parts: list[_Part] = []
-    claimed: set[int] = set()
-    for child in root.children.values():
-        parts.extend(_split(child, [], limit, claimed))
-    # first-fit, in order, parts into micro-batches
+def _split_reuse(node: Node, prefix: tuple[int, ...], budget: int, out: list[_Part]) -> None:
+    """Reuse mode, for ``node`` whose subtree does not fit: ``node`` (and the single-child nodes
+    below it that do not fit either, while the trunk fits) becomes a trunk micro-batch; its children
+    that fit are binned into parts under it, the others recurse. ``out`` is in execution order:
+    a trunk comes before everything that attends to it."""
+    trunk, size = [node], len(node.tokens)
+    while len(trunk[-1].children) == 1:
+        (child,) = trunk[-1].children.values()
+        if child.size <= budget or size + len(child.tokens) > budget:
+            break
+        trunk.append(child)
+        size += len(child.tokens)
+    out.append(_Part(trunk, [], {id(n) for n in trunk}, prefix, trunk=True))
+    under = prefix + (len(out) - 1,)
+    current: list[Node] = []
+    used = 0
+    for child in trunk[-1].children.values():
+        if child.size > budget:
+            _split_reuse(child, under, budget, out)
+            continue
+        if current and used + child.size > budget:
+            out.append(_Part([], current, set(), under))
+            current, used = [], 0
+        current.append(child)
+        used += child.size
+    if current:
+        out.append(_Part([], current, set(), under))
+
+
+def _first_fit(parts: list[_Part], limit: int) -> list[list[_Part]]:
     bins: list[list[_Part]] = []
     sizes: list[int] = []
     for part in parts:
@@ -176,16 +242,54 @@ def pack(samples: Sequence[Sample], budget: int | None = None, weights: Sequence
         else:
             bins.append([part])
             sizes.append(n)
-    # which sample tokens need terms: per node, the samples (and their token indices) through it
-    needs: dict[int, list[tuple[int, int, int]]] = {}  # id(node) -> (sample, token index j, offset)
+    return bins
+
+
+def pack(samples: Sequence[Sample], budget: int | None = None, weights: Sequence[float] | None = None,
+         reuse_prefix: bool = False) -> list[Packed]:
+    """Merge ``samples`` into prefix trees and pack them into micro-batches of at most ``budget``
+    tokens (``None``: one micro-batch), in execution order. ``weights[i]`` scales every term of
+    sample ``i`` (default 1). ``reuse_prefix``: split oversized trees into trunks whose keys/values
+    later micro-batches reuse, instead of recomputing the shared chain in each part."""
+    if not samples:
+        return []
+    weights = list(weights) if weights is not None else [1.0] * len(samples)
+    root, paths = build_trie(samples, max_node_len=budget if reuse_prefix else None)
+    for child in root.children.values():
+        child.subtree_size()
+    limit = budget if budget is not None else sum(c.size for c in root.children.values())
+    if reuse_prefix:
+        small = [_Part([], [c], set()) for c in root.children.values() if c.size <= limit]
+        bins = _first_fit(small, limit)  # whole trees that fit: no prefix, any order
+        chained: list[_Part] = []
+        for child in root.children.values():
+            if child.size > limit:
+                _split_reuse(child, (), limit, chained)
+        shift = len(bins)
+        for part in chained:
+            part.prefix = tuple(i + shift for i in part.prefix)
+            bins.append([part])
+    else:
+        parts: list[_Part] = []
+        claimed: set[int] = set()
+        for child in root.children.values():
+            parts.extend(_split(child, [], limit, claimed))
+        bins = _first_fit(parts, limit)
+    # loss terms go where their predictor is: per node, the (sample, target index j, predictor offset)
+    needs: dict[int, list[tuple[int, int, int]]] = {}
     for i, (s, path) in enumerate(zip(samples, paths)):
-        for j, (node, off) in enumerate(path):
-            if j >= s.prompt_len:
-                needs.setdefault(id(node), []).append((i, j, off))
-    return [_layout(b, samples, paths, needs, weights) for b in bins]
+        for j in range(s.prompt_len, len(s.tokens)):
+            node, off = locate(path, j - 1)
+            needs.setdefault(id(node), []).append((i, j, off))
+    out = [_layout(b, samples, needs, weights) for b in bins]
+    for b, packed in zip(bins, out):
+        if b[0].trunk or b[0].prefix:
+            packed.trunk, packed.prefix = b[0].trunk, b[0].prefix
+            packed.prefix_len = sum(len(out[t]) for t in packed.prefix)
+    return out
 
 
-def _layout(parts: list[_Part], samples: Sequence[Sample], paths, needs, weights) -> Packed:
+def _layout(parts: list[_Part], samples: Sequence[Sample], needs, weights) -> Packed:
     out = Packed()
     for part in parts:
         where: dict[int, int] = {}  # id(node) -> packed start, for this part
@@ -216,18 +320,15 @@ def _layout(parts: list[_Part], samples: Sequence[Sample], paths, needs, weights
             start = where[id(node)]
             for p in range(start, start + len(node.tokens)):
                 out.subtree_end[p] = part_end
-        # loss terms for tokens laid out in this part
+        # loss terms whose predictor is laid out in this part (a chain copy counts only where owned)
         laid = [(n, True) for n in part.chain] + [(n, False) for n in laid_out]
         for node, in_chain in laid:
             if in_chain and id(node) not in part.owns:
                 continue
             for i, j, off in needs.get(id(node), []):
-                prev_node, prev_off = paths[i][j - 1]
-                if id(prev_node) not in where:
-                    raise AssertionError("a predictor is missing from its part")  # the split keeps ancestors
                 s = samples[i]
-                out.predictor.append(where[id(prev_node)] + prev_off)
-                out.target.append(node.tokens[off])
+                out.predictor.append(where[id(node)] + off)
+                out.target.append(s.tokens[j])
                 out.sample.append(i)
                 out.old_logprob.append(float(s.old_logprobs[j - s.prompt_len]))
                 out.advantage.append(float(s.advantages[j - s.prompt_len]))

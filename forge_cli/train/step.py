@@ -3,8 +3,8 @@
     terms  = pack(samples, budget)                   # micro-batches of packed trees
     N      = Σ_i |o_i|                               # logical output tokens, whole batch
     for each micro-batch:
-        logits = model(tokens, tree mask, depth)     # [1, T, V]
-        logp   = log_softmax(logits[predictor] / T)[target]      # [n_terms]
+        logits = model(tokens, tree, depth)[predictor]   # [n_terms, V]; attention over ancestors only
+        logp   = log_softmax(logits / T)[target]     # [n_terms]
         loss   = Σ LOSS(logp, old_logp, Â) · weight / N           # the same sum as unmerged
         loss.backward()                              # gradients accumulate across micro-batches
     optimizer.step()
@@ -17,26 +17,69 @@ from typing import Any, Sequence
 
 import torch
 
+from forge_cli.errors import ForgeError
 from forge_cli.train.loss import LOSSES
 from forge_cli.pool.types import Sample
 from forge_cli.train.prefix_tree import Packed, pack
 
 
-def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0) -> torch.Tensor:
-    """``log_softmax(logits / T)`` of every loss term's target, from one packed forward. ``[n_terms]``"""
+def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attention: str = "auto", *,
+                    prefix_kv: dict | None = None, capture: dict | None = None) -> torch.Tensor:
+    """``log_softmax(logits / T)`` of every loss term's target, from one packed forward. ``[n_terms]``
+
+    ``attention`` (see :func:`attention_mode`): ``"tree"`` — ancestor pairs only
+    (:mod:`.tree_attention`); ``"flex"`` — FlexAttention's block-sparse mask (CUDA); ``"dense"`` —
+    a ``[1, 1, T, T]`` boolean mask through the model's own attention (any model, every pair computed).
+    Tree attention only: ``prefix_kv`` holds, per layer, the keys/values of ``batch.prefix``;
+    ``capture`` (a dict) receives this batch's own per-layer keys/values.
+    """
     device = next(model.parameters()).device
     ids = torch.tensor([batch.tokens], device=device)
-    positions = torch.tensor([batch.position_ids], device=device)
-    if getattr(model.config, "_attn_implementation", None) == "flex_attention":
-        mask = flex_block_mask(batch, device)  # block-sparse: only ancestor blocks are computed
+    positions = torch.tensor([batch.position_ids], device=device)  # depth in the tree = position in the sample
+    predictor = torch.tensor(batch.predictor, device=device, dtype=torch.long)
+    target = torch.tensor(batch.target, device=device, dtype=torch.long)
+    mode = attention_mode(model, attention)
+    # logits only at the predictor rows: T × V shrinks to n_terms × V before the lm_head
+    kw = dict(input_ids=ids, position_ids=positions, logits_to_keep=predictor)
+    if mode == "tree":
+        from forge_cli.train.tree_attention import TreePlan, tree_attention
+
+        if getattr(model, "is_gradient_checkpointing", False):
+            raise ForgeError("tree attention cannot run under gradient checkpointing (the recomputed forward would "
+                             "not see the tree); set train.attention = 'dense'")
+        plan = TreePlan.from_subtree_end(batch.subtree_end, device, batch.prefix_len)
+        plan.prefix_kv, plan.capture = prefix_kv, capture
+        with tree_attention(model):
+            logits = model(**kw, tree_plan=plan).logits[0]  # [n_terms, V]
+        layers = getattr(model.config, "num_hidden_layers", None)
+        if not plan.layers_seen or (layers is not None and len(plan.layers_seen) != layers):
+            raise ForgeError(f"{type(model).__name__} did not route every layer's attention through transformers' "
+                             "AttentionInterface, so the tree mask was not applied; set train.attention = 'dense'")
+    elif batch.prefix:
+        raise ForgeError(f"reusing a prefix's keys/values needs tree attention, not {mode!r}")
+    elif mode == "flex":
+        logits = model(**kw, attention_mask=flex_block_mask(batch, device)).logits[0]
     else:
-        mask = batch.attention_mask().to(device)  # [1, 1, T, T] bool: ancestors-or-self, causal
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[0]  # [T, V]
-    predictor = torch.tensor(batch.predictor, device=device)
-    target = torch.tensor(batch.target, device=device)
-    # only the predictor rows are needed: T × V logits shrink to n_terms × V before the softmax
-    rows = logits.index_select(0, predictor).float() if logits.dtype in (torch.float16, torch.bfloat16) else logits.index_select(0, predictor)
-    return torch.log_softmax(rows / temperature, dim=-1).gather(-1, target[:, None])[:, 0]
+        logits = model(**kw, attention_mask=batch.attention_mask().to(device)).logits[0]  # ancestors-or-self, causal
+    if logits.shape[0] != len(batch.predictor):  # a model that ignores a tensor logits_to_keep: [T, V]
+        logits = logits.index_select(0, predictor)
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return torch.log_softmax(logits / temperature, dim=-1).gather(-1, target[:, None])[:, 0]
+
+
+def attention_mode(model: Any, attention: str = "auto") -> str:
+    """``"auto"`` → ``"flex"`` for a model loaded with FlexAttention, else ``"tree"`` where the model
+    dispatches through transformers' AttentionInterface, else ``"dense"``."""
+    if attention not in ("auto", "tree", "flex", "dense"):
+        raise ForgeError(f"unknown attention mode {attention!r}: choose auto, tree, flex or dense")
+    if attention != "auto":
+        return attention
+    if getattr(model.config, "_attn_implementation", None) == "flex_attention":
+        return "flex"
+    from forge_cli.train import tree_attention
+
+    return "tree" if tree_attention.supports(model) else "dense"
 
 
 def flex_block_mask(batch: Packed, device: Any):
@@ -65,56 +108,105 @@ class StepStats:
     mean_ratio: float | None = None
 
 
+@dataclass
+class _Trunk:
+    """A micro-batch whose keys/values later micro-batches attend to (``pack(..., reuse_prefix=True)``)."""
+
+    index: int
+    loss: torch.Tensor  # its own terms' loss, graph kept until its dependants are done
+    kv: dict[int, tuple[torch.Tensor, torch.Tensor]]  # per layer, as computed (in the graph)
+    leaves: dict[int, tuple[torch.Tensor, torch.Tensor]]  # detached copies the dependants use; .grad collects theirs
+
+    def surrogate(self) -> torch.Tensor:
+        """``loss + Σ ⟨kv, ∂L_dependants/∂kv⟩``: a scalar whose gradient is the trunk's own plus exactly
+        what the dependants send back through its keys/values."""
+        total = self.loss
+        for layer, (k, v) in self.kv.items():
+            for computed, leaf in ((k, self.leaves[layer][0]), (v, self.leaves[layer][1])):
+                if leaf.grad is not None:
+                    total = total + (computed.float() * leaf.grad).sum()
+        return total
+
+
 def policy_loss_backward(
     model: Any, samples: Sequence[Sample], loss_cfg: Any, *, budget: int | None = None, temperature: float = 1.0,
-    attention: str = "auto", backward: Any = None,
+    attention: str = "auto", split: str = "auto", backward: Any = None, loss_scale: float = 1.0,
+    min_micro_batches: int = 0,
 ) -> StepStats:
     """Accumulate the loss's gradients over all micro-batches (no optimizer step).
 
-    ``backward(loss)`` defaults to ``loss.backward()``; a DeepSpeed engine passes its own.
-
-    ``attention``: ``"ancestors"`` runs each trie node as a segment attending to its ancestors'
-    cached keys/values (:mod:`.tree_attention`; Llama-family models), ``"dense"`` packs trees with
-    a boolean mask to ``budget``; ``"auto"`` takes the first where the model supports it.
+    ``budget`` caps the tokens of one micro-batch (``None``: the whole batch at once); ``attention``
+    is :func:`packed_logprobs`'. ``split`` — how a tree over the budget is split: ``"reuse"`` (its
+    shared part's keys/values are computed once and reused, tree attention only), ``"recompute"``
+    (each part recomputes the shared chain), ``"auto"`` (reuse where the attention allows).
+    ``backward(loss, last)`` defaults to ``loss.backward()``; it is called once per micro-batch,
+    ``last`` true on the final call (a DeepSpeed engine marks its accumulation boundary with it);
+    ``loss_scale`` multiplies every micro-batch's loss first. ``min_micro_batches`` pads with empty
+    forward/backward passes (zero loss) up to that many, for ranks that must stay in step.
     """
+    if split not in ("auto", "reuse", "recompute"):
+        raise ForgeError(f"unknown split {split!r}: choose auto, reuse or recompute")
+    mode = attention_mode(model, attention)
+    reuse = split == "reuse" or (split == "auto" and mode == "tree")
+    if reuse and mode != "tree":
+        raise ForgeError(f"split = 'reuse' needs tree attention, not {mode!r}")
     fn = LOSSES[loss_cfg.type]
-    n = sum(len(s.tokens) - s.prompt_len for s in samples)
-    backward = backward or (lambda loss: loss.backward())
-    from forge_cli.train import tree_attention
-
-    if attention == "ancestors" or (attention == "auto" and tree_attention.supports(model)):
-        logp, terms = tree_attention.tree_logprobs(model, samples, temperature)
-        like = dict(device=logp.device, dtype=logp.dtype)
-        old = torch.tensor(terms["old_logprob"], **like)
-        loss = fn(logp, old, torch.tensor(terms["advantage"], **like), loss_cfg).sum() / n
-        backward(loss)
-        from forge_cli.train.prefix_tree import unique_tokens
-
-        return StepStats(float(loss.detach()), n, unique_tokens(samples), 1,
-                         mean_ratio=float(torch.exp(logp.detach() - old).sum()) / max(n, 1))
+    n_out = sum(len(s.tokens) - s.prompt_len for s in samples)  # logical output tokens of the whole batch
+    n = max(n_out, 1)
     total, ratio_sum, packed_tokens = 0.0, 0.0, 0
-    batches = pack(samples, budget)
-    for batch in batches:
-        logp = packed_logprobs(model, batch, temperature)
+    batches = pack(samples, budget, reuse_prefix=reuse)
+    calls, n_calls = 0, max(len(batches), min_micro_batches)
+
+    def run_backward(loss: torch.Tensor) -> None:  # exactly one call per micro-batch
+        nonlocal calls
+        calls += 1
+        if backward is None:
+            loss.backward()
+        else:
+            backward(loss, calls == n_calls)
+
+    pending: list[_Trunk] = []  # trunks whose dependants are still to run, root first
+    for index, batch in enumerate(batches):
+        while pending and pending[-1].index not in batch.prefix:  # batches come in depth-first order
+            run_backward(pending.pop().surrogate())
+        if [t.index for t in pending] != list(batch.prefix):
+            raise AssertionError("micro-batches out of depth-first order")
+        prefix_kv = {layer: tuple(torch.cat([t.leaves[layer][i] for t in pending], dim=2) for i in (0, 1))
+                     for layer in pending[0].leaves} if pending else None
+        capture: dict | None = {} if batch.trunk else None
+        logp = packed_logprobs(model, batch, temperature, mode, prefix_kv=prefix_kv, capture=capture)  # [n_terms]
         like = dict(device=logp.device, dtype=logp.dtype)
         old = torch.tensor(batch.old_logprob, **like)
         adv = torch.tensor(batch.advantage, **like)
         weight = torch.tensor(batch.weight, **like)
         loss = (fn(logp, old, adv, loss_cfg) * weight).sum() / n
-        backward(loss)
+        if batch.trunk:
+            # float32 leaves: the gradients of every dependant accumulate in them
+            leaves = {layer: (k.detach().float().requires_grad_(), v.detach().float().requires_grad_())
+                      for layer, (k, v) in capture.items()}
+            pending.append(_Trunk(index, loss * loss_scale, capture, leaves))
+        else:
+            run_backward(loss * loss_scale)
         total += float(loss.detach())
         ratio_sum += float(torch.exp(logp.detach() - old).sum())
         packed_tokens += len(batch)
-    return StepStats(total, n, packed_tokens, len(batches), mean_ratio=ratio_sum / max(n, 1))
+    while pending:
+        run_backward(pending.pop().surrogate())
+    for _ in range(n_calls - len(batches)):  # padding: the same collectives, no gradient
+        device = next(model.parameters()).device
+        run_backward(model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), logits_to_keep=1).logits.sum() * 0.0)
+    return StepStats(total, n_out, packed_tokens, len(batches), mean_ratio=ratio_sum / n)
 
 
 def train_step(
     model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[Sample], loss_cfg: Any, *,
     budget: int | None = None, temperature: float = 1.0, max_grad_norm: float | None = 1.0, attention: str = "auto",
+    split: str = "auto",
 ) -> StepStats:
     """One optimizer step of the configured loss on ``samples``."""
     optimizer.zero_grad(set_to_none=True)
-    stats = policy_loss_backward(model, samples, loss_cfg, budget=budget, temperature=temperature, attention=attention)
+    stats = policy_loss_backward(model, samples, loss_cfg, budget=budget, temperature=temperature, attention=attention,
+                                 split=split)
     if max_grad_norm is not None:
         stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
     optimizer.step()

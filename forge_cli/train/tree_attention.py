@@ -1,95 +1,209 @@
-"""Prefix-tree forward that attends over ancestor pairs only (Llama-family models).
+"""Attention over a packed prefix tree that computes ancestor pairs only.
 
-The dense-mask layout of :mod:`.prefix_tree` computes every query × key pair of a micro-batch and
-masks most away, so attention work does not shrink with the tree. Here each trie node is run as
-its own segment, in depth-first order: its queries attend to the keys/values its ancestors
-already computed plus its own, with a lower-right causal mask, and gradients flow back through
-those cached keys/values. Attention work is then Σ_node |node| · depth — ancestor pairs only —
-and every other operation runs once per unique token.
+The model runs its own forward on the packed micro-batch — every linear layer, norm and MLP once
+per unique token, in big matrix products — and only its attention is replaced, through
+transformers' ``AttentionInterface``, by :func:`tree_attention_forward`. A dense tree mask would
+compute every query × key pair of the micro-batch and discard most of them; here attention work is
+``Σ_run |run| · depth``, the ancestor pairs, which is the least any exact method can do.
 
-Works for decoder layers shaped like transformers' Llama (``input_layernorm``, ``self_attn`` with
-``q/k/v/o_proj`` and rotary embeddings, ``post_attention_layernorm``, ``mlp``): Llama, Mistral,
-Qwen2. :func:`supports` says whether a model fits.
+A *run* is a maximal stretch of packed positions sharing ``subtree_end`` — a chain of trie nodes
+with no branching inside. Its queries see (a) every key of its ancestor runs, without a mask, and
+(b) its own keys, causally. On CPU the two parts are PyTorch's flash-attention kernels, merged by
+their log-sum-exp::
+
+    lse = logaddexp(lse_a, lse_b)
+    out = out_a · exp(lse_a − lse) + out_b · exp(lse_b − lse)
+
+and the backward pass calls each part's flash backward with the *merged* ``out`` and ``lse`` (the
+identity ring attention uses: the softmax of the whole row is then exact), adding the ancestor
+keys' gradients back with ``index_add_``. Nothing per-run is kept for backward — memory grows with
+unique tokens, not with ``Σ depth`` — and no mask is ever built. Elsewhere (CUDA without
+FlexAttention, other devices) the same runs go through autograd SDPA with a lower-right causal mask.
+
+Sliding-window, soft-capped and sink attention are refused with a clear error: use
+``attention="dense"`` for those models.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 import torch
 
-from forge_cli.pool.types import Sample
-from forge_cli.train.prefix_tree import Node, build_trie
+from forge_cli.errors import ForgeError
+
+ATTN_IMPLEMENTATION = "forge_tree"
+
+
+@dataclass
+class TreePlan:
+    """Where each run's queries are and which keys are its ancestors, for one packed micro-batch.
+
+    Keys are indexed ``[prefix keys | this micro-batch's keys]``: with ``prefix_len = P`` every run's
+    ancestors start with ``0 … P−1`` and its own keys are ``P + start … P + end − 1``.
+    """
+
+    runs: list[tuple[int, int]]  # [start, end) of each run's query positions, in packed order
+    ancestors: list[torch.Tensor | None]  # [A] LongTensor of ancestor key positions (None: a root run)
+    prefix_len: int = 0
+    # per layer (``module.layer_idx``): the reused prefix's (key, value) ``[1, Hkv, P, d]``, with gradient
+    prefix_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+    # when a dict: the (key, value) each layer computes here is recorded into it (a trunk's, for later reuse)
+    capture: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+    layers_seen: set = field(default_factory=set)  # layer_idx of every attention call (checked after the forward)
+
+    @classmethod
+    def from_subtree_end(cls, subtree_end: list[int], device: Any = "cpu", prefix_len: int = 0) -> "TreePlan":
+        P = prefix_len
+        runs: list[tuple[int, int]] = []
+        start = 0
+        for p in range(1, len(subtree_end) + 1):
+            if p == len(subtree_end) or subtree_end[p] != subtree_end[start]:
+                runs.append((start, p))
+                start = p
+        ancestors: list[torch.Tensor | None] = []
+        open_runs: list[tuple[int, int, int]] = []  # (start, end, subtree_end) of runs whose subtree is still open
+        for s, e in runs:
+            while open_runs and open_runs[-1][2] <= s:
+                open_runs.pop()
+            ranges = ([(0, P)] if P else []) + [(a + P, b + P) for a, b, _ in open_runs]
+            ancestors.append(torch.cat([torch.arange(a, b) for a, b in ranges]).to(device) if ranges else None)
+            open_runs.append((s, e, subtree_end[s]))
+        return cls(runs, ancestors, P)
+
+
+def _flash(q, k, v, causal: bool, scale: float):
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+
+
+def _flash_backward(dout, q, k, v, out, lse, causal: bool, scale: float):
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, causal, scale=scale)
+
+
+class _TreeFlashCPU(torch.autograd.Function):
+    """``q: [1, H, T, d]``, ``k, v: [1, H, P + T, d]`` (same head count) → ``out: [1, H, T, d]``,
+    ancestor pairs only."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan: TreePlan, scale: float):  # noqa: ANN001, ANN205 — autograd's signature
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = None
+        P = plan.prefix_len
+        for (s, e), idx in zip(plan.runs, plan.ancestors):
+            qr = q[:, :, s:e]
+            o, l = _flash(qr, k[:, :, P + s : P + e], v[:, :, P + s : P + e], True, scale)  # own keys, causal: o [1,H,L,d], l [1,H,L]
+            if idx is not None:
+                oa, la = _flash(qr, k.index_select(2, idx), v.index_select(2, idx), False, scale)  # ancestors: all
+                merged = torch.logaddexp(la, l)
+                o = oa * torch.exp(la - merged)[..., None] + o * torch.exp(l - merged)[..., None]
+                l = merged
+            if lse is None:
+                lse = l.new_empty(q.shape[:3])
+            out[:, :, s:e] = o
+            lse[:, :, s:e] = l
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.plan, ctx.scale = plan, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):  # noqa: ANN001, ANN205
+        q, k, v, out, lse = ctx.saved_tensors
+        dout = dout.contiguous()
+        # accumulate in float32 (an ancestor's key gradient sums over every descendant run)
+        acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        dq, dk, dv = (torch.zeros(t.shape, dtype=acc, device=t.device) for t in (q, k, v))
+        P = ctx.plan.prefix_len
+        for (s, e), idx in zip(ctx.plan.runs, ctx.plan.ancestors):
+            qr, dor, outr, lser = q[:, :, s:e], dout[:, :, s:e], out[:, :, s:e], lse[:, :, s:e]
+            gq, gk, gv = _flash_backward(dor, qr, k[:, :, P + s : P + e], v[:, :, P + s : P + e], outr, lser, True, ctx.scale)
+            dq[:, :, s:e] += gq
+            dk[:, :, P + s : P + e] += gk
+            dv[:, :, P + s : P + e] += gv
+            if idx is not None:
+                gq, gk, gv = _flash_backward(dor, qr, k.index_select(2, idx), v.index_select(2, idx), outr, lser, False, ctx.scale)
+                dq[:, :, s:e] += gq
+                dk.index_add_(2, idx, gk.to(acc))
+                dv.index_add_(2, idx, gv.to(acc))
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+
+
+def _tree_sdpa(q, k, v, plan: TreePlan, scale: float) -> torch.Tensor:
+    """The portable path: per run, SDPA over gathered ancestor keys + own keys, lower-right causal."""
+    outs = []
+    P = plan.prefix_len
+    for (s, e), idx in zip(plan.runs, plan.ancestors):
+        keys, values = k[:, :, P + s : P + e], v[:, :, P + s : P + e]
+        if idx is not None:
+            keys = torch.cat([k.index_select(2, idx), keys], dim=2)
+            values = torch.cat([v.index_select(2, idx), values], dim=2)
+        L, A = e - s, keys.shape[2] - (e - s)
+        mask = (torch.arange(L, device=q.device)[:, None] + A) >= torch.arange(A + L, device=q.device)[None, :]
+        outs.append(torch.nn.functional.scaled_dot_product_attention(q[:, :, s:e], keys, values, attn_mask=mask, scale=scale))
+    return torch.cat(outs, dim=2)
+
+
+def tree_attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                           attention_mask: Any, dropout: float = 0.0, scaling: float | None = None,
+                           tree_plan: TreePlan | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: ``query [1, H, T, d]``, ``key/value [1, Hkv, T, d]``
+    → ``([1, T, H, d], None)``."""
+    if tree_plan is None:
+        raise ForgeError("tree attention needs a tree_plan: run the model through forge_cli.train.step.packed_logprobs")
+    for unsupported in ("sliding_window", "softcap", "s_aux"):
+        if kwargs.get(unsupported) is not None:
+            raise ForgeError(f"tree attention does not support {unsupported.replace('_', '-')} attention; set train.attention = 'dense'")
+    if dropout:
+        raise ForgeError("tree attention does not support attention dropout; set the model's attention_dropout to 0")
+    if query.shape[0] != 1:
+        raise ForgeError("tree attention takes one packed sequence (batch size 1)")
+    layer = getattr(module, "layer_idx", None)
+    if layer is None and (tree_plan.capture is not None or tree_plan.prefix_len):
+        raise ForgeError("reusing a prefix's keys/values needs attention modules with a layer_idx; set train.split = 'recompute'")
+    tree_plan.layers_seen.add(layer)
+    if tree_plan.capture is not None:
+        tree_plan.capture[layer] = (key, value)
+    if tree_plan.prefix_len:
+        prefix_key, prefix_value = tree_plan.prefix_kv[layer]  # type: ignore[index]
+        # the prefix leaves may be float32 (their gradients accumulate there); attend in the layer's dtype
+        key = torch.cat([prefix_key.to(key.dtype), key], dim=2)
+        value = torch.cat([prefix_value.to(value.dtype), value], dim=2)
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:  # grouped-query attention: repeat K/V heads (autograd sums their gradients back)
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+    if query.device.type == "cpu":
+        out = _TreeFlashCPU.apply(query, key, value, tree_plan, scale)
+    else:
+        out = _tree_sdpa(query, key, value, tree_plan, scale)
+    return out.transpose(1, 2).contiguous(), None
+
+
+@contextmanager
+def tree_attention(model: Any) -> Iterator[None]:
+    """Run ``model`` with :func:`tree_attention_forward` inside the block (restored afterwards)."""
+    from transformers import AttentionInterface
+
+    if ATTN_IMPLEMENTATION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTN_IMPLEMENTATION, tree_attention_forward)
+    configs = [m.config for m in model.modules() if hasattr(m, "config") and hasattr(m.config, "_attn_implementation_internal")]
+    configs = list({id(c): c for c in configs}.values())
+    before = [c._attn_implementation_internal for c in configs]
+    for c in configs:
+        c._attn_implementation_internal = ATTN_IMPLEMENTATION
+    try:
+        yield
+    finally:
+        for c, b in zip(configs, before):
+            c._attn_implementation_internal = b
 
 
 def supports(model: Any) -> bool:
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if inner is None or not layers or not hasattr(inner, "rotary_emb") or not hasattr(model, "lm_head"):
+    """Whether ``model`` dispatches its attention through transformers' AttentionInterface."""
+    can = getattr(model, "_can_set_attn_implementation", None)
+    try:
+        return bool(can()) if callable(can) else False
+    except Exception:  # noqa: BLE001 — a model that cannot say cannot be switched
         return False
-    attn = getattr(layers[0], "self_attn", None)
-    return all(hasattr(attn, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling")) and not hasattr(attn, "q_norm")
-
-
-def tree_logprobs(model: Any, samples: Sequence[Sample], temperature: float = 1.0) -> tuple[torch.Tensor, dict[str, list]]:
-    """``log_softmax(logits / T)`` of every output token of every sample, and the terms they belong to.
-
-    Returns ``(logp [n_terms], terms)`` where ``terms`` has lists ``sample``, ``old_logprob``,
-    ``advantage`` aligned with ``logp`` (one entry per output token, shared tokens included).
-    """
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    inner = model.model
-    device = next(model.parameters()).device
-    root, paths = build_trie(samples)
-    # which (node, offset) rows predict which terms
-    wanted: dict[int, list[tuple[int, int, int]]] = {}  # id(node) -> (offset, term index, target)
-    terms: dict[str, list] = {"sample": [], "old_logprob": [], "advantage": []}
-    for i, (s, path) in enumerate(zip(samples, paths)):
-        for j in range(s.prompt_len, len(s.tokens)):
-            node, off = path[j - 1]
-            wanted.setdefault(id(node), []).append((off, len(terms["sample"]), int(s.tokens[j])))
-            terms["sample"].append(i)
-            terms["old_logprob"].append(float(s.old_logprobs[j - s.prompt_len]))
-            terms["advantage"].append(float(s.advantages[j - s.prompt_len]))
-    out: list[torch.Tensor | None] = [None] * len(terms["sample"])
-
-    # iterative DFS: (node, ancestors' per-layer (k, v) lists)
-    stack: list[tuple[Node, list[list[tuple[torch.Tensor, torch.Tensor]]]]] = [(c, []) for c in reversed(list(root.children.values()))]
-    while stack:
-        node, ancestors = stack.pop()
-        L = len(node.tokens)
-        ids = torch.tensor([node.tokens], device=device)
-        positions = torch.arange(node.depth, node.depth + L, device=device)[None]
-        h = inner.embed_tokens(ids)  # [1, L, d]
-        cos, sin = inner.rotary_emb(h, positions)
-        kv: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for li, layer in enumerate(inner.layers):
-            attn = layer.self_attn
-            x = layer.input_layernorm(h)
-            shape = (1, L, -1, attn.head_dim)
-            q = attn.q_proj(x).view(shape).transpose(1, 2)  # [1, H, L, dh]
-            k = attn.k_proj(x).view(shape).transpose(1, 2)  # [1, Hkv, L, dh]
-            v = attn.v_proj(x).view(shape).transpose(1, 2)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)
-            kv.append((k, v))
-            keys = torch.cat([a[li][0] for a in ancestors] + [k], dim=2)  # [1, Hkv, A + L, dh]
-            values = torch.cat([a[li][1] for a in ancestors] + [v], dim=2)
-            A = keys.shape[2] - L
-            # lower-right causal: query i sees every ancestor key and its own keys up to i
-            mask = (torch.arange(L, device=device)[:, None] + A) >= torch.arange(A + L, device=device)[None, :]
-            o = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
-                                                                 enable_gqa=q.shape[1] != keys.shape[1])
-            h = h + attn.o_proj(o.transpose(1, 2).reshape(1, L, -1))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
-        rows = wanted.get(id(node))
-        if rows:
-            hidden = inner.norm(h)[0, torch.tensor([r[0] for r in rows], device=device)]  # only the predictor rows
-            logits = model.lm_head(hidden)
-            logp = torch.log_softmax(logits / temperature, dim=-1)
-            picked = logp.gather(-1, torch.tensor([r[2] for r in rows], device=device)[:, None])[:, 0]
-            for (_, t, _), value in zip(rows, picked):
-                out[t] = value
-        for child in reversed(list(node.children.values())):
-            stack.append((child, ancestors + [kv]))
-    return torch.stack(out), terms  # type: ignore[arg-type]

@@ -1,0 +1,95 @@
+"""Train-step options: attention modes, precision."""
+
+from __future__ import annotations
+
+import copy
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from forge_cli.errors import ForgeError
+from forge_cli.train.engines import TorchEngine, resolve_precision
+from forge_cli.train.step import attention_mode
+from tests.test_prefix_tree import forest, tiny_llama
+
+CISPO = SimpleNamespace(type="cispo", eps_low=1e6, eps_high=0.28, token_mask=False)
+
+
+def test_attention_mode_picks_tree_for_interface_models_and_refuses_unknown_modes():
+    model = tiny_llama(torch.float32)
+    assert attention_mode(model) == "tree"
+    assert attention_mode(model, "dense") == "dense"
+    model.config._attn_implementation = "flex_attention"
+    assert attention_mode(model) == "flex"
+    with pytest.raises(ForgeError, match="unknown attention mode 'fast'"):
+        attention_mode(model, "fast")
+
+
+def test_precision_auto_is_float32_on_cpu():
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert resolve_precision("bf16", "cpu") == "bf16"
+    with pytest.raises(ForgeError, match="unknown precision 'fp8'"):
+        resolve_precision("fp8", "cpu")
+
+
+def test_bf16_autocast_step_tracks_the_float32_step():
+    """bf16 mixed precision (autocast; float32 master weights) on the tree path: same loss to bf16's
+    resolution, and the weights it updates stay float32."""
+    samples = forest(random.Random(2))
+    base = tiny_llama(torch.float32)
+    results = {}
+    for precision in ("fp32", "bf16"):
+        model = copy.deepcopy(base)
+        engine = TorchEngine(model, lr=1e-3, precision=precision)
+        first = engine.step(samples, CISPO)
+        second = engine.step(samples, CISPO)
+        results[precision] = (first.loss, second.loss)
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert results["bf16"][0] == pytest.approx(results["fp32"][0], rel=3e-2, abs=1e-3)
+    assert results["bf16"][1] == pytest.approx(results["fp32"][1], rel=3e-2, abs=1e-3)
+    assert results["bf16"][0] != results["fp32"][0]  # autocast really ran in bf16
+
+
+def test_tree_attention_refuses_a_model_that_bypasses_it_and_gradient_checkpointing():
+    from forge_cli.pool.types import Sample
+    from forge_cli.train.step import policy_loss_backward
+
+    samples = [Sample([1, 2, 3, 4], 2, [-1.0, -1.0], [1.0, 1.0]), Sample([1, 2, 5], 2, [-1.0], [1.0])]
+    model = tiny_llama(torch.float32)
+    model.config.num_hidden_layers = 3  # one layer more than ran through the tree attention
+    with pytest.raises(ForgeError, match="did not route every layer's attention"):
+        policy_loss_backward(model, samples, CISPO, attention="tree")
+    model = tiny_llama(torch.float32)
+    model.gradient_checkpointing_enable()
+    with pytest.raises(ForgeError, match="gradient checkpointing"):
+        policy_loss_backward(model, samples, CISPO, attention="tree")
+    assert model.config._attn_implementation == "sdpa"  # the switch was undone
+
+
+def test_bf16_gradients_of_a_widely_shared_prefix_accumulate_in_float32():
+    """An ancestor's key gradient sums over every descendant run; in bf16 that sum must not be
+    rounded run by run (no worse than dense bf16 SDPA against a float64 reference)."""
+    from forge_cli.train.tree_attention import TreePlan, _TreeFlashCPU
+
+    root, branches, width = 16, 300, 2
+    T = root + branches * width
+    subtree_end = [T] * root + [root + (b + 1) * width for b in range(branches) for _ in range(width)]
+    plan = TreePlan.from_subtree_end(subtree_end)
+    g = torch.Generator().manual_seed(0)
+    q64, k64, v64 = (torch.randn(1, 2, T, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    dout = torch.randn(1, 2, T, 16, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[k <= q < subtree_end[k] for k in range(T)] for q in range(T)])
+
+    def grad_k(fn, dtype):
+        q, k, v = (t.detach().to(dtype).requires_grad_() for t in (q64, k64, v64))
+        (fn(q, k, v) * dout.to(dtype)).sum().backward()
+        return k.grad.to(torch.float64)[:, :, :root]
+
+    dense = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    tree = lambda q, k, v: _TreeFlashCPU.apply(q, k, v, plan, 16 ** -0.5)
+    reference = grad_k(dense, torch.float64)
+    err = lambda got: float((got - reference).norm() / reference.norm())
+    assert err(grad_k(tree, torch.float64)) < 1e-12
+    assert err(grad_k(tree, torch.bfloat16)) <= 2 * err(grad_k(dense, torch.bfloat16))
