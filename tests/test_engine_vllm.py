@@ -6,6 +6,7 @@ One vLLM start (≈ 20 s on this CPU) serves the whole module; everything goes t
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -14,6 +15,8 @@ import torch
 from forge_cli.engine.hf import load_hf, token_logprobs
 from forge_cli.gateway.state import GatewayState
 from forge_cli.pool import DataPool
+from forge_cli.pool.types import Sample
+from forge_cli.train.step import train_step
 from tests.conftest import LiveGateway, tool_formats
 
 pytestmark = pytest.mark.slow
@@ -68,10 +71,15 @@ def test_weight_update_in_place(stack, tmp_path):
     live, pool, model, tok = stack
     prompt = tok.encode("<|im_start|>user\nsame prompt before and after<|im_end|>\n<|im_start|>assistant\n" * 3)
     _completions(live, "before", prompt, 1.0)  # fills the prefix cache with the old weights
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    # one real train step (CISPO, prefix-tree path) on what the engine just sampled and recorded
+    [done] = _recorded(live, pool, "before")
+    sample = Sample(list(done.prompt_ids) + list(done.output_ids), len(done.prompt_ids), list(done.output_logprobs),
+                    [1.0] * len(done.output_ids))
+    model.train()
+    stats = train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), [sample],
+                       SimpleNamespace(type="cispo", eps_low=1e6, eps_high=0.28, token_mask=False))
+    model.eval()
+    assert stats.mean_ratio == pytest.approx(1.0, abs=1e-3)  # trainer and engine agreed before the step
     model.save_pretrained(tmp_path, safe_serialization=True)
     r = httpx.post(f"{live.url}/admin/weights", headers={"Authorization": "Bearer admin"}, json={"path": str(tmp_path)}, timeout=120)
     assert r.status_code == 200 and r.json()["version"] == 1

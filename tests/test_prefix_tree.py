@@ -156,15 +156,13 @@ def separate_logprobs(model, samples):
 
 def merged_logprobs(model, samples, budget, attention):
     """Per-sample logprobs back from the packed forwards (the inverse of the layout)."""
+    from forge_cli.train.prefix_tree import unpack_terms
     from forge_cli.train.step import packed_logprobs
 
-    per_sample = [[None] * (len(s.tokens) - s.prompt_len) for s in samples]
-    for b in pack(samples, budget):
-        values = packed_logprobs(model, b, attention=attention).to(torch.float64)
-        for t, v in enumerate(values):
-            s = samples[b.sample[t]]
-            j = b.position_ids[b.predictor[t]] + 1 - s.prompt_len
-            per_sample[b.sample[t]][j] = v
+    batches = pack(samples, budget)
+    values = [packed_logprobs(model, b, attention=attention).to(torch.float64) for b in batches]
+    per_sample = unpack_terms(samples, batches, [list(v) for v in values])
+    assert all(v is not None for x in per_sample for v in x)  # every output token got its value
     return [torch.stack(x) for x in per_sample]
 
 

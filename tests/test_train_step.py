@@ -35,8 +35,8 @@ def test_precision_auto_is_float32_on_cpu():
 
 
 def test_bf16_autocast_step_tracks_the_float32_step():
-    """bf16 mixed precision (autocast; float32 master weights) on the tree path: same loss to bf16's
-    resolution, and the weights it updates stay float32."""
+    """bf16 mixed precision (autocast; float32 master weights) on the tree path, whole and split:
+    same loss to bf16's resolution, and the weights it updates stay float32."""
     samples = forest(random.Random(2))
     base = tiny_llama(torch.float32)
     results = {}
@@ -44,7 +44,7 @@ def test_bf16_autocast_step_tracks_the_float32_step():
         model = copy.deepcopy(base)
         engine = TorchEngine(model, lr=1e-3, precision=precision)
         first = engine.step(samples, CISPO)
-        second = engine.step(samples, CISPO)
+        second = engine.step(samples, CISPO, budget=8)  # split into trunks whose keys/values are reused
         results[precision] = (first.loss, second.loss)
         assert all(p.dtype == torch.float32 for p in model.parameters())
     assert results["bf16"][0] == pytest.approx(results["fp32"][0], rel=3e-2, abs=1e-3)

@@ -32,7 +32,7 @@ Nothing is truncated or dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from forge_cli.pool.types import Sample
 
@@ -333,6 +333,19 @@ def _layout(parts: list[_Part], samples: Sequence[Sample], needs, weights) -> Pa
                 out.old_logprob.append(float(s.old_logprobs[j - s.prompt_len]))
                 out.advantage.append(float(s.advantages[j - s.prompt_len]))
                 out.weight.append(float(weights[i]))
+    return out
+
+
+def unpack_terms(samples: Sequence[Sample], batches: Sequence[Packed], values: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """The inverse of the layout: per-term values of each micro-batch (``values[b][t]``, e.g. the
+    logprobs ``packed_logprobs`` returns) back to each sample's output tokens, in order:
+    ``out[i][k]`` belongs to ``samples[i].tokens[prompt_len + k]``."""
+    out: list[list[Any]] = [[None] * (len(s.tokens) - s.prompt_len) for s in samples]
+    for batch, vals in zip(batches, values):
+        for t, value in enumerate(vals):
+            i = batch.sample[t]
+            j = batch.position_ids[batch.predictor[t]] + 1  # the target's index in its sample
+            out[i][j - samples[i].prompt_len] = value
     return out
 
 

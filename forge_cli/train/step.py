@@ -108,6 +108,12 @@ class StepStats:
     mean_ratio: float | None = None
 
 
+def _accumulator(t: torch.Tensor) -> torch.Tensor:
+    """A detached copy of ``t`` in a dtype fit to accumulate gradients in (float32 for 16-bit types)."""
+    t = t.detach()
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 @dataclass
 class _Trunk:
     """A micro-batch whose keys/values later micro-batches attend to (``pack(..., reuse_prefix=True)``)."""
@@ -124,7 +130,7 @@ class _Trunk:
         for layer, (k, v) in self.kv.items():
             for computed, leaf in ((k, self.leaves[layer][0]), (v, self.leaves[layer][1])):
                 if leaf.grad is not None:
-                    total = total + (computed.float() * leaf.grad).sum()
+                    total = total + (computed.to(leaf.dtype) * leaf.grad).sum()
         return total
 
 
@@ -181,9 +187,8 @@ def policy_loss_backward(
         weight = torch.tensor(batch.weight, **like)
         loss = (fn(logp, old, adv, loss_cfg) * weight).sum() / n
         if batch.trunk:
-            # float32 leaves: the gradients of every dependant accumulate in them
-            leaves = {layer: (k.detach().float().requires_grad_(), v.detach().float().requires_grad_())
-                      for layer, (k, v) in capture.items()}
+            # the dependants' gradients accumulate in these leaves: at least float32 (bf16/fp16 would round each one)
+            leaves = {layer: (_accumulator(k).requires_grad_(), _accumulator(v).requires_grad_()) for layer, (k, v) in capture.items()}
             pending.append(_Trunk(index, loss * loss_scale, capture, leaves))
         else:
             run_backward(loss * loss_scale)
