@@ -23,8 +23,7 @@ import torch
 
 from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Sample
-from forge_cli.train.prefix_tree import pack
-from forge_cli.train.step import StepStats, policy_loss_backward
+from forge_cli.train.step import StepStats, policy_loss_backward, train_step
 
 
 def resolve_precision(precision: str, device: Any) -> str:
@@ -49,15 +48,10 @@ class TorchEngine:
         self.precision = resolve_precision(precision, self.device)
 
     def step(self, samples: Sequence[Sample], loss_cfg: Any, **kw: Any) -> StepStats:
-        self.optimizer.zero_grad(set_to_none=True)
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.precision == "bf16"
                     else contextlib.nullcontext())
         with autocast:  # weights and optimizer stay float32; matmuls run in bf16
-            stats = policy_loss_backward(self.model, samples, loss_cfg, **kw)
-        if self.max_grad_norm is not None:
-            stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
-        self.optimizer.step()
-        return stats
+            return train_step(self.model, self.optimizer, samples, loss_cfg, max_grad_norm=self.max_grad_norm, **kw)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach() for k, v in self.model.state_dict().items()}
@@ -121,23 +115,28 @@ class DeepSpeedEngine:
         # the same sequence of passes: split trees are recomputed (forward, backward, forward, …) and
         # every rank pads to the largest count of micro-batches. ZeRO-1 reduces at the boundary only.
         split = kw.pop("split", "auto")
-        minimum = 1
-        if self.zero_stage >= 2 and self.world > 1:
+        in_step = self.zero_stage >= 2 and self.world > 1
+        if in_step:
             if split == "reuse":
                 raise ForgeError(f"split = 'reuse' cannot run under ZeRO-{self.zero_stage} on several ranks (their "
                                  "forward/backward order differs); use 'recompute' or 'auto'")
             split = "recompute"
-            count = torch.tensor([len(pack(mine, kw.get("budget"), reuse_prefix=False))])
-            torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MAX)
-            minimum = int(count)
+        pad_to = self._largest_count if in_step else (lambda count: max(count, 1))
         stats = policy_loss_backward(self.model, mine, loss_cfg, backward=backward, loss_scale=scale, split=split,
-                                     min_micro_batches=minimum, **kw)
+                                     pad_to=pad_to, **kw)
         self.engine.step()
         total = torch.tensor([stats.loss * n_mine / n_global], dtype=torch.float64)
         torch.distributed.all_reduce(total)
         stats.loss = float(total)
         stats.tokens = n_out
         return stats
+
+    @staticmethod
+    def _largest_count(count: int) -> int:
+        """The largest ``count`` of any rank."""
+        most = torch.tensor([count])
+        torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+        return int(most)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full weights on every rank (ZeRO-3 gathers its partitions)."""

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -137,7 +137,7 @@ class _Trunk:
 def policy_loss_backward(
     model: Any, samples: Sequence[Sample], loss_cfg: Any, *, budget: int | None = None, temperature: float = 1.0,
     attention: str = "auto", split: str = "auto", backward: Any = None, loss_scale: float = 1.0,
-    min_micro_batches: int = 0,
+    pad_to: Callable[[int], int] | None = None,
 ) -> StepStats:
     """Accumulate the loss's gradients over all micro-batches (no optimizer step).
 
@@ -147,8 +147,9 @@ def policy_loss_backward(
     (each part recomputes the shared chain), ``"auto"`` (reuse where the attention allows).
     ``backward(loss, last)`` defaults to ``loss.backward()``; it is called once per micro-batch,
     ``last`` true on the final call (a DeepSpeed engine marks its accumulation boundary with it);
-    ``loss_scale`` multiplies every micro-batch's loss first. ``min_micro_batches`` pads with empty
-    forward/backward passes (zero loss) up to that many, for ranks that must stay in step.
+    ``loss_scale`` multiplies every micro-batch's loss first. ``pad_to(count)`` maps this batch's
+    count of micro-batches to the number of forward/backward passes to run; the extra ones are
+    empty (zero loss) — for ranks that must stay in step.
     """
     if split not in ("auto", "reuse", "recompute"):
         raise ForgeError(f"unknown split {split!r}: choose auto, reuse or recompute")
@@ -161,7 +162,7 @@ def policy_loss_backward(
     n = max(n_out, 1)
     total, ratio_sum, packed_tokens = 0.0, 0.0, 0
     batches = pack(samples, budget, reuse_prefix=reuse)
-    calls, n_calls = 0, max(len(batches), min_micro_batches)
+    calls, n_calls = 0, len(batches) if pad_to is None else max(pad_to(len(batches)), len(batches))
 
     def run_backward(loss: torch.Tensor) -> None:  # exactly one call per micro-batch
         nonlocal calls
@@ -197,21 +198,19 @@ def policy_loss_backward(
         packed_tokens += len(batch)
     while pending:
         run_backward(pending.pop().surrogate())
+    pad = torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device)
     for _ in range(n_calls - len(batches)):  # padding: the same collectives, no gradient
-        device = next(model.parameters()).device
-        run_backward(model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), logits_to_keep=1).logits.sum() * 0.0)
+        run_backward(model(input_ids=pad, logits_to_keep=1).logits.sum() * 0.0)
     return StepStats(total, n_out, packed_tokens, len(batches), mean_ratio=ratio_sum / n)
 
 
 def train_step(
     model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[Sample], loss_cfg: Any, *,
-    budget: int | None = None, temperature: float = 1.0, max_grad_norm: float | None = 1.0, attention: str = "auto",
-    split: str = "auto",
+    max_grad_norm: float | None = 1.0, **kw: Any,
 ) -> StepStats:
-    """One optimizer step of the configured loss on ``samples``."""
+    """One optimizer step of the configured loss on ``samples`` (``kw``: :func:`policy_loss_backward`'s)."""
     optimizer.zero_grad(set_to_none=True)
-    stats = policy_loss_backward(model, samples, loss_cfg, budget=budget, temperature=temperature, attention=attention,
-                                 split=split)
+    stats = policy_loss_backward(model, samples, loss_cfg, **kw)
     if max_grad_norm is not None:
         stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
     optimizer.step()
