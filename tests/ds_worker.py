@@ -34,6 +34,7 @@ def main() -> None:
     weights = engine.state_dict()
     if getattr(engine, "rank", 0) == 0:
         print("RESULT", repr(float(sum(v.double().sum() for k, v in weights.items() if k != "lm_head.weight"))), flush=True)
+    engine.close()
 
 
 if __name__ == "__main__":
