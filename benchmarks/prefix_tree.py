@@ -52,6 +52,7 @@ VOCAB = 4096
 # REINFORCE (−Â·log π): every mode then computes the same objective whatever the old logprobs
 LOSS = SimpleNamespace(type="reinforce", eps_low=1e6, eps_high=0.28, token_mask=False)
 MODES = ("naive", "packed", "tree_dense", "tree", "tree_recompute")
+OPTIONAL = {"tree_dense", "tree_recompute"}  # --skip may leave these out of a long run
 
 
 def traces(rng: random.Random, groups: int, system_len: int, turns: tuple[int, int]) -> list[Sample]:
@@ -169,6 +170,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256, help="model width (heads of 64)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="short trajectories (a smoke run)")
+    parser.add_argument("--skip", default="", help="comma-separated optional modes to leave out (tree_dense, tree_recompute)")
     parser.add_argument("--out", default=str(HERE / "results" / "prefix_tree.json"))
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -177,10 +179,14 @@ def main() -> None:
         secs, loss = timed(globals()[args.mode], model(args.hidden, args.layers), samples, args.budget)
         print(json.dumps({"seconds": secs, "loss": loss, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
         return
+    skip = {m for m in args.skip.split(",") if m}
+    if skip - OPTIONAL:
+        parser.error(f"--skip takes only {', '.join(sorted(OPTIONAL))}")
+    modes = [m for m in MODES if m not in skip]
     total = sum(len(s.tokens) for s in samples)
     unique = unique_tokens(samples)
     results = {}
-    for name in reversed(MODES):
+    for name in reversed(modes):
         cmd = [sys.executable, __file__, "--mode", name, "--groups", str(args.groups), "--system", str(args.system),
                "--budget", str(args.budget), "--hidden", str(args.hidden), "--layers", str(args.layers)] + (["--quick"] if args.quick else [])
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -194,13 +200,13 @@ def main() -> None:
         "samples": len(samples), "total_tokens": total, "unique_tokens": unique,
         "output_tokens": sum(len(s.tokens) - s.prompt_len for s in samples), "budget": args.budget,
         "bound": round(total / unique, 2), **compute_bound(samples, args.hidden, args.layers),
-        "seconds": {k: round(secs[k], 2) for k in MODES},
-        "peak_rss_mib": {k: round(results[k]["peak_rss_mib"], 1) for k in MODES},
+        "seconds": {k: round(secs[k], 2) for k in modes},
+        "peak_rss_mib": {k: round(results[k]["peak_rss_mib"], 1) for k in modes},
         "speedup_vs_naive": round(secs["naive"] / secs["tree"], 2),
         "speedup_vs_packed": round(secs["packed"] / secs["tree"], 2),
-        "dense_tree_speedup_vs_naive": round(secs["naive"] / secs["tree_dense"], 2),
-        "reuse_vs_recompute": round(secs["tree_recompute"] / secs["tree"], 3),
-        "max_abs_loss_diff": max(abs(results[k]["loss"] - results["naive"]["loss"]) for k in MODES),
+        "dense_tree_speedup_vs_naive": round(secs["naive"] / secs["tree_dense"], 2) if "tree_dense" in secs else None,
+        "reuse_vs_recompute": round(secs["tree_recompute"] / secs["tree"], 3) if "tree_recompute" in secs else None,
+        "max_abs_loss_diff": max(abs(results[k]["loss"] - results["naive"]["loss"]) for k in modes),
     }
     row["fraction_of_bound"] = round(row["speedup_vs_naive"] / row["bound"], 3)
     row["fraction_of_compute_bound"] = round(row["speedup_vs_naive"] / row["compute_bound"], 3)
@@ -208,11 +214,11 @@ def main() -> None:
           f"compute bound {row['compute_bound']}× (attention pairs {row['pair_bound']}×); "
           f"model hidden {args.hidden} × {args.layers} layers")
     print(f"{'mode':<16}{'seconds':>9}{'vs naive':>10}{'peak RSS MiB':>14}")
-    for k in MODES:
+    for k in modes:
         print(f"{k:<16}{secs[k]:>9.2f}{secs['naive'] / secs[k]:>9.2f}×{row['peak_rss_mib'][k]:>14.1f}")
     print(f"tree: {row['speedup_vs_naive']}× vs naive = {row['fraction_of_bound']} of the bound, "
           f"{row['fraction_of_compute_bound']} of the compute bound; {row['speedup_vs_packed']}× vs packed; "
-          f"reuse vs recompute {row['reuse_vs_recompute']}×; max |loss − loss(naive)| = {row['max_abs_loss_diff']:.2e}")
+          f"reuse vs recompute {row['reuse_vs_recompute'] or '(skipped)'}×; max |loss − loss(naive)| = {row['max_abs_loss_diff']:.2e}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "benchmarks/prefix_tree.py", *sys.argv[1:]]), **row}, indent=2) + "\n")

@@ -22,8 +22,15 @@ def _port() -> int:
         return sock.getsockname()[1]
 
 
-def _run(args, nproc=1):
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port())}
+@pytest.fixture(scope="module")
+def extensions(tmp_path_factory):
+    """One TORCH_EXTENSIONS_DIR for the module: DeepSpeed's CPU shared-memory allreduce op compiles
+    once (~20 s), as it does once per FORGE_HOME for a user, not once per test's fresh FORGE_HOME."""
+    return str(tmp_path_factory.mktemp("torch_extensions"))
+
+
+def _run(args, extensions, nproc=1):
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "TORCH_EXTENSIONS_DIR": extensions}
     if nproc == 1:
         cmd = [sys.executable, "-m", "tests.ds_worker", *args]
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
@@ -38,17 +45,17 @@ def _run(args, nproc=1):
 
 
 @pytest.fixture(scope="module")
-def reference():
-    return _run(["torch", "0"])
+def reference(extensions):
+    return _run(["torch", "0"], extensions)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
-def test_one_process(reference, stage):
-    got = _run(["deepspeed", str(stage), "12"])
+def test_one_process(reference, extensions, stage):
+    got = _run(["deepspeed", str(stage), "12"], extensions)
     assert got == pytest.approx(reference, rel=1e-5, abs=1e-7)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
-def test_two_processes(reference, stage):
-    got = _run(["deepspeed", str(stage), "12"], nproc=2)
+def test_two_processes(reference, extensions, stage):
+    got = _run(["deepspeed", str(stage), "12"], extensions, nproc=2)
     assert got == pytest.approx(reference, rel=1e-4, abs=1e-6)
