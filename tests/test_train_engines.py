@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +25,8 @@ def _port() -> int:
 
 @pytest.fixture(scope="module")
 def extensions(tmp_path_factory):
-    """One TORCH_EXTENSIONS_DIR for the module: DeepSpeed's CPU shared-memory allreduce op compiles
-    once (~20 s), as it does once per FORGE_HOME for a user, not once per test's fresh FORGE_HOME."""
+    """An empty TORCH_EXTENSIONS_DIR that every DeepSpeed start here uses: nothing may be compiled
+    into it (DeepSpeed's CPU shared-memory allreduce cost ~20 s per cold start before it was turned off)."""
     return str(tmp_path_factory.mktemp("torch_extensions"))
 
 
@@ -39,6 +40,7 @@ def _run(args, extensions, nproc=1):
                f"--master_port={env['MASTER_PORT']}", "-m", "tests.ds_worker", *args]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert [p.name for p in Path(extensions).rglob("*.so")] == [], "a cold DeepSpeed start compiled an op"
     if len(args) > 2:
         assert any(line.startswith("MICRO ") and int(line.split()[1]) > 1 for line in done.stdout.splitlines())
     return [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]

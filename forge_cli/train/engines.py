@@ -5,8 +5,9 @@ Both run the same :func:`~forge_cli.train.step.policy_loss_backward`; DeepSpeed 
 ``backward`` and step. With several processes each rank trains on its share of the samples; the
 loss is normalised by the *global* count of output tokens and scaled by the world size, because
 DeepSpeed averages gradients over ranks — so the update equals the one-process update on the
-whole batch. The torch optimizer is handed to DeepSpeed as is, so no op needs compiling; compiled
-ops DeepSpeed may still build are cached under ``$FORGE_HOME/torch_extensions``.
+whole batch. The torch optimizer is handed to DeepSpeed as is and, on CPU, gloo's allreduce is used
+in place of DeepSpeed's shared-memory one, so no op needs compiling and a cold start takes seconds;
+compiled ops DeepSpeed may still build are cached under ``$FORGE_HOME/torch_extensions``.
 
 Precision: ``auto`` is bf16 mixed precision on a GPU that supports it (torch: autocast over fp32
 master weights; DeepSpeed: its ``bf16`` mode) and float32 everywhere else; ``bf16`` forces autocast
@@ -78,6 +79,11 @@ class DeepSpeedEngine:
             os.environ.setdefault(key, value)
         import deepspeed
 
+        if not torch.cuda.is_available():
+            # DeepSpeed's CPU backend would compile a shared-memory allreduce (~20 s per cold start;
+            # gloo's allreduce does the same job). Marked incompatible, nothing compiles. DeepSpeed
+            # keeps this dict for the process, so the edit holds.
+            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         self._owns_group = not torch.distributed.is_initialized()
         if self._owns_group:
             deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
