@@ -8,6 +8,7 @@ import pytest
 
 from forge_cli.engine.base import SamplingParams
 from forge_cli.engine.hf import HFEngine, load_hf, token_logprobs
+from forge_cli.errors import ForgeError
 
 
 def test_hf_engine_batched_logprobs_match_a_plain_forward(tiny_model):
@@ -49,3 +50,44 @@ def test_greedy_and_stop_strings(tiny_model):
     if stop:
         assert stopped.finish_reason == "stop" and stopped.stop_reason == stop
         assert stop in tok.decode(stopped.output_ids) and stopped.output_ids == greedy.output_ids[: len(stopped.output_ids)]
+
+
+def plain_top(model, prompt, output_ids, temperature, k):
+    """The k most likely (id, logprob) at each output position, from one plain forward."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + output_ids])).logits[0, len(prompt) - 1 : -1].float()
+    values, ids = torch.log_softmax(logits / (temperature or 1.0), -1).topk(k)
+    return [list(zip(i.tolist(), v.tolist())) for i, v in zip(ids, values)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_hf_engine_top_logprobs(tiny_model, temperature):
+    model, tok = load_hf(tiny_model)
+
+    async def run():
+        engine = HFEngine(tiny_model)
+        prompt = tok.encode("<|im_start|>user\nname three colours<|im_end|>\n<|im_start|>assistant\n")
+        [with_top] = await engine.generate(prompt, SamplingParams(max_tokens=12, temperature=temperature, seed=3, top_logprobs=4))
+        [without] = await engine.generate(prompt, SamplingParams(max_tokens=12, temperature=temperature, seed=3))
+        await engine.close()
+        return prompt, with_top, without
+
+    prompt, with_top, without = asyncio.run(run())
+    assert without.top_logprobs is None and with_top.output_ids == without.output_ids
+    want = plain_top(model, prompt, with_top.output_ids, temperature, 4)
+    assert len(with_top.top_logprobs) == len(with_top.output_ids)
+    for got, exp, tok_id, lp in zip(with_top.top_logprobs, want, with_top.output_ids, with_top.logprobs):
+        assert [i for i, _ in got] == [i for i, _ in exp]
+        assert [v for _, v in got] == pytest.approx([v for _, v in exp], abs=1e-5)
+        assert got[0][1] >= lp - 1e-6  # nothing is likelier than the most likely
+        if temperature == 0:
+            assert got[0][0] == tok_id  # greedy picks the top
+
+
+def test_top_logprobs_bounds():
+    with pytest.raises(ForgeError, match="top_logprobs"):
+        SamplingParams(top_logprobs=21)
+    with pytest.raises(ForgeError, match="top_logprobs"):
+        SamplingParams(top_logprobs=-1)

@@ -57,6 +57,21 @@ def test_vllm_logprobs_match_transformers(stack):
             assert c.output_logprobs == pytest.approx(token_logprobs(model, prompt, c.output_ids, t), abs=TOL)
 
 
+def test_vllm_top_logprobs_match_transformers(stack):
+    from forge_cli.engine.hf import score
+
+    live, pool, model, tok = stack
+    r = live.openai("top").chat.completions.create(model="forge", messages=[{"role": "user", "content": "List some fruit."}],
+                                                   max_tokens=8, temperature=0.8, logprobs=True, top_logprobs=3)
+    [c] = _recorded(live, pool, "top")
+    _, want = score(model, c.prompt_ids, c.output_ids, 0.8, top=3)
+    got = r.choices[0].logprobs.content
+    assert len(got) == len(want) == len(c.output_ids)
+    for g, w in zip(got, want):  # the same 3 most likely, in order, with the same values
+        assert [t.logprob for t in g.top_logprobs] == pytest.approx([v for _, v in w], abs=TOL)
+        assert [t.token for t in g.top_logprobs] == [tok.decode([i], skip_special_tokens=False) for i, _ in w]
+
+
 def test_chat_over_vllm(stack):
     live, pool, model, tok = stack
     messages = [{"role": "user", "content": "hello"}]

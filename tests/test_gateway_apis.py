@@ -139,11 +139,14 @@ def test_responses_stream_event_sequence(stack):
 def test_completions(stack):
     live, replies, _ = stack
     replies.queue.append("world")
-    r = live.openai("c-1").completions.create(model="forge", prompt="hello ", max_tokens=8, logprobs=1)
+    r = live.openai("c-1").completions.create(model="forge", prompt="hello ", max_tokens=8, logprobs=2)
     assert r.choices[0].text == "world"
     [c] = recorded(stack, "c-1")
     assert c.prompt_ids == live.state.tokenizer.encode("hello ", add_special_tokens=False)
     assert r.choices[0].logprobs.token_logprobs == pytest.approx(c.output_logprobs)
+    tops = r.choices[0].logprobs.top_logprobs  # legacy shape: {token text: logprob}, the 2 most likely
+    assert len(tops) == len(c.output_ids) and all(len(t) == 2 for t in tops)
+    assert all(max(t.values()) >= lp - 1e-6 for t, lp in zip(tops, c.output_logprobs))
 
 
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.json")))

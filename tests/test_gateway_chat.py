@@ -190,3 +190,27 @@ def test_a_session_speaks_its_scaffold_tool_format(stack):
     assert c.tool_format == "qwen3-coder" and "<function=NAME>" in live.state.tokenizer.decode(c.prompt_ids)
     bad = httpx.post(f"{live.url}/admin/sessions", headers={"Authorization": "Bearer admin-secret"}, json={"tool_format": "nope"})
     assert bad.status_code == 400 and "no tool format named 'nope'" in bad.json()["error"]["message"]
+
+
+def test_top_logprobs(stack):
+    live, replies, _ = stack
+    replies.queue.append("Blue, green and red.")
+    r = live.openai("k-top").chat.completions.create(model="forge", logprobs=True, top_logprobs=3,
+                                                      messages=[{"role": "user", "content": "colours?"}])
+    [c] = recorded(stack, "k-top")
+    content = r.choices[0].logprobs.content
+    assert len(content) == len(c.output_ids)
+    tok = live.state.tokenizer
+    for entry, tok_id, lp in zip(content, c.output_ids, c.output_logprobs):
+        tops = [t.logprob for t in entry.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True) and tops[0] >= lp - 1e-6
+        if entry.token in [t.token for t in entry.top_logprobs]:  # the chosen id, if among the top, has its own logprob
+            assert dict((t.token, t.logprob) for t in entry.top_logprobs)[entry.token] == pytest.approx(lp, abs=1e-6)
+        assert entry.token == tok.decode([tok_id], skip_special_tokens=False)
+
+
+def test_top_logprobs_needs_logprobs(stack):
+    live, _, _ = stack
+    r = httpx.post(f"{live.url}/v1/chat/completions", headers={"Authorization": "Bearer k-top-bad"},
+                   json={"model": "forge", "top_logprobs": 2, "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"

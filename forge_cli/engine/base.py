@@ -19,6 +19,8 @@ from typing import Any, AsyncIterator
 
 from forge_cli.errors import ForgeError
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -32,6 +34,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
     n: int = 1
+    top_logprobs: int = 0  # also report this many most likely ids per output position (0..20)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -42,6 +45,8 @@ class SamplingParams:
             raise ForgeError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.n < 1:
             raise ForgeError(f"n must be >= 1, got {self.n}")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ForgeError(f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, got {self.top_logprobs}")
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -55,6 +60,9 @@ class GenerationOutput:
     policy_version: int
     stop_reason: str | int | None = None  # the stop string or id that ended it
     extra: dict[str, Any] = field(default_factory=dict)
+    # with params.top_logprobs = k: per output position, the k most likely (id, logprob) pairs under
+    # the same distribution as ``logprobs``, most likely first
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 class Engine:

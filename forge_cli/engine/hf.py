@@ -36,14 +36,27 @@ def load_hf(model_path: str | Path, device: str = "cpu", dtype: str = "float32")
 
 def token_logprobs(model: Any, prompt_ids: list[int], output_ids: list[int], temperature: float) -> list[float]:
     """log_softmax(logits / T) of each output id given everything before it (one forward pass)."""
+    return score(model, prompt_ids, output_ids, temperature)[0]
+
+
+def score(model: Any, prompt_ids: list[int], output_ids: list[int], temperature: float,
+          top: int = 0) -> tuple[list[float], list[list[tuple[int, float]]] | None]:
+    """:func:`token_logprobs`, and with ``top = k`` each position's k most likely (id, logprob)."""
     import torch
 
     ids = torch.tensor([prompt_ids + output_ids], device=model.device)
     with torch.no_grad():
         logits = model(ids).logits[0, len(prompt_ids) - 1 : -1].float()
     t = temperature if temperature > 0 else 1.0
-    logp = torch.log_softmax(logits / t, dim=-1)
-    return logp.gather(-1, torch.tensor(output_ids, device=logp.device)[:, None])[:, 0].tolist()
+    logp = torch.log_softmax(logits / t, dim=-1)  # [n_out, V]
+    chosen = logp.gather(-1, torch.tensor(output_ids, device=logp.device)[:, None])[:, 0].tolist()
+    return chosen, ([top_k(row, top) for row in logp] if top else None)
+
+
+def top_k(logp: Any, k: int) -> list[tuple[int, float]]:
+    """The ``k`` most likely (id, logprob) of one position's ``[V]`` logprobs, most likely first."""
+    values, ids = logp.topk(k)
+    return list(zip(ids.tolist(), values.tolist()))
 
 
 class _Job:
@@ -137,6 +150,7 @@ class HFEngine(Engine):
             gens.append(g)
         outs: list[list[int]] = [[] for _ in rows]
         lps: list[list[float]] = [[] for _ in rows]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in rows]
         done: list[tuple[str, Any] | None] = [None] * len(rows)
         past = None
         step_ids = input_ids
@@ -151,10 +165,11 @@ class HFEngine(Engine):
                 for r, (j, _) in enumerate(rows):
                     if done[r] is not None:
                         continue
-                    tok, lp = _sample(logits[r], j.params, gens[r])
+                    tok, lp, top = _sample(logits[r], j.params, gens[r])
                     nxt[r] = tok
                     outs[r].append(tok)
                     lps[r].append(lp)
+                    tops[r].append(top)
                     stops = {self.eos_token_id, *j.params.stop_token_ids} - {None}
                     if tok in stops:
                         done[r] = ("stop", tok)
@@ -170,18 +185,20 @@ class HFEngine(Engine):
         results: dict[int, list[GenerationOutput]] = {}
         for r, (j, _) in enumerate(rows):
             reason, why = done[r] or ("length", None)
-            results.setdefault(id(j), []).append(GenerationOutput(outs[r], lps[r], reason, version, why))
+            results.setdefault(id(j), []).append(GenerationOutput(outs[r], lps[r], reason, version, why,
+                                                                  top_logprobs=tops[r] if j.params.top_logprobs else None))
         return [results[id(j)] for j in jobs]
 
 
-def _sample(logits: Any, params: SamplingParams, gen: Any) -> tuple[int, float]:
-    """One id and its behaviour logprob: log_softmax(logits / T) (top-p only narrows the draw)."""
+def _sample(logits: Any, params: SamplingParams, gen: Any) -> tuple[int, float, list[tuple[int, float]]]:
+    """One id, its behaviour logprob log_softmax(logits / T) (top-p only narrows the draw), and the
+    ``params.top_logprobs`` most likely ids under that distribution."""
     import torch
 
     if params.temperature == 0:
         logp = torch.log_softmax(logits, dim=-1)
         tok = int(torch.argmax(logits))
-        return tok, float(logp[tok])
+        return tok, float(logp[tok]), top_k(logp, params.top_logprobs)
     logp = torch.log_softmax(logits / params.temperature, dim=-1)
     probs = logp.exp()
     if params.top_p < 1.0:
@@ -189,7 +206,7 @@ def _sample(logits: Any, params: SamplingParams, gen: Any) -> tuple[int, float]:
         keep = sorted_p.cumsum(-1) - sorted_p < params.top_p
         probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
     tok = int(torch.multinomial(probs.cpu(), 1, generator=gen))
-    return tok, float(logp[tok])
+    return tok, float(logp[tok]), top_k(logp, params.top_logprobs)
 
 
 def _resolve(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, stop_hit
-from forge_cli.engine.hf import load_hf, token_logprobs
+from forge_cli.engine.hf import load_hf, score
 from forge_cli.errors import ForgeError
 
 Policy = Callable[[dict[str, Any]], str]
@@ -111,8 +111,8 @@ class ScriptedEngine(Engine):
         if len(ids) > params.max_tokens:
             ids, reason, why = ids[: params.max_tokens], "length", None
         with self._lock:
-            lps = token_logprobs(self.model, prompt_ids, ids, params.temperature)
-        return GenerationOutput(ids, lps, reason, self.version, why)
+            lps, tops = score(self.model, prompt_ids, ids, params.temperature, params.top_logprobs)
+        return GenerationOutput(ids, lps, reason, self.version, why, top_logprobs=tops)
 
     async def _load_weights(self, weights: Any) -> None:
         from forge_cli.engine.weights import load_into

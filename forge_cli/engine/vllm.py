@@ -87,15 +87,19 @@ class VLLMEngine(Engine):
             stop=list(params.stop) or None,
             stop_token_ids=list(params.stop_token_ids) or None,
             seed=params.seed if self.cuda else None,
-            logprobs=0,
+            logprobs=params.top_logprobs,  # vLLM returns the k most likely plus the sampled id
         )
 
     @staticmethod
-    def _output(o: Any, version: int, cached: int) -> GenerationOutput:
+    def _output(o: Any, version: int, cached: int, top: int = 0) -> GenerationOutput:
         ids = list(o.token_ids)
-        lps = [step[tok].logprob for step, tok in zip(o.logprobs or [], ids)]
+        steps = o.logprobs or []
+        lps = [step[tok].logprob for step, tok in zip(steps, ids)]
+        # each step holds the sampled id and the `top` most likely, each with its rank (1 = most likely)
+        tops = [[(i, p.logprob) for i, p in sorted(step.items(), key=lambda kv: kv[1].rank) if p.rank <= top]
+                for step in steps] if top else None
         reason = "length" if o.finish_reason == "length" else "stop"
-        return GenerationOutput(ids, lps, reason, version, o.stop_reason, {"cached_tokens": cached or 0})
+        return GenerationOutput(ids, lps, reason, version, o.stop_reason, {"cached_tokens": cached or 0}, top_logprobs=tops)
 
     async def _generate_stream(self, prompt_ids, params, context):
         from vllm.inputs import TokensPrompt
@@ -109,7 +113,7 @@ class VLLMEngine(Engine):
                 sent = len(ids)
         if final is None:
             raise ForgeError("vLLM returned no output")
-        yield self._output(final.outputs[0], version, final.num_cached_tokens)
+        yield self._output(final.outputs[0], version, final.num_cached_tokens, params.top_logprobs)
 
     async def _generate(self, prompt_ids, params, context):
         from vllm.inputs import TokensPrompt
@@ -121,7 +125,7 @@ class VLLMEngine(Engine):
             final = out
         if final is None:
             raise ForgeError("vLLM returned no output")
-        return [self._output(o, version, final.num_cached_tokens) for o in sorted(final.outputs, key=lambda o: o.index)]
+        return [self._output(o, version, final.num_cached_tokens, params.top_logprobs) for o in sorted(final.outputs, key=lambda o: o.index)]
 
     async def _load_weights(self, weights: Any) -> None:
         """A state dict, or a folder of ``*.safetensors``; written as one file vLLM reloads from.

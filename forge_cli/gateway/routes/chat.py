@@ -67,11 +67,14 @@ def _message(parsed: Any) -> dict[str, Any]:
 
 def _logprobs(state: Any, output: Any) -> dict[str, Any]:
     tok = state.tokenizer
-    content = []
-    for token_id, lp in zip(output.output_ids, output.logprobs):
+
+    def entry(token_id: int, lp: float) -> dict[str, Any]:
         piece = tok.decode([token_id], skip_special_tokens=False)
-        content.append({"token": piece, "logprob": lp, "bytes": list(piece.encode()), "top_logprobs": []})
-    return {"content": content}
+        return {"token": piece, "logprob": lp, "bytes": list(piece.encode())}
+
+    tops = output.top_logprobs or [[] for _ in output.output_ids]
+    return {"content": [{**entry(t, lp), "top_logprobs": [entry(i, v) for i, v in top]}
+                        for t, lp, top in zip(output.output_ids, output.logprobs, tops)]}
 
 
 @router.post("/v1/chat/completions")
@@ -87,8 +90,10 @@ async def chat_completions(request: Request):
         raise APIError(400, f"tool_choice: names the tool {forced!r}, which is not in tools", param="tool_choice")
     if choice in ("required",) and not tools:
         raise APIError(400, "tool_choice: 'required' needs tools", param="tool_choice")
+    if req.top_logprobs and not req.logprobs:
+        raise APIError(400, "top_logprobs: needs logprobs = true", param="top_logprobs")
     params = sampling(max_tokens=req.max_completion_tokens or req.max_tokens, temperature=req.temperature, top_p=req.top_p,
-                      stop=req.stop, seed=req.seed, n=req.n)
+                      stop=req.stop, seed=req.seed, n=req.n, top_logprobs=req.top_logprobs if req.logprobs else None)
     state = request.app.state.gateway
     cid = f"chatcmpl-{secrets.token_hex(12)}"
     created = int(time.time())

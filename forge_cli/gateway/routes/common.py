@@ -172,7 +172,8 @@ async def stream(request: Request, p: Prepared) -> AsyncIterator[tuple[str, Any]
 
 
 def sampling(
-    *, max_tokens: int | None, temperature: float | None, top_p: float | None, stop: Any, seed: int | None, n: int = 1
+    *, max_tokens: int | None, temperature: float | None, top_p: float | None, stop: Any, seed: int | None, n: int = 1,
+    top_logprobs: int | None = None,
 ) -> SamplingParams:
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     if len(stops) > 16:
@@ -185,6 +186,7 @@ def sampling(
             stop=stops,
             seed=seed,
             n=n,
+            top_logprobs=top_logprobs or 0,
         )
     except ForgeError as exc:
         raise APIError(400, str(exc)) from None

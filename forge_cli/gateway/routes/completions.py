@@ -49,15 +49,18 @@ async def completions(request: Request):
         vocab = len(tok)
         if any(not 0 <= i < vocab for i in ids):
             raise APIError(400, f"prompt: token ids must be in 0..{vocab - 1}", param="prompt")
-    params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop, seed=req.seed, n=req.n)
+    params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop, seed=req.seed, n=req.n,
+                      top_logprobs=req.logprobs)
     gen = await generate(request, [], [], params, raw=raw, prompt_ids=ids)
     echo = tok.decode(ids) if req.echo else ""
     choices = []
     for i, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
         logprobs: Any = None
         if req.logprobs is not None:
+            # legacy shape: per position a {token text: logprob} of the k most likely (None when k = 0)
+            tops = [{tok.decode([i]): v for i, v in top} for top in out.top_logprobs] if out.top_logprobs else None
             logprobs = {"tokens": [tok.decode([t]) for t in out.output_ids], "token_logprobs": out.logprobs,
-                        "top_logprobs": None, "text_offset": None}
+                        "top_logprobs": tops, "text_offset": None}
         choices.append({"index": i, "text": echo + parsed.content, "logprobs": logprobs,
                         "finish_reason": "length" if out.finish_reason == "length" else "stop"})
     body = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()), "model": req.model,
