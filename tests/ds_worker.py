@@ -30,6 +30,7 @@ def main() -> None:
         stats = engine.step(batch(step), cfg, attention="tree", budget=budget, split="auto")
         if getattr(engine, "rank", 0) == 0:
             print("RESULT", repr(stats.loss), flush=True)
+            print("RESULT", repr(stats.mean_ratio), flush=True)
             print("MICRO", stats.micro_batches, flush=True)
     weights = engine.state_dict()
     if getattr(engine, "rank", 0) == 0:

@@ -11,7 +11,7 @@ import torch
 
 from forge_cli.errors import ForgeError
 from forge_cli.train.engines import TorchEngine, resolve_precision
-from forge_cli.train.step import attention_mode
+from forge_cli.train.step import attention_mode, policy_loss_backward
 from tests.test_prefix_tree import forest, tiny_llama
 
 CISPO = SimpleNamespace(type="cispo", eps_low=1e6, eps_high=0.28, token_mask=False)
@@ -21,10 +21,48 @@ def test_attention_mode_picks_tree_for_interface_models_and_refuses_unknown_mode
     model = tiny_llama(torch.float32)
     assert attention_mode(model) == "tree"
     assert attention_mode(model, "dense") == "dense"
+    with pytest.raises(ForgeError, match="needs a model loaded with attn_implementation='flex_attention'"):
+        policy_loss_backward(model, forest(random.Random(0)), CISPO, attention="flex")
     model.config._attn_implementation = "flex_attention"
-    assert attention_mode(model) == "flex"
+    assert attention_mode(model) == "tree"  # FlexAttention has no backward on CPU: auto is flex on CUDA only
     with pytest.raises(ForgeError, match="unknown attention mode 'fast'"):
         attention_mode(model, "fast")
+
+
+@pytest.mark.parametrize("split", ["reuse", "recompute"])
+def test_a_budget_below_one_token_is_refused(split):
+    from forge_cli.train.prefix_tree import pack
+
+    samples = forest(random.Random(0))
+    for budget in (0, -3):
+        with pytest.raises(ForgeError, match="at least 1 token"):
+            pack(samples, budget, reuse_prefix=split == "reuse")
+        with pytest.raises(ForgeError, match="at least 1 token"):
+            policy_loss_backward(tiny_llama(torch.float32), samples, CISPO, budget=budget, split=split)
+
+
+def test_a_step_leaves_nothing_alive(monkeypatch):
+    """A trunk's captured keys/values (held by its TreePlan) are freed when the step returns: the
+    autograd node keeps only the layout, not the plan (a cycle through autograd would keep them)."""
+    import gc
+    import weakref
+
+    from forge_cli.train import tree_attention
+
+    plans = []
+    make = tree_attention.TreePlan.from_subtree_end.__func__
+
+    def spy(cls, *args, **kw):
+        plan = make(cls, *args, **kw)
+        plans.append(weakref.ref(plan))
+        return plan
+
+    monkeypatch.setattr(tree_attention.TreePlan, "from_subtree_end", classmethod(spy))
+    model = tiny_llama(torch.float32)
+    stats = policy_loss_backward(model, forest(random.Random(3)), CISPO, budget=4, split="reuse")
+    gc.collect()
+    assert stats.micro_batches > 3 and len(plans) >= stats.micro_batches
+    assert [r for r in plans if r() is not None] == []
 
 
 def test_precision_auto_is_float32_on_cpu():

@@ -97,8 +97,9 @@ class DeepSpeedEngine:
         }
         if max_grad_norm is not None:
             config["gradient_clipping"] = max_grad_norm
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.precision = resolve_precision(precision, device)
+        # collectives run on this device (NCCL takes only CUDA tensors; gloo CPU ones)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.precision = resolve_precision(precision, self.device)
         if self.precision == "bf16":
             config["bf16"] = {"enabled": True}
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
@@ -141,9 +142,12 @@ class DeepSpeedEngine:
         stats = policy_loss_backward(self.model, mine, loss_cfg, backward=backward, loss_scale=scale, split=split,
                                      pad_to=pad_to, **kw)
         self.engine.step()
-        total = torch.tensor([stats.loss * n_mine / n_global], dtype=torch.float64)
-        torch.distributed.all_reduce(total)
-        stats.loss = float(total)
+        # the whole batch's figures: loss and mean ratio are per-rank means over n_mine tokens
+        totals = torch.tensor([stats.loss * n_mine / n_global, (stats.mean_ratio or 0.0) * n_mine / n_global,
+                               stats.packed_tokens, stats.micro_batches], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(totals)
+        stats.loss, stats.mean_ratio = float(totals[0]), float(totals[1])
+        stats.packed_tokens, stats.micro_batches = int(totals[2]), int(totals[3])
         stats.tokens = n_out
         return stats
 
@@ -162,10 +166,9 @@ class DeepSpeedEngine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    @staticmethod
-    def _largest_count(count: int) -> int:
+    def _largest_count(self, count: int) -> int:
         """The largest ``count`` of any rank."""
-        most = torch.tensor([count])
+        most = torch.tensor([count], device=self.device)  # NCCL reduces only device tensors
         torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
         return int(most)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Sample
 
 
@@ -143,8 +144,6 @@ class Packed:
         import torch
 
         if self.prefix:
-            from forge_cli.errors import ForgeError
-
             raise ForgeError("a micro-batch that reuses a prefix's keys/values needs tree attention, not a dense mask")
         T = len(self.tokens)
         idx = torch.arange(T)
@@ -251,6 +250,8 @@ def pack(samples: Sequence[Sample], budget: int | None = None, weights: Sequence
     tokens (``None``: one micro-batch), in execution order. ``weights[i]`` scales every term of
     sample ``i`` (default 1). ``reuse_prefix``: split oversized trees into trunks whose keys/values
     later micro-batches reuse, instead of recomputing the shared chain in each part."""
+    if budget is not None and budget < 1:
+        raise ForgeError(f"the micro-batch budget must be at least 1 token, got {budget}")
     if not samples:
         return []
     weights = list(weights) if weights is not None else [1.0] * len(samples)

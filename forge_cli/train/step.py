@@ -40,7 +40,8 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
     target = torch.tensor(batch.target, device=device, dtype=torch.long)
     mode = attention_mode(model, attention)
     # logits only at the predictor rows: T × V shrinks to n_terms × V before the lm_head
-    kw = dict(input_ids=ids, position_ids=positions, logits_to_keep=predictor)
+    # no KV cache: nothing decodes after this forward, and the cache would hold every layer's K/V
+    kw = dict(input_ids=ids, position_ids=positions, logits_to_keep=predictor, use_cache=False)
     if mode == "tree":
         from forge_cli.train.tree_attention import TreePlan, tree_attention
 
@@ -52,12 +53,15 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
         with tree_attention(model):
             logits = model(**kw, tree_plan=plan).logits[0]  # [n_terms, V]
         layers = getattr(model.config, "num_hidden_layers", None)
-        if not plan.layers_seen or (layers is not None and len(plan.layers_seen) != layers):
+        if not plan.calls or (layers is not None and plan.calls != layers):
             raise ForgeError(f"{type(model).__name__} did not route every layer's attention through transformers' "
                              "AttentionInterface, so the tree mask was not applied; set train.attention = 'dense'")
     elif batch.prefix:
         raise ForgeError(f"reusing a prefix's keys/values needs tree attention, not {mode!r}")
     elif mode == "flex":
+        if getattr(model.config, "_attn_implementation", None) != "flex_attention":
+            raise ForgeError("attention = 'flex' needs a model loaded with attn_implementation='flex_attention'; "
+                             "use 'tree' or 'auto'")
         logits = model(**kw, attention_mask=flex_block_mask(batch, device)).logits[0]
     else:
         logits = model(**kw, attention_mask=batch.attention_mask().to(device)).logits[0]  # ancestors-or-self, causal
@@ -69,13 +73,15 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
 
 
 def attention_mode(model: Any, attention: str = "auto") -> str:
-    """``"auto"`` → ``"flex"`` for a model loaded with FlexAttention, else ``"tree"`` where the model
-    dispatches through transformers' AttentionInterface, else ``"dense"``."""
+    """``"auto"`` → ``"flex"`` for a model loaded with FlexAttention on CUDA (it has no backward on
+    CPU), else ``"tree"`` where the model dispatches through transformers' AttentionInterface, else
+    ``"dense"``."""
     if attention not in ("auto", "tree", "flex", "dense"):
         raise ForgeError(f"unknown attention mode {attention!r}: choose auto, tree, flex or dense")
     if attention != "auto":
         return attention
-    if getattr(model.config, "_attn_implementation", None) == "flex_attention":
+    on_cuda = next(model.parameters()).device.type == "cuda"
+    if getattr(model.config, "_attn_implementation", None) == "flex_attention" and on_cuda:
         return "flex"
     from forge_cli.train import tree_attention
 
@@ -153,6 +159,8 @@ def policy_loss_backward(
     """
     if split not in ("auto", "reuse", "recompute"):
         raise ForgeError(f"unknown split {split!r}: choose auto, reuse or recompute")
+    if budget is not None and budget < 1:
+        raise ForgeError(f"the micro-batch budget must be at least 1 token, got {budget}")
     mode = attention_mode(model, attention)
     reuse = split == "reuse" or (split == "auto" and mode == "tree")
     if reuse and mode != "tree":

@@ -52,7 +52,8 @@ class TreePlan:
     prefix_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
     # when a dict: the (key, value) each layer computes here is recorded into it (a trunk's, for later reuse)
     capture: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
-    layers_seen: set = field(default_factory=set)  # layer_idx of every attention call (checked after the forward)
+    layers_seen: set = field(default_factory=set)  # layer_idx of every attention call
+    calls: int = 0  # attention calls in this forward (checked against the model's layer count)
 
     @classmethod
     def from_subtree_end(cls, subtree_end: list[int], device: Any = "cpu", prefix_len: int = 0) -> "TreePlan":
@@ -104,7 +105,9 @@ class _TreeFlashCPU(torch.autograd.Function):
             out[:, :, s:e] = o
             lse[:, :, s:e] = l
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.plan, ctx.scale = plan, scale
+        # only the layout: the plan itself holds a trunk's captured keys/values, which depend on this
+        # node — keeping it here would be a reference cycle through autograd that never frees them
+        ctx.runs, ctx.ancestors, ctx.prefix_len, ctx.scale = plan.runs, plan.ancestors, plan.prefix_len, scale
         return out
 
     @staticmethod
@@ -114,8 +117,8 @@ class _TreeFlashCPU(torch.autograd.Function):
         # accumulate in float32 (an ancestor's key gradient sums over every descendant run)
         acc = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         dq, dk, dv = (torch.zeros(t.shape, dtype=acc, device=t.device) for t in (q, k, v))
-        P = ctx.plan.prefix_len
-        for (s, e), idx in zip(ctx.plan.runs, ctx.plan.ancestors):
+        P = ctx.prefix_len
+        for (s, e), idx in zip(ctx.runs, ctx.ancestors):
             qr, dor, outr, lser = q[:, :, s:e], dout[:, :, s:e], out[:, :, s:e], lse[:, :, s:e]
             gq, gk, gv = _flash_backward(dor, qr, k[:, :, P + s : P + e], v[:, :, P + s : P + e], outr, lser, True, ctx.scale)
             dq[:, :, s:e] += gq
@@ -162,6 +165,7 @@ def tree_attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, 
     if layer is None and (tree_plan.capture is not None or tree_plan.prefix_len):
         raise ForgeError("reusing a prefix's keys/values needs attention modules with a layer_idx; set train.split = 'recompute'")
     tree_plan.layers_seen.add(layer)
+    tree_plan.calls += 1
     if tree_plan.capture is not None:
         tree_plan.capture[layer] = (key, value)
     if tree_plan.prefix_len:
@@ -173,7 +177,11 @@ def tree_attention_forward(module: Any, query: torch.Tensor, key: torch.Tensor, 
     if groups > 1:  # grouped-query attention: repeat K/V heads (autograd sums their gradients back)
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+    # one dtype for the kernels, as SDPA gets under autocast (rotary embeddings may have promoted q
+    # and k to float32 while v stayed in the autocast dtype)
+    device_type = query.device.type
+    dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else query.dtype
+    query, key, value = (t.to(dtype).contiguous() for t in (query, key, value))
     if query.device.type == "cpu":
         out = _TreeFlashCPU.apply(query, key, value, tree_plan, scale)
     else:
