@@ -109,7 +109,7 @@ def test_tree_attention_refuses_a_model_that_bypasses_it_and_gradient_checkpoint
 def test_bf16_gradients_of_a_widely_shared_prefix_accumulate_in_float32():
     """An ancestor's key gradient sums over every descendant run; in bf16 that sum must not be
     rounded run by run (no worse than dense bf16 SDPA against a float64 reference)."""
-    from forge_cli.train.tree_attention import TreePlan, _TreeFlashCPU
+    from forge_cli.train.tree_attention import TreePlan, _tree_sdpa, _TreeFlashCPU
 
     root, branches, width = 16, 300, 2
     T = root + branches * width
@@ -129,5 +129,7 @@ def test_bf16_gradients_of_a_widely_shared_prefix_accumulate_in_float32():
     tree = lambda q, k, v: _TreeFlashCPU.apply(q, k, v, plan, 16 ** -0.5)
     reference = grad_k(dense, torch.float64)
     err = lambda got: float((got - reference).norm() / reference.norm())
-    assert err(grad_k(tree, torch.float64)) < 1e-12
+    portable = lambda q, k, v: _tree_sdpa(q, k, v, plan, 16 ** -0.5)  # the path used off CPU
+    assert err(grad_k(tree, torch.float64)) < 1e-12 and err(grad_k(portable, torch.float64)) < 1e-12
     assert err(grad_k(tree, torch.bfloat16)) <= 2 * err(grad_k(dense, torch.bfloat16))
+    assert err(grad_k(portable, torch.bfloat16)) <= 2 * err(grad_k(dense, torch.bfloat16))

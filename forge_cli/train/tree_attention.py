@@ -136,11 +136,15 @@ def _tree_sdpa(q, k, v, plan: TreePlan, scale: float) -> torch.Tensor:
     """The portable path: per run, SDPA over gathered ancestor keys + own keys, lower-right causal."""
     outs = []
     P = plan.prefix_len
+    # ancestors are gathered from a float32 copy of a 16-bit k/v, so the gradient an ancestor gets
+    # from every descendant run sums in float32 (autograd accumulates in the source's dtype)
+    wide = k.dtype in (torch.float16, torch.bfloat16) and any(idx is not None for idx in plan.ancestors)
+    k_acc, v_acc = (k.float(), v.float()) if wide else (k, v)
     for (s, e), idx in zip(plan.runs, plan.ancestors):
         keys, values = k[:, :, P + s : P + e], v[:, :, P + s : P + e]
         if idx is not None:
-            keys = torch.cat([k.index_select(2, idx), keys], dim=2)
-            values = torch.cat([v.index_select(2, idx), values], dim=2)
+            keys = torch.cat([k_acc.index_select(2, idx).to(k.dtype), keys], dim=2)
+            values = torch.cat([v_acc.index_select(2, idx).to(v.dtype), values], dim=2)
         L, A = e - s, keys.shape[2] - (e - s)
         mask = (torch.arange(L, device=q.device)[:, None] + A) >= torch.arange(A + L, device=q.device)[None, :]
         outs.append(torch.nn.functional.scaled_dot_product_attention(q[:, :, s:e], keys, values, attn_mask=mask, scale=scale))
