@@ -66,6 +66,10 @@ class GatewayConfig(Section):
     auth: Literal["auto", "loopback", "strict"] = Field(
         "auto", description="auto = loopback on 127.0.0.1/localhost, strict elsewhere."
     )
+    socket: str = Field(
+        "auto", description='Also listen on this unix socket (sandboxed agents reach the gateway through it): '
+                            '"auto" = gateway.sock in the run folder, "" = TCP only, else a path.'
+    )
 
 
 class PoolConfig(Section):

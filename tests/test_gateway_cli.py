@@ -54,11 +54,18 @@ def test_gateway_serve_records_into_a_run(tiny_model, tmp_path):
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers={"Authorization": "Bearer me"},
                        json={"messages": [{"role": "user", "content": "ping"}]}, timeout=60)
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "pong"
+        # the same gateway, at the same time, on the run's unix socket (how sandboxed agents reach it)
+        sock = tmp_path / "runs" / "served" / "gateway.sock"
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://127.0.0.1") as over_socket:
+            r = over_socket.post("/v1/chat/completions", headers={"Authorization": "Bearer sandboxed"},
+                                 json={"messages": [{"role": "user", "content": "ping"}]}, timeout=60)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "pong"
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    assert "admin key: forge-admin-" in out
+    assert "admin key: forge-admin-" in out and f"unix socket: {sock}" in out
+    assert not sock.exists()  # removed on exit
     run = tmp_path / "runs" / "served"
     assert json.loads((run / "config.json").read_text())["model"]["engine"] == "scripted"
     stats = subprocess.run([forge, "pool", "stats", str(run), "--json"], capture_output=True, text=True, cwd=tmp_path)
-    assert json.loads(stats.stdout)["completions"] == 1
+    assert json.loads(stats.stdout)["completions"] == 2

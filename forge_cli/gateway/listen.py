@@ -1,0 +1,70 @@
+"""Where the gateway listens: TCP and, at the same time, a unix socket (DESIGN.md §3).
+
+Sandboxed agents have no network; the socket is bind-mounted into their sandbox behind a loopback
+forwarder, so they still see ``http://127.0.0.1:PORT``. Both listeners serve the same app, with the
+same auth: an API key names the trajectory whichever way the request came in.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import tempfile
+from pathlib import Path
+
+from forge_cli.errors import ForgeError
+
+MAX_UNIX_PATH = 107  # sun_path holds 108 bytes, one of them the terminating NUL
+
+
+def socket_path(setting: str, run_dir: Path) -> Path | None:
+    """``gateway.socket``: ``""`` → none; ``"auto"`` → ``RUN/gateway.sock``, or a short path in the
+    temporary folder when that one is too long for a unix socket; anything else is the path."""
+    if not setting:
+        return None
+    if setting != "auto":
+        return Path(setting).expanduser().absolute()
+    path = (run_dir / "gateway.sock").absolute()
+    if len(os.fsencode(path)) <= MAX_UNIX_PATH:
+        return path
+    return Path(tempfile.gettempdir()) / f"forge-{os.getpid()}-{run_dir.name[:40]}.sock"
+
+
+def open_listeners(host: str, port: int, unix_path: Path | None = None, backlog: int = 2048) -> list[socket.socket]:
+    """Bound, listening sockets: ``[tcp]`` or ``[tcp, unix]``. A stale socket file (nobody
+    listening) is replaced; a live one, or any other file at the path, is an error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        tcp = socket.create_server((host, port), family=family, backlog=backlog)
+    except OSError as exc:
+        raise ForgeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    if unix_path is None:
+        return [tcp]
+    try:
+        return [tcp, _unix_listener(unix_path, backlog)]
+    except BaseException:
+        tcp.close()
+        raise
+
+
+def _unix_listener(path: Path, backlog: int) -> socket.socket:
+    if len(os.fsencode(path)) > MAX_UNIX_PATH:
+        raise ForgeError(f"gateway.socket: {path} is longer than a unix socket path may be ({MAX_UNIX_PATH} bytes)")
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ForgeError(f"gateway.socket: {path} exists and is not a socket")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            if probe.connect_ex(str(path)) == 0:
+                raise ForgeError(f"gateway.socket: another process is listening on {path}")
+        path.unlink()  # stale: left by a gateway that did not exit cleanly
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        raise ForgeError(f"gateway.socket: cannot listen on {path}: {exc.strerror or exc}") from None
+    return sock
+

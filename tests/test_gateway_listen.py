@@ -1,0 +1,51 @@
+"""Where the gateway listens: TCP plus a unix socket, stale sockets replaced, clear errors."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from forge_cli.errors import ForgeError
+from forge_cli.gateway.listen import MAX_UNIX_PATH, open_listeners, socket_path
+
+
+def test_socket_path_setting(tmp_path):
+    assert socket_path("", tmp_path) is None
+    assert socket_path("auto", tmp_path) == tmp_path / "gateway.sock"
+    assert socket_path(str(tmp_path / "x.sock"), tmp_path) == tmp_path / "x.sock"
+    deep = tmp_path / ("d" * 120) / "run-1"
+    short = socket_path("auto", deep)  # too long for sun_path: a short one in the temporary folder
+    assert len(str(short)) <= MAX_UNIX_PATH and short.name.endswith(".sock")
+
+
+def test_tcp_and_unix_listeners_replace_a_stale_socket_and_refuse_a_live_one(tmp_path):
+    path = tmp_path / "gw.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()  # the file stays, nobody listens: what a killed gateway leaves behind
+    listeners = open_listeners("127.0.0.1", 0, path)
+    try:
+        tcp, unix = listeners
+        assert tcp.getsockname()[0] == "127.0.0.1" and unix.getsockname() == str(path)
+        with socket.create_connection(tcp.getsockname()[:2]):
+            pass
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))
+        with pytest.raises(ForgeError, match="another process is listening"):
+            open_listeners("127.0.0.1", 0, path)
+        with pytest.raises(ForgeError, match="cannot listen on 127.0.0.1"):  # the TCP port is taken
+            open_listeners("127.0.0.1", tcp.getsockname()[1])
+    finally:
+        for sock in listeners:
+            sock.close()
+
+
+def test_refuses_a_file_that_is_not_a_socket_and_a_path_too_long(tmp_path):
+    plain = tmp_path / "notes.txt"
+    plain.write_text("keep me")
+    with pytest.raises(ForgeError, match="is not a socket"):
+        open_listeners("127.0.0.1", 0, plain)
+    assert plain.read_text() == "keep me"
+    with pytest.raises(ForgeError, match="longer than a unix socket path"):
+        open_listeners("127.0.0.1", 0, tmp_path / ("x" * 120))
