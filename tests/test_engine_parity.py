@@ -91,3 +91,36 @@ def test_top_logprobs_bounds():
         SamplingParams(top_logprobs=21)
     with pytest.raises(ForgeError, match="top_logprobs"):
         SamplingParams(top_logprobs=-1)
+
+
+def test_hf_engine_streams_ids_as_they_are_sampled(tiny_model):
+    """Ids arrive while sampling runs (not all at the end), add up to the final output, and equal an
+    unstreamed generation with the same seed; a second request batched alongside is unaffected."""
+    model, tok = load_hf(tiny_model)
+
+    async def run():
+        engine = HFEngine(tiny_model)
+        prompt = tok.encode("<|im_start|>user\ntell me a story<|im_end|>\n<|im_start|>assistant\n")
+        params = SamplingParams(max_tokens=16, temperature=0.9, seed=7)
+        chunks, final, arrivals = [], None, []
+
+        async def consume():
+            nonlocal final
+            async for item in engine.generate_stream(prompt, params):
+                if isinstance(item, list):
+                    chunks.append(item)
+                    arrivals.append(asyncio.get_running_loop().time())
+                else:
+                    final = item
+
+        other = engine.generate(prompt, SamplingParams(max_tokens=16, temperature=0.9, seed=8))
+        _, [beside] = await asyncio.gather(consume(), other)
+        [plain] = await engine.generate(prompt, params)
+        await engine.close()
+        return prompt, chunks, final, plain, beside, arrivals
+
+    prompt, chunks, final, plain, beside, arrivals = asyncio.run(run())
+    assert [i for c in chunks for i in c] == final.output_ids == plain.output_ids
+    assert final.logprobs == pytest.approx(plain.logprobs, abs=1e-5)
+    assert len(chunks) > 2 and arrivals[-1] > arrivals[0]  # several pieces, over time
+    assert beside.logprobs == pytest.approx(token_logprobs(model, prompt, beside.output_ids, 0.9), abs=1e-5)

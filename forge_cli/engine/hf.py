@@ -2,7 +2,8 @@
 
 A worker thread takes every queued request (up to ``max_batch`` sequences), left-pads them into
 one batch and decodes step by step with a KV cache, sampling each row with its own temperature,
-top-p and seed. For machines without vLLM, and for fast tests.
+top-p and seed; a streamed request gets each new id as it is sampled. For machines without vLLM,
+and for fast tests.
 """
 
 from __future__ import annotations
@@ -60,11 +61,18 @@ def top_k(logp: Any, k: int) -> list[tuple[int, float]]:
 
 
 class _Job:
-    def __init__(self, prompt_ids: list[int], params: SamplingParams, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, prompt_ids: list[int], params: SamplingParams, loop: asyncio.AbstractEventLoop,
+                 stream: bool = False) -> None:
         self.prompt_ids = prompt_ids
         self.params = params
         self.loop = loop
         self.future: asyncio.Future = loop.create_future()
+        # streamed: each sampled id, put from the worker thread (before the future resolves)
+        self.ids: asyncio.Queue[int] | None = asyncio.Queue() if stream else None
+
+    def emit(self, token: int) -> None:
+        if self.ids is not None:
+            self.loop.call_soon_threadsafe(self.ids.put_nowait, token)
 
 
 class HFEngine(Engine):
@@ -86,6 +94,22 @@ class HFEngine(Engine):
         job = _Job(list(prompt_ids), params, asyncio.get_running_loop())
         self._jobs.put(job)
         return await job.future
+
+    async def _generate_stream(self, prompt_ids, params, context):
+        job = _Job(list(prompt_ids), params, asyncio.get_running_loop(), stream=True)
+        self._jobs.put(job)
+        while True:
+            nxt = asyncio.ensure_future(job.ids.get())
+            await asyncio.wait({nxt, job.future}, return_when=asyncio.FIRST_COMPLETED)
+            if not nxt.done():  # finished: the ids still queued came before the result
+                nxt.cancel()
+                rest = [job.ids.get_nowait() for _ in range(job.ids.qsize())]
+                if rest:
+                    yield rest
+                [out] = job.future.result()  # raises what the batch raised
+                yield out
+                return
+            yield [nxt.result(), *(job.ids.get_nowait() for _ in range(job.ids.qsize()))]
 
     async def _load_weights(self, weights: Any) -> None:
         from forge_cli.engine.weights import load_into
@@ -166,6 +190,7 @@ class HFEngine(Engine):
                     if done[r] is not None:
                         continue
                     tok, lp, top = _sample(logits[r], j.params, gens[r])
+                    j.emit(tok)
                     nxt[r] = tok
                     outs[r].append(tok)
                     lps[r].append(lp)
