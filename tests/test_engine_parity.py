@@ -124,3 +124,31 @@ def test_hf_engine_streams_ids_as_they_are_sampled(tiny_model):
     assert final.logprobs == pytest.approx(plain.logprobs, abs=1e-5)
     assert len(chunks) > 2 and arrivals[-1] > arrivals[0]  # several pieces, over time
     assert beside.logprobs == pytest.approx(token_logprobs(model, prompt, beside.output_ids, 0.9), abs=1e-5)
+
+
+def test_hf_engine_stops_sampling_for_a_caller_that_went_away(tiny_model, monkeypatch):
+    """A client that disconnects mid-stream (or a cancelled request) frees the batch: its rows stop
+    instead of running to max_tokens while every later request waits behind them."""
+    from forge_cli.engine import hf
+
+    sampled = []
+    real_sample = hf._sample
+    monkeypatch.setattr(hf, "_sample", lambda *a: sampled.append(1) or real_sample(*a))
+    model, tok = load_hf(tiny_model)
+    prompt = tok.encode("<|im_start|>user\nwrite a very long essay<|im_end|>\n<|im_start|>assistant\n")
+    long = SamplingParams(max_tokens=400, temperature=1.0, seed=1)
+
+    async def run():
+        engine = HFEngine(tiny_model)
+        engine.eos_token_id = None  # nothing ends the long request early but its caller leaving
+        stream = engine.generate_stream(prompt, long)
+        await stream.__anext__()  # the first id: sampling is under way
+        await stream.aclose()  # the client disconnects
+        cancelled = asyncio.ensure_future(engine.generate(prompt, long))
+        await asyncio.sleep(0.2)
+        cancelled.cancel()  # an unstreamed request whose caller gives up
+        await engine.generate(prompt, SamplingParams(max_tokens=2))
+        await engine.close()
+
+    asyncio.run(run())
+    assert len(sampled) < 200  # two abandoned requests of 400 ids each would have sampled 800

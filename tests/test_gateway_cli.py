@@ -61,7 +61,7 @@ def test_gateway_serve_records_into_a_run(tiny_model, tmp_path):
                                  json={"messages": [{"role": "user", "content": "ping"}]}, timeout=60)
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "pong"
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # as a process manager stops it: clean-up must still run
         out, err = proc.communicate(timeout=60)
     assert "admin key: forge-admin-" in out and f"unix socket: {sock}" in out
     assert not sock.exists()  # removed on exit

@@ -49,3 +49,17 @@ def test_refuses_a_file_that_is_not_a_socket_and_a_path_too_long(tmp_path):
     assert plain.read_text() == "keep me"
     with pytest.raises(ForgeError, match="longer than a unix socket path"):
         open_listeners("127.0.0.1", 0, tmp_path / ("x" * 120))
+    with pytest.raises(ForgeError, match="cannot listen on"):  # its folder cannot be made: a file is in the way
+        open_listeners("127.0.0.1", 0, plain / "gw.sock")
+
+
+def test_the_socket_is_as_reachable_as_the_loopback_port(tmp_path):
+    """A sandbox's agent may run under another uid; connecting needs write permission."""
+    import stat
+
+    listeners = open_listeners("127.0.0.1", 0, tmp_path / "gw.sock")
+    try:
+        assert stat.S_IMODE((tmp_path / "gw.sock").stat().st_mode) == 0o666
+    finally:
+        for sock in listeners:
+            sock.close()

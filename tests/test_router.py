@@ -21,7 +21,8 @@ class Replica(Engine):
     async def _generate(self, prompt_ids, params, context):
         self.seen.append(list(prompt_ids))
         await asyncio.sleep(self.delay)
-        return [GenerationOutput([7, 8], [-0.1, -0.2], "stop", self.version)]
+        top = [[(7, -0.1), (9, -2.0)], [(8, -0.2), (9, -3.0)]] if params.top_logprobs else None
+        return [GenerationOutput([7, 8], [-0.1, -0.2], "stop", self.version, top_logprobs=top, extra={"mine": 1})]
 
     async def _load_weights(self, weights):
         pass
@@ -82,6 +83,22 @@ def test_weights_and_pause_reach_every_replica():
         return version, [r.version for r in replicas]
 
     assert asyncio.run(run()) == (1, [1, 1])
+
+
+def test_the_router_passes_every_output_field_through():
+    """Only the policy version is the router's own; top logprobs, stop reason and extras pass through,
+    streamed or not."""
+    async def run():
+        router = Router([Replica(), Replica()])
+        await router.load_weights({})
+        params = SamplingParams(top_logprobs=2)
+        [plain] = await router.generate([1, 2, 3], params)
+        streamed = [item async for item in router.generate_stream([1, 2, 3], params)]
+        return plain, streamed[-1]
+
+    for out in asyncio.run(run()):
+        assert out.top_logprobs == [[(7, -0.1), (9, -2.0)], [(8, -0.2), (9, -3.0)]]
+        assert out.policy_version == 1 and out.extra["mine"] == 1 and "replica" in out.extra
 
 
 def test_bad_config():

@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start the gateway; every call is recorded into the run's data pool. It listens on TCP and,
         at the same time, on a unix socket (sandboxed agents reach it through that)."""
+        import signal
+        import sys
+
         from forge_cli.cli import get_state
         from forge_cli.config import load_config
         from forge_cli.engine.default_model import resolve_model_path
@@ -53,6 +56,9 @@ def register(app: typer.Typer) -> None:
             raise ForgeError("--engine scripted needs --policy FILE (rules/turns JSON) or module:function")
         unix_path = socket_path(config.gateway.socket, run_dir)
         listeners = open_listeners(config.gateway.host, config.gateway.port, unix_path)  # before the engine: fail fast
+        # SIGTERM like Ctrl-C: uvicorn shuts down gracefully, then re-raises the signal with the
+        # handler it found — this one, so the clean-up below runs (the default would just end us)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
         try:
             _serve(config, listeners, unix_path, model_path, run_dir, policy, mode)
         finally:

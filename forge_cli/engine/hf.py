@@ -69,6 +69,7 @@ class _Job:
         self.future: asyncio.Future = loop.create_future()
         # streamed: each sampled id, put from the worker thread (before the future resolves)
         self.ids: asyncio.Queue[int] | None = asyncio.Queue() if stream else None
+        self.abandoned = False  # its caller went away: the worker stops sampling its rows
 
     def emit(self, token: int) -> None:
         if self.ids is not None:
@@ -93,23 +94,31 @@ class HFEngine(Engine):
     async def _generate(self, prompt_ids, params, context):
         job = _Job(list(prompt_ids), params, asyncio.get_running_loop())
         self._jobs.put(job)
-        return await job.future
+        try:
+            return await asyncio.shield(job.future)
+        finally:
+            job.abandoned = not job.future.done()
 
     async def _generate_stream(self, prompt_ids, params, context):
         job = _Job(list(prompt_ids), params, asyncio.get_running_loop(), stream=True)
         self._jobs.put(job)
-        while True:
-            nxt = asyncio.ensure_future(job.ids.get())
-            await asyncio.wait({nxt, job.future}, return_when=asyncio.FIRST_COMPLETED)
-            if not nxt.done():  # finished: the ids still queued came before the result
+        nxt = None
+        try:
+            while True:
+                nxt = asyncio.ensure_future(job.ids.get())
+                await asyncio.wait({nxt, job.future}, return_when=asyncio.FIRST_COMPLETED)
+                if not nxt.done():  # finished: the ids still queued came before the result
+                    rest = [job.ids.get_nowait() for _ in range(job.ids.qsize())]
+                    if rest:
+                        yield rest
+                    [out] = job.future.result()  # raises what the batch raised
+                    yield out
+                    return
+                yield [nxt.result(), *(job.ids.get_nowait() for _ in range(job.ids.qsize()))]
+        finally:  # also when the client disconnects mid-stream (the generator is closed)
+            if nxt is not None:
                 nxt.cancel()
-                rest = [job.ids.get_nowait() for _ in range(job.ids.qsize())]
-                if rest:
-                    yield rest
-                [out] = job.future.result()  # raises what the batch raised
-                yield out
-                return
-            yield [nxt.result(), *(job.ids.get_nowait() for _ in range(job.ids.qsize()))]
+            job.abandoned = not job.future.done()
 
     async def _load_weights(self, weights: Any) -> None:
         from forge_cli.engine.weights import load_into
@@ -187,6 +196,8 @@ class HFEngine(Engine):
                 logits = out.logits[:, -1, :].float()
                 nxt = torch.full((len(rows),), self.pad_id, dtype=torch.long)
                 for r, (j, _) in enumerate(rows):
+                    if done[r] is None and j.abandoned:
+                        done[r] = ("abort", None)  # nobody reads this row's output
                     if done[r] is not None:
                         continue
                     tok, lp, top = _sample(logits[r], j.params, gens[r])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams
@@ -113,7 +113,7 @@ class Router(Engine):
         for out in outputs:
             out.extra["replica"] = i
             self.trees[i].insert(prompt_ids + out.output_ids)
-        return [GenerationOutput(o.output_ids, o.logprobs, o.finish_reason, self.version, o.stop_reason, o.extra) for o in outputs]
+        return [replace(o, policy_version=self.version) for o in outputs]
 
     async def _generate_stream(self, prompt_ids: list[int], params: SamplingParams, context: Any):
         i = self.choose(prompt_ids)
@@ -125,7 +125,7 @@ class Router(Engine):
                 if isinstance(item, GenerationOutput):
                     self.trees[i].insert(prompt_ids + item.output_ids)
                     item.extra["replica"] = i
-                    item = GenerationOutput(item.output_ids, item.logprobs, item.finish_reason, self.version, item.stop_reason, item.extra)
+                    item = replace(item, policy_version=self.version)
                 yield item
         finally:
             self.load[i] -= 1

@@ -57,11 +57,14 @@ def _unix_listener(path: Path, backlog: int) -> socket.socket:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             if probe.connect_ex(str(path)) == 0:
                 raise ForgeError(f"gateway.socket: another process is listening on {path}")
-        path.unlink()  # stale: left by a gateway that did not exit cleanly
-    path.parent.mkdir(parents=True, exist_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        path.unlink(missing_ok=True)  # stale: left by a gateway that did not exit cleanly
+        path.parent.mkdir(parents=True, exist_ok=True)
         sock.bind(str(path))
+        # as reachable as the loopback TCP port (any local user): a sandbox's agent may run under
+        # another uid, and connecting needs write permission; API keys still decide what it may do
+        os.chmod(path, 0o666)
         sock.listen(backlog)
     except OSError as exc:
         sock.close()

@@ -13,6 +13,7 @@ from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, ChatMessage
 from forge_cli.gateway.render import Tool, Turn, arguments_json
 from forge_cli.gateway.routes.common import Generated, finish_reason, generate, prepare, read_json, sampling, stream, validate
+from forge_cli.gateway.token_text import json_logprob, token_bytes
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -70,7 +71,7 @@ def _logprobs(state: Any, output: Any) -> dict[str, Any]:
 
     def entry(token_id: int, lp: float) -> dict[str, Any]:
         piece = tok.decode([token_id], skip_special_tokens=False)
-        return {"token": piece, "logprob": lp, "bytes": list(piece.encode())}
+        return {"token": piece, "logprob": json_logprob(lp), "bytes": list(token_bytes(tok, token_id, piece))}
 
     tops = output.top_logprobs or [[] for _ in output.output_ids]
     return {"content": [{**entry(t, lp), "top_logprobs": [entry(i, v) for i, v in top]}

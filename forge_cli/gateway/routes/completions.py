@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.routes.common import generate, read_json, sampling, state_of, validate
+from forge_cli.gateway.token_text import json_logprob
 
 router = APIRouter()
 
@@ -57,9 +58,15 @@ async def completions(request: Request):
     for i, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
         logprobs: Any = None
         if req.logprobs is not None:
-            # legacy shape: per position a {token text: logprob} of the k most likely (None when k = 0)
-            tops = [{tok.decode([i]): v for i, v in top} for top in out.top_logprobs] if out.top_logprobs else None
-            logprobs = {"tokens": [tok.decode([t]) for t in out.output_ids], "token_logprobs": out.logprobs,
+            # legacy shape: per position a {token text: logprob} of the k most likely (None when k = 0);
+            # ids that decode alike share a key, which keeps the likeliest's value
+            tops = None
+            if out.top_logprobs:
+                tops = [{} for _ in out.top_logprobs]
+                for entries, top in zip(tops, out.top_logprobs):
+                    for i, v in top:
+                        entries.setdefault(tok.decode([i]), json_logprob(v))
+            logprobs = {"tokens": [tok.decode([t]) for t in out.output_ids], "token_logprobs": [json_logprob(v) for v in out.logprobs],
                         "top_logprobs": tops, "text_offset": None}
         choices.append({"index": i, "text": echo + parsed.content, "logprobs": logprobs,
                         "finish_reason": "length" if out.finish_reason == "length" else "stop"})

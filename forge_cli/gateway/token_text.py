@@ -1,0 +1,44 @@
+"""How one token is shown in a logprobs entry: its text, its own bytes, a JSON-safe logprob."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from typing import Any
+
+LOGPROB_FLOOR = -9999.0  # JSON has no -inf (an id masked by top-p); vLLM's OpenAI server uses the same floor
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece byte fallback
+
+
+def json_logprob(value: float) -> float:
+    return LOGPROB_FLOOR if math.isnan(value) or value < LOGPROB_FLOOR else value
+
+
+@functools.cache
+def _byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, inverted: each of the 256 bytes is one printable character."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def token_bytes(tokenizer: Any, token_id: int, text: str) -> bytes:
+    """The token's own bytes. ``text`` (its decoded text) is right unless the token holds part of a
+    UTF-8 character, which decoding turns into U+FFFD; then the bytes come from the raw piece."""
+    if "\ufffd" not in text:
+        return text.encode()
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if isinstance(piece, str):
+        if match := _BYTE_PIECE.fullmatch(piece):
+            return bytes([int(match.group(1), 16)])
+        decoder = _byte_level_decoder()
+        if piece and all(ch in decoder for ch in piece):
+            return bytes(decoder[ch] for ch in piece)
+    return text.encode()
