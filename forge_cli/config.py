@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from forge_cli.errors import ForgeError
 
@@ -70,6 +70,13 @@ class GatewayConfig(Section):
         "auto", description='Also listen on this unix socket (sandboxed agents reach the gateway through it): '
                             '"auto" = gateway.sock in the run folder, "" = TCP only, else a path.'
     )
+
+    @field_validator("socket")
+    @classmethod
+    def _socket_is_auto_none_or_a_path(cls, value: str) -> str:
+        if value in ("", "auto") or "/" in value or value.endswith(".sock"):
+            return value
+        raise ValueError(f'{value!r} is neither "auto", "" (no socket) nor a path (one with a "/" or ending in .sock)')
 
 
 class PoolConfig(Section):

@@ -48,6 +48,7 @@ def test_explicit_config_path(tmp_path):
         ("[pool]\nwindow_fractio = 0.5\n", "pool.window_fractio: unknown key"),
         ("[pool]\nwindow_fraction = 'abc'\n", "pool.window_fraction: Input should be a valid number"),
         ("[train]\nengine = 'jax'\n", "train.engine: Input should be 'torch' or 'deepspeed'"),
+        ("[gateway]\nsocket = 'none'\n", "gateway.socket: Value error, 'none' is neither \"auto\", \"\" (no socket) nor a path"),
         ("[nonsense]\nx = 1\n", "nonsense: unknown key"),
         ("[pool\n", "not valid TOML"),
     ],
