@@ -159,6 +159,37 @@ def test_pause_resume_and_weight_update_lose_nothing(loopback, tmp_path):
     assert versions == [1] * 8
 
 
+def test_weights_that_do_not_fit_are_a_400_and_leave_the_model_untouched(loopback, tmp_path):
+    """Checked before the first tensor is copied: a half-loaded model would sample under a version
+    that says nothing changed."""
+    import torch
+    from safetensors.torch import save_file
+
+    live, _ = loopback
+    admin = {"Authorization": "Bearer admin-secret"}
+    model = live.state.engine.model
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    version = live.state.engine.version
+    good = {k: torch.zeros_like(v).contiguous() for k, v in before.items() if k != "lm_head.weight"}
+    embed = "model.embed_tokens.weight"
+    cases = {
+        "extra": {**good, "bogus": torch.zeros(2)},
+        "missing": {k: v for k, v in good.items() if k != embed},
+        "shape": {**good, embed: torch.zeros(3, 3)},
+    }
+    for name, state in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        save_file(state, str(folder / "model.safetensors"))
+        r = httpx.post(f"{live.url}/admin/weights", headers=admin, json={"path": str(folder)}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "path", (name, r.text)
+        assert "do not fit" in r.json()["error"]["message"]
+    r = httpx.post(f"{live.url}/admin/weights", headers=admin, json={"path": str(tmp_path / "nowhere")}, timeout=60)
+    assert r.status_code == 400 and "no weights folder" in r.json()["error"]["message"]
+    assert live.state.engine.version == version
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
 def test_a_closed_trajectory_refuses_more_calls_with_409(strict):
     live, pool = strict
     admin = {"Authorization": "Bearer admin-secret"}

@@ -57,6 +57,11 @@ class VLLMEngine(Engine):
         from transformers import AutoConfig
 
         self.tied = bool(getattr(AutoConfig.from_pretrained(model_path), "tie_word_embeddings", False))
+        from forge_cli.engine.weights import folder_shapes
+
+        self._shapes = folder_shapes(model_path)  # what a weight update must match
+        if self.tied and "model.embed_tokens.weight" in self._shapes:  # a trainer's state dict names the tied head too
+            self._shapes.setdefault("lm_head.weight", self._shapes["model.embed_tokens.weight"])
         kwargs: dict[str, Any] = dict(
             model=str(model_path),
             max_model_len=max_model_len,
@@ -136,9 +141,10 @@ class VLLMEngine(Engine):
         """
         from safetensors.torch import save_file
 
-        from forge_cli.engine.weights import read_weights
+        from forge_cli.engine.weights import check_fit, read_weights
 
         weights = read_weights(weights)
+        check_fit(self._shapes, weights)  # vLLM would copy what fits and fail on the rest: refuse first
         # clone: tied tensors share storage, which safetensors refuses
         tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in weights.items()}
         if self.tied and "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:

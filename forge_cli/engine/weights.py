@@ -14,6 +14,8 @@ def read_weights(weights: Any) -> dict[str, Any]:
         return weights
     from safetensors.torch import load_file
 
+    if not Path(weights).is_dir():
+        raise ForgeError(f"no weights folder at {weights}")
     files = sorted(Path(weights).glob("*.safetensors"))
     if not files:
         raise ForgeError(f"no *.safetensors in {weights}")
@@ -26,14 +28,38 @@ def read_weights(weights: Any) -> dict[str, Any]:
 def load_into(model: Any, weights: Any) -> None:
     """Load a state dict (or a folder) into ``model``; a tied ``lm_head`` may be absent.
 
-    Raises ForgeError when the weights do not fit the model.
+    Raises ForgeError, with the model untouched, when the weights do not fit it: every name and
+    shape is checked before the first tensor is copied.
     """
     import torch
 
+    state = read_weights(weights)
+    check_fit({k: tuple(v.shape) for k, v in model.state_dict().items()}, state)
     with torch.no_grad():
-        missing, unexpected = model.load_state_dict(read_weights(weights), strict=False)
-    real_missing = [m for m in missing if not m.endswith("lm_head.weight")]
-    if real_missing or unexpected:
-        raise ForgeError(f"weights do not fit the model: missing {real_missing[:3]}, unexpected {unexpected[:3]}")
+        missing, _ = model.load_state_dict(state, strict=False)
     if missing and getattr(model.config, "tie_word_embeddings", False):
         model.tie_weights()
+
+
+def check_fit(shapes: dict[str, tuple[int, ...]], state: dict[str, Any]) -> None:
+    """ForgeError unless ``state`` has exactly the tensors of ``shapes`` (the model's names and
+    shapes; a tied ``lm_head`` may be absent), each of its shape."""
+    missing = [k for k in shapes if k not in state and not k.endswith("lm_head.weight")]
+    unexpected = [k for k in state if k not in shapes]
+    if missing or unexpected:
+        raise ForgeError(f"weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    wrong = [f"{k} {tuple(v.shape)} (model {shapes[k]})" for k, v in state.items() if tuple(v.shape) != tuple(shapes[k])]
+    if wrong:
+        raise ForgeError(f"weights do not fit the model: shapes differ for {', '.join(wrong[:3])}")
+
+
+def folder_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of a model folder's ``*.safetensors``, from their headers (no tensor read)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as handle:
+            for key in handle.keys():
+                shapes[key] = tuple(handle.get_slice(key).get_shape())
+    return shapes

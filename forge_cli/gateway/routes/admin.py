@@ -8,6 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 
+from forge_cli.errors import ForgeError
+from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.routes.common import api_key, read_json, state_of, validate
 
 router = APIRouter()
@@ -106,7 +108,10 @@ async def load_weights(request: Request):
     state = state_of(request)
     state.check_admin(api_key(request))
     body = validate(LoadWeights, await read_json(request))
-    version = await state.engine.load_weights(body.path)
+    try:
+        version = await state.engine.load_weights(body.path)
+    except ForgeError as exc:  # a folder that is not there or does not fit: the model is untouched
+        raise APIError(400, str(exc), param="path") from None
     return {"version": version}
 
 
