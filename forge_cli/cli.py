@@ -21,15 +21,21 @@ COMMAND_MODULES = ("version", "doctor", "config", "plugins", "scaffold", "pool",
 
 
 class ForgeGroup(TyperGroup):
-    """Turns a :class:`ForgeError` from any command into one red line and exit code 1."""
+    """Turns a :class:`ForgeError` from any command into one red line and exit code 1; so too a
+    file the user named that cannot be read or written (an ``OSError`` that names its file)."""
 
     def invoke(self, ctx: Any) -> Any:
+        from forge_cli.console import error
+
         try:
             return super().invoke(ctx)
         except ForgeError as exc:
-            from forge_cli.console import error
-
             error(str(exc))
+            raise typer.Exit(1) from None
+        except OSError as exc:
+            if exc.filename is None:  # not about a path: a bug to see in full
+                raise
+            error(f"{exc.filename}: {exc.strerror or exc}")
             raise typer.Exit(1) from None
 
 

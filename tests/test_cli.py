@@ -110,3 +110,15 @@ def test_plugins_lists_builtins(cli):
     assert len(plugins["forge:tool-formats"]["registered"]["tool_formats"]) == 11
     assert set(plugins["forge:sandboxes"]["registered"]["sandboxes"]) == {"local", "docker"}
     assert all(p["builtin"] for p in plugins.values())
+
+
+def test_a_file_that_cannot_be_written_is_one_red_line(cli, tmp_path):
+    (tmp_path / "taken").write_text("x")
+    result = cli("model", "init", "--path", str(tmp_path / "taken"))
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1 and "taken: File exists" in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+
+
+def test_model_init_checks_the_size_first(cli):
+    result = cli("model", "init", "--size", "huge")
+    assert result.exit_code == 1 and "unknown model size 'huge': choose one of tiny, small" in result.stderr

@@ -69,3 +69,10 @@ def test_gateway_serve_records_into_a_run(tiny_model, tmp_path):
     assert json.loads((run / "config.json").read_text())["model"]["engine"] == "scripted"
     stats = subprocess.run([forge, "pool", "stats", str(run), "--json"], capture_output=True, text=True, cwd=tmp_path)
     assert json.loads(stats.stdout)["completions"] == 2
+
+
+def test_a_failed_start_leaves_no_run_behind(cli, tiny_model, tmp_path):
+    for args in (["--tool-format", "nope"], ["--engine", "scripted", "--policy", "nomod:fn"]):
+        result = cli("gateway", "serve", "--model", str(tiny_model), "--port", "0", "--run", "failed", *args)
+        assert result.exit_code == 1 and result.stderr.startswith("Error: ")
+        assert not (tmp_path / "runs" / "failed").exists()

@@ -29,6 +29,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start the gateway; every call is recorded into the run's data pool. It listens on TCP and,
         at the same time, on a unix socket (sandboxed agents reach it through that)."""
+        import shutil
         import signal
         import sys
 
@@ -51,21 +52,26 @@ def register(app: typer.Typer) -> None:
         if mode == "auto":
             mode = "loopback" if config.gateway.host in LOOPBACK else "strict"
         model_path = resolve_model_path(config.model.path)
-        run_dir = new_run(config, run, exist_ok=True)
         if config.model.engine == "scripted" and not policy:
             raise ForgeError("--engine scripted needs --policy FILE (rules/turns JSON) or module:function")
-        unix_path = socket_path(config.gateway.socket, run_dir)
-        listeners = open_listeners(config.gateway.host, config.gateway.port, unix_path)  # before the engine: fail fast
-        # SIGTERM like Ctrl-C: uvicorn shuts down gracefully, then re-raises the signal with the
-        # handler it found — this one, so the clean-up below runs (the default would just end us)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+        run_dir = new_run(config, run, exist_ok=True)
         try:
-            _serve(config, listeners, unix_path, model_path, run_dir, policy, mode)
-        finally:
-            for sock in listeners:
-                sock.close()
-            if unix_path is not None:
-                unix_path.unlink(missing_ok=True)
+            unix_path = socket_path(config.gateway.socket, run_dir)
+            listeners = open_listeners(config.gateway.host, config.gateway.port, unix_path)  # before the engine: fail fast
+            # SIGTERM like Ctrl-C: uvicorn shuts down gracefully, then re-raises the signal with the
+            # handler it found — this one, so the clean-up below runs (the default would just end us)
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+            try:
+                _serve(config, listeners, unix_path, model_path, run_dir, policy, mode)
+            finally:
+                for sock in listeners:
+                    sock.close()
+                if unix_path is not None:
+                    unix_path.unlink(missing_ok=True)
+        except BaseException:
+            if {p.name for p in run_dir.iterdir()} <= {"config.json"}:  # it never got to record anything
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
 
 
 def _serve(config, listeners, unix_path, model_path, run_dir, policy, mode) -> None:  # noqa: ANN001 — the serve command's locals
@@ -78,12 +84,15 @@ def _serve(config, listeners, unix_path, model_path, run_dir, policy, mode) -> N
     from forge_cli.commands._common import registry
     from forge_cli.console import console, err_console
     from forge_cli.engine import make_engine
+    from forge_cli.errors import ForgeError
     from forge_cli.gateway.app import create_app
     from forge_cli.gateway.state import GatewayState
     from forge_cli.pool import open_pool
 
     port = listeners[0].getsockname()[1]  # gateway.port = 0 picks a free one
     formats = {name: entry.value for name, entry in registry().tool_formats.items()}
+    if config.model.tool_format not in formats:  # before minutes of engine start
+        raise ForgeError(f"no tool format named {config.model.tool_format!r} (registered: {', '.join(sorted(formats))})")
     options = {"policy": policy} if config.model.engine == "scripted" else {}
     if config.model.engine in ("vllm", "hf"):
         options["max_model_len"] = config.model.max_model_len

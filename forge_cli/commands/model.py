@@ -21,11 +21,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Create the default policy: a small Llama, a locally trained BPE tokenizer and a chat template (HF format)."""
         from forge_cli.console import console, err_console
-        from forge_cli.engine.default_model import default_model_dir, init_default_model
+        from forge_cli.engine.default_model import SIZES, default_model_dir, init_default_model
+        from forge_cli.errors import ForgeError
 
+        if size not in SIZES:
+            raise ForgeError(f"unknown model size {size!r}: choose one of {', '.join(SIZES)}")
         target = path or default_model_dir()
         if (target / "config.json").exists() and not force:
-            console.print(f"a model already exists at {target} (use --force to overwrite)")
+            console.print(f"a model already exists at {target} (use --force to overwrite)", soft_wrap=True)
             return
         with err_console.status(f"building the {size} model (tokenizer training, weights)…"):
             out = init_default_model(target, size=size, seed=seed, force=force)

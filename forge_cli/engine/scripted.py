@@ -12,7 +12,7 @@ or a JSON file::
      "turns": ["first reply", "second reply", ...]}
 
 ``rules`` are tried first (first match wins); otherwise ``turns`` are replied in order, one per
-call, per session (the last one repeats).
+sample (a call with ``n = 2`` takes two), per session (the last one repeats).
 """
 
 from __future__ import annotations
