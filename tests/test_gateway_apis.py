@@ -90,6 +90,22 @@ def test_messages_errors_in_anthropic_shape(stack):
         claude(live, "a-3").messages.create(model="forge", max_tokens=10, messages=[{"role": "robot", "content": "x"}])
 
 
+def test_messages_count_tokens(stack):
+    """The count is the length of the prompt a call with the same body records, and counting with a
+    new key opens no trajectory; unknown /v1/messages paths answer in Anthropic's shape."""
+    live, replies, _ = stack
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    sessions = len(live.state.sessions)
+    counted = claude(live, "a-count").messages.count_tokens(model="forge", system="You help.", tools=[WEATHER], messages=messages)
+    assert len(live.state.sessions) == sessions
+    replies.queue.append("Sunny.")
+    claude(live, "a-count").messages.create(model="forge", max_tokens=16, system="You help.", tools=[WEATHER], messages=messages)
+    [c] = recorded(stack, "a-count")
+    assert counted.input_tokens == len(c.prompt_ids) > 0
+    missing = httpx.post(f"{live.url}/v1/messages/nowhere", json={})
+    assert missing.status_code == 404 and missing.json()["type"] == "error"
+
+
 def test_responses_function_and_custom_tools(stack):
     live, replies, _ = stack
     client = live.openai("r-1")

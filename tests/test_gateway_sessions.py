@@ -190,6 +190,15 @@ def test_weights_that_do_not_fit_are_a_400_and_leave_the_model_untouched(loopbac
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+def test_finish_needs_no_body(strict):
+    live, pool = strict
+    admin = {"Authorization": "Bearer admin-secret"}
+    made = httpx.post(f"{live.url}/admin/sessions", headers=admin).json()
+    done = httpx.post(f"{live.url}/admin/sessions/{made['session']}/finish", headers=admin)
+    assert done.status_code == 200, done.text
+    assert pool.trajectory(made["trajectory_id"]).status == "completed"
+
+
 def test_a_closed_trajectory_refuses_more_calls_with_409(strict):
     live, pool = strict
     admin = {"Authorization": "Bearer admin-secret"}

@@ -44,7 +44,7 @@ def anthropic_error(err: APIError) -> JSONResponse:
 
 
 def error_response(path: str, err: APIError) -> JSONResponse:
-    return anthropic_error(err) if path.rstrip("/").endswith("/messages") else openai_error(err)
+    return anthropic_error(err) if "/v1/messages" in path else openai_error(err)
 
 
 def sse(data: Any, event: str | None = None) -> str:

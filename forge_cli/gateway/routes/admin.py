@@ -58,12 +58,9 @@ async def finish_session(request: Request, session_id: str):
     """Close a session's trajectory (completed or failed), with its reward components."""
     from starlette.concurrency import run_in_threadpool
 
-    from forge_cli.errors import ForgeError
-    from forge_cli.gateway.errors import APIError
-
     state = state_of(request)
     state.check_admin(api_key(request))
-    body = validate(FinishSession, await read_json(request))
+    body = validate(FinishSession, await read_json(request)) if await request.body() else FinishSession()
     session = state.sessions.get(session_id)
     if session is None or session.trajectory_id is None or state.pool is None:
         raise APIError(404, f"no recorded session {session_id!r}")

@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.protocol.anthropic import Block, MessagesRequest
-from forge_cli.gateway.render import Tool, Turn
-from forge_cli.gateway.routes.common import generate, prepare, read_json, sampling, stream, validate
+from forge_cli.gateway.render import Tool, Turn, render_prompt
+from forge_cli.gateway.routes.common import api_key, generate, prepare, read_json, sampling, state_of, stream, validate
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -103,19 +103,24 @@ def _stop(out: Any, parsed: Any) -> tuple[str, str | None]:
     return "end_turn", None
 
 
+def _tool_choice(req: MessagesRequest, tools: list[Tool]) -> tuple[str | None, str | None]:
+    """Anthropic's tool_choice as (choice, forced tool name)."""
+    if req.tool_choice is None:
+        return None, None
+    choice = {"auto": "auto", "any": "required", "none": "none", "tool": None}[req.tool_choice.type]
+    forced = req.tool_choice.name if req.tool_choice.type == "tool" else None
+    if req.tool_choice.type == "tool" and forced not in {t.name for t in tools}:
+        raise APIError(400, f"tool_choice.name: {forced!r} is not in tools", param="tool_choice")
+    return choice, forced
+
+
 @router.post("/v1/messages")
 @router.post("/s/{session}/v1/messages")
 async def messages(request: Request):
     raw = await read_json(request)
     req: MessagesRequest = validate(MessagesRequest, raw)
     tools = to_tools(req)
-    choice, forced = None, None
-    if req.tool_choice is not None:
-        choice = {"auto": "auto", "any": "required", "none": "none", "tool": None}[req.tool_choice.type]
-        if req.tool_choice.type == "tool":
-            forced = req.tool_choice.name
-            if forced not in {t.name for t in tools}:
-                raise APIError(400, f"tool_choice.name: {forced!r} is not in tools", param="tool_choice")
+    choice, forced = _tool_choice(req, tools)
     params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop_sequences, seed=None)
     if req.stream:
         prepared = await prepare(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
@@ -169,3 +174,23 @@ async def _live(request: Request, prepared: Any, model: str) -> AsyncIterator[st
     yield sse({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                "usage": {"output_tokens": len(out.output_ids)}}, "message_delta")
     yield sse({"type": "message_stop"}, "message_stop")
+
+
+@router.post("/v1/messages/count_tokens")
+@router.post("/s/{session}/v1/messages/count_tokens")
+async def count_tokens(request: Request):
+    """The prompt's length as the gateway would render it (the model's chat template, the tools in the
+    session's format). Counting opens no trajectory: a key seen for the first time uses the defaults."""
+    raw = await read_json(request)
+    body = {"max_tokens": 1, **raw} if isinstance(raw, dict) else raw  # count_tokens takes no max_tokens
+    req: MessagesRequest = validate(MessagesRequest, body)
+    state = state_of(request)
+    key, in_path = api_key(request), request.path_params.get("session")
+    if in_path is not None or key in state.by_key or state.auth == "strict":
+        fmt = state.tool_format_for(await state.resolve(key, in_path))  # the same auth as a call
+    else:
+        fmt = state.tool_formats[state.default_tool_format]
+    tools = to_tools(req)
+    choice, forced = _tool_choice(req, tools)
+    rendered = render_prompt(state.tokenizer, to_turns(req), tools, fmt, tool_choice=choice, forced_tool=forced)
+    return {"input_tokens": len(rendered.prompt_ids)}
