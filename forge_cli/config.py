@@ -236,10 +236,13 @@ def load_config(
     *,
     overrides: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    flag_names: Mapping[str, str] | None = None,
 ) -> ForgeConfig:
     """Resolve the configuration: defaults < file < environment < ``overrides`` (dotted keys).
 
-    Raises :class:`ForgeError` with one line naming the bad key and its source.
+    Raises :class:`ForgeError` with one line naming the bad key and its source; ``flag_names`` maps
+    an override's dotted key to the flag the user typed (``{"model.engine": "--engine"}``), else
+    it is named ``--set KEY``.
     """
     env = os.environ if env is None else env
     file = find_config_file(path, env)
@@ -250,12 +253,16 @@ def load_config(
         _set_dotted(flag_tree, dotted, value, "command-line flag")
 
     def origin_of(dotted: str) -> str:
-        for prefix_len in range(dotted.count(".") + 1, 0, -1):
-            key = ".".join(dotted.split(".")[:prefix_len])
-            if key in (overrides or {}):
-                return f"command-line flag --set {key}"
-            if key in env_origins:
-                return env_origins[key]
+        """The highest layer that set ``dotted``, a key inside it, or a section holding it."""
+        def related(key: str) -> bool:
+            return key == dotted or key.startswith(dotted + ".") or dotted.startswith(key + ".")
+
+        for key in overrides or {}:
+            if related(key):
+                return f"command-line flag {(flag_names or {}).get(key, f'--set {key}')}"
+        for key, origin in env_origins.items():
+            if related(key):
+                return origin
         return str(file) if file else "defaults"
 
     merged = _merge(_merge(file_tree, env_tree), flag_tree)

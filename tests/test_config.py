@@ -70,6 +70,13 @@ def test_env_and_flag_errors_name_their_source():
         load_config(env={}, overrides={"pool.bogus": 1})
     with pytest.raises(ForgeError, match="expects KEY=VALUE"):
         parse_set_flags(["pool.window_fraction"])
+    # an unknown section is named by the flag or variable that brought it, not "defaults"
+    with pytest.raises(ForgeError, match=r"^command-line flag --set nope.x: nope: unknown key"):
+        load_config(env={}, overrides={"nope.x": 1})
+    with pytest.raises(ForgeError, match=r"^environment variable FORGE_NOPE__X: nope: unknown key"):
+        load_config(env={"FORGE_NOPE__X": "1"})
+    with pytest.raises(ForgeError, match=r"^command-line flag --engine: model.engine"):
+        load_config(env={}, overrides={"model.engine": "foo"}, flag_names={"model.engine": "--engine"})
 
 
 def test_set_values_use_toml_syntax():

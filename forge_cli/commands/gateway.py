@@ -41,13 +41,14 @@ def register(app: typer.Typer) -> None:
         from forge_cli.runs import new_run
 
         state = get_state()
-        overrides = dict(state.overrides)
-        for key, value in (("gateway.host", host), ("gateway.port", port), ("model.path", str(model) if model else None),
-                           ("model.engine", engine), ("gateway.auth", auth), ("model.tool_format", tool_format),
-                           ("model.replicas", replicas), ("gateway.socket", unix_socket)):
+        overrides, flag_names = dict(state.overrides), {}
+        for key, flag, value in (("gateway.host", "--host", host), ("gateway.port", "--port", port),
+                                 ("model.path", "--model", str(model) if model else None), ("model.engine", "--engine", engine),
+                                 ("gateway.auth", "--auth", auth), ("model.tool_format", "--tool-format", tool_format),
+                                 ("model.replicas", "--replicas", replicas), ("gateway.socket", "--socket", unix_socket)):
             if value is not None:
-                overrides[key] = value
-        config = load_config(state.config_path, overrides=overrides)
+                overrides[key], flag_names[key] = value, flag
+        config = load_config(state.config_path, overrides=overrides, flag_names=flag_names)
         mode = config.gateway.auth
         if mode == "auto":
             mode = "loopback" if config.gateway.host in LOOPBACK else "strict"
