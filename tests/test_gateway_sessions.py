@@ -190,6 +190,20 @@ def test_weights_that_do_not_fit_are_a_400_and_leave_the_model_untouched(loopbac
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+def test_on_shutdown_the_trajectories_it_opened_fail_unless_finished(strict):
+    live, pool = strict
+    admin = {"Authorization": "Bearer admin-secret"}
+    left, done = (httpx.post(f"{live.url}/admin/sessions", headers=admin).json() for _ in range(2))
+    httpx.post(f"{live.url}/admin/sessions/{done['session']}/finish", headers=admin, json={"rewards": {"outcome": 1.0}})
+    driver = pool.submit_group("task", 1, "react").trajectories[0].id  # a rollout driver's: not the gateway's to end
+    httpx.post(f"{live.url}/admin/sessions", headers=admin, json={"trajectory_id": driver})
+    assert live.state.close() == 1
+    assert pool.trajectory(left["trajectory_id"]).status == "failed"
+    assert "gateway stopped" in pool.trajectory(left["trajectory_id"]).error
+    assert pool.trajectory(done["trajectory_id"]).status == "completed"
+    assert pool.trajectory_status(driver) == "running"
+
+
 def test_finish_needs_no_body(strict):
     live, pool = strict
     admin = {"Authorization": "Bearer admin-secret"}

@@ -118,6 +118,7 @@ def _serve(config, listeners, unix_path, model_path, run_dir, policy, mode) -> N
     try:
         asyncio.run(server.serve(sockets=listeners))
     finally:
+        gw.close()
         asyncio.run(eng.close())
         pool.close()
 

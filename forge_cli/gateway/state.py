@@ -70,6 +70,7 @@ class GatewayState:
         # a session opened without a trajectory gets a group of its own in the queue; its time
         # budget keeps a forgotten session from stalling a FIFO trainer reading the same pool
         self.adhoc_timeout_s = adhoc_timeout_s
+        self._opened: list[str] = []  # trajectories this gateway opened itself (not a driver's)
         self.metrics = Metrics()
         self.sessions: dict[str, Session] = {}
         self.by_key: dict[str, str] = {}
@@ -87,6 +88,7 @@ class GatewayState:
             group = await run_in_threadpool(lambda: self.pool.submit_group(task_id, 1, scaffold, timeout_s=self.adhoc_timeout_s))
             trajectory_id = group.trajectories[0].id
             await run_in_threadpool(self.pool.start_trajectory, trajectory_id)
+            self._opened.append(trajectory_id)
         elif trajectory_id is not None and self.pool is not None:
             status = await run_in_threadpool(self.pool.trajectory_status, trajectory_id)
             if status is None:
@@ -121,6 +123,19 @@ class GatewayState:
             if key in self.by_key:
                 return self.sessions[self.by_key[key]]
             return await self.create_session(api_key=key)
+
+    def close(self) -> int:
+        """On shutdown: the trajectories this gateway opened and nobody finished fail ("a crashing
+        agent becomes a failed trajectory") instead of staying "running" for good. A driver's own
+        trajectories (``/admin/sessions`` with a ``trajectory_id``) are the driver's to end.
+        Returns how many were failed."""
+        failed = 0
+        for trajectory_id in self._opened:
+            if self.pool is not None and self.pool.trajectory_status(trajectory_id) == "running":
+                self.pool.fail_trajectory(trajectory_id, "the gateway stopped before the trajectory finished")
+                failed += 1
+        self._opened.clear()
+        return failed
 
     def check_admin(self, api_key: str | None) -> None:
         given = (api_key or "").encode("utf-8", "surrogateescape")
