@@ -39,6 +39,14 @@ class ForgeGroup(TyperGroup):
             raise typer.Exit(1) from None
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from forge_cli import __version__
+
+        print(f"forge {__version__}")
+        raise typer.Exit()
+
+
 @dataclass
 class State:
     """Global options, read by commands through :func:`get_state`."""
@@ -80,8 +88,10 @@ def build_app() -> typer.Typer:
             None, "--config", "-c", metavar="FILE", help="forge.toml to use (default: ./forge.toml if present).", envvar="FORGE_CONFIG"
         ),
         set_: list[str] = typer.Option(
-            [], "--set", "-s", metavar="KEY=VALUE", help="Override a config key: --set pool.window_fraction=0.5 (repeatable)."
+            [], "--set", "-s", metavar="KEY=VALUE",
+            help="Override a config key: --set pool.window_fraction=0.5 (repeatable; before the command).",
         ),
+        version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
     ) -> None:
         from forge_cli import plugins
         from forge_cli.config import parse_set_flags

@@ -122,3 +122,10 @@ def test_a_file_that_cannot_be_written_is_one_red_line(cli, tmp_path):
 def test_model_init_checks_the_size_first(cli):
     result = cli("model", "init", "--size", "huge")
     assert result.exit_code == 1 and "unknown model size 'huge': choose one of tiny, small" in result.stderr
+
+
+def test_version_flag(cli):
+    from forge_cli import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"forge {__version__}"

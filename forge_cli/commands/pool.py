@@ -56,7 +56,8 @@ def register(app: typer.Typer) -> None:
         table.add_row("storage", f"{data['bytes_per_token']} token bytes/token" + (
             f", {data['file_bytes_per_token']} file bytes/token" if data["file_bytes_per_token"] else ""))
         age = data["offpolicy_age"]
-        table.add_row("off-policy age", f"mean {age['mean']}  max {age['max']}  over {age['n']} consumed completions")
+        table.add_row("off-policy age", f"mean {age['mean']}  max {age['max']}  over {age['n']} consumed completions"
+                      if age["n"] else "none consumed yet")
         console.print(table)
 
     @group.command("show")
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
         head.add_column()
         for key in ("id", "group_id", "task_id", "scaffold", "queue_index", "status", "reward", "error"):
             value = getattr(traj, key)
-            head.add_row(key, str(value.value if hasattr(value, "value") else value))
+            head.add_row(key, "–" if value is None else str(value.value if hasattr(value, "value") else value))
         head.add_row("run", str(run_dir))
         for name, value in traj.rewards.items():
             head.add_row(f"reward {name}", f"{value:g}")
