@@ -8,6 +8,13 @@ import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests draw fresh random inputs on every run; CI (``.ci/run``) sets
+# FORGE_HYPOTHESIS_PROFILE=ci so that its draws are reproducible and a red CI can be replayed.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("FORGE_HYPOTHESIS_PROFILE", "default"))
 EXAMPLE_PLUGIN = ROOT / "plugins" / "forge-scaffold-example"
 
 

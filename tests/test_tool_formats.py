@@ -94,3 +94,14 @@ def test_hermes_render_lists_tools():
     tool = {"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}}
     text = HermesFormat().render_tools([tool])
     assert '"name": "bash"' in text and "<tools>" in text and "<tool_call>" in text
+
+
+def test_llama3_python_tag_opens_a_call_and_is_data_inside_one():
+    """Found by the round-trip property: the tag inside a string argument was stripped."""
+    from forge_cli.builtin.tool_formats import Llama3JsonFormat
+
+    fmt = Llama3JsonFormat()
+    tagged = fmt.parse('<|python_tag|>{"name": "bash", "parameters": {"command": "ls"}}')
+    assert [(c.name, c.arguments) for c in tagged.calls] == [("bash", {"command": "ls"})] and tagged.content == ""
+    inside = fmt.parse(fmt.format_calls([ToolCall("echo", {"text": "<|python_tag|> stays"})]))
+    assert [c.arguments for c in inside.calls] == [{"text": "<|python_tag|> stays"}]

@@ -168,7 +168,9 @@ class Llama3JsonFormat(ToolFormat):
         return "\n".join(dumps({"name": c.name, "parameters": c.arguments}) for c in calls)
 
     def parse(self, text: str) -> ParsedOutput:
-        body = text.replace("<|python_tag|>", "")
+        # the tag opens a call at the start of a line; inside a call's JSON it is data (a string
+        # argument may hold it) and stays
+        body = re.sub(r"(?m)^([ \t]*)<\|python_tag\|>", r"\1", text)
         calls: list[ToolCall] = []
         errors: list[ParseError] = []
         pieces: list[str] = []
