@@ -102,6 +102,11 @@ def test_strict_needs_issued_keys(strict):
         (json.dumps({"messages": MSG, "tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": []}).encode(),
          400, "tool_choice"),
         (json.dumps({"messages": [{"role": "user", "content": "word " * 2000}]}).encode(), 400, "this model's context is 512 tokens"),
+        # a union's alternatives at one field, in words (not pydantic's member tags); other fields named
+        (json.dumps({"messages": MSG, "tool_choice": "bogus"}).encode(), 400,
+         "tool_choice: Input should be 'auto', 'required' or 'none', or a valid dictionary"),
+        (json.dumps({"messages": [{"role": "robot", "content": "x"}], "n": 0}).encode(), 400, "(got 'robot'); also wrong: n"),
+        (json.dumps({"messages": MSG, "max_tokens": -1}).encode(), 400, "(got -1)"),
         (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(),
          400, "content part type 'image_url' is not supported"),
     ],

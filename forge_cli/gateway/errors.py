@@ -20,16 +20,40 @@ class APIError(Exception):
 
 
 def describe_validation(exc: ValidationError, prefix: str = "") -> tuple[str, str | None]:
-    """The first pydantic error as 'field.path: what is wrong (got …)'."""
-    err = exc.errors()[0]
-    loc = prefix
-    for part in err["loc"]:
-        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+    """The first problem as 'field.path: what is wrong (got …)'; the alternatives of a union at
+    the same field are joined with "or", and other fields' problems are counted."""
+    first: list[tuple[str, dict[str, Any]]] = []
+    others: list[str] = []
+    for err in exc.errors():
+        loc = _loc(prefix, err["loc"])
+        if not first or loc == first[0][0]:
+            first.append((loc, err))
+        elif loc not in others:
+            others.append(loc)
+    loc, err = first[0]
     got = err.get("input")
-    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {str(got)[:60]!r})"
-    what = "is required" if err["type"] == "missing" else err["msg"]
-    more = f"; {len(exc.errors()) - 1} more problem(s)" if len(exc.errors()) > 1 else ""
+    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {_short(got)})"
+    msgs = list(dict.fromkeys("is required" if e["type"] == "missing" else e["msg"] for _, e in first))
+    lead = "Input should be "
+    if len(msgs) > 1 and all(m.startswith(lead) for m in msgs):  # a union: the forms it accepts
+        what = lead + ", or ".join(m[len(lead):] for m in msgs)
+    else:
+        what = " or ".join(msgs)
+    more = f"; also wrong: {', '.join(others[:3])}" + (f" and {len(others) - 3} more" if len(others) > 3 else "") if others else ""
     return f"{loc}: {what}{shown}{more}", loc or None
+
+
+def _loc(prefix: str, parts: tuple[Any, ...]) -> str:
+    loc = prefix
+    for part in parts:
+        if isinstance(part, str) and ("[" in part or part[:1].isupper()):
+            continue  # pydantic's tag for one member of a union (literal[...], a model's class name)
+        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+    return loc
+
+
+def _short(value: Any) -> str:
+    return repr(value[:60]) if isinstance(value, str) else repr(value)
 
 
 def openai_error(err: APIError) -> JSONResponse:
