@@ -61,10 +61,11 @@ def register(app: typer.Typer) -> None:
             listeners = open_listeners(config.gateway.host, config.gateway.port, unix_path)  # before the engine: fail fast
             # SIGTERM like Ctrl-C: uvicorn shuts down gracefully, then re-raises the signal with the
             # handler it found — this one, so the clean-up below runs (the default would just end us)
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+            before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
             try:
                 _serve(config, listeners, unix_path, model_path, run_dir, policy, mode)
             finally:
+                signal.signal(signal.SIGTERM, before)
                 for sock in listeners:
                     sock.close()
                 if unix_path is not None:
