@@ -93,9 +93,17 @@ def test_top_logprobs_bounds():
         SamplingParams(top_logprobs=-1)
 
 
-def test_hf_engine_streams_ids_as_they_are_sampled(tiny_model):
+def test_hf_engine_streams_ids_as_they_are_sampled(tiny_model, monkeypatch):
     """Ids arrive while sampling runs (not all at the end), add up to the final output, and equal an
     unstreamed generation with the same seed; a second request batched alongside is unaffected."""
+    import time
+
+    from forge_cli.engine import hf
+
+    real_sample = hf._sample
+    # each step takes a few ms, as a real model's would: the tiny one could finish before the
+    # consumer first wakes, and the test would then see one chunk however the engine streams
+    monkeypatch.setattr(hf, "_sample", lambda *a: time.sleep(0.005) or real_sample(*a))
     model, tok = load_hf(tiny_model)
 
     async def run():
