@@ -139,9 +139,12 @@ def test_hf_engine_stops_sampling_for_a_caller_that_went_away(tiny_model, monkey
     instead of running to max_tokens while every later request waits behind them."""
     from forge_cli.engine import hf
 
+    import time
+
     sampled = []
     real_sample = hf._sample
-    monkeypatch.setattr(hf, "_sample", lambda *a: sampled.append(1) or real_sample(*a))
+    # a few ms per step, as a real model's: the 0.1 s below then holds ~20 steps on any machine
+    monkeypatch.setattr(hf, "_sample", lambda *a: sampled.append(1) or time.sleep(0.005) or real_sample(*a))
     model, tok = load_hf(tiny_model)
     prompt = tok.encode("<|im_start|>user\nwrite a very long essay<|im_end|>\n<|im_start|>assistant\n")
     long = SamplingParams(max_tokens=400, temperature=1.0, seed=1)
@@ -153,7 +156,7 @@ def test_hf_engine_stops_sampling_for_a_caller_that_went_away(tiny_model, monkey
         await stream.__anext__()  # the first id: sampling is under way
         await stream.aclose()  # the client disconnects
         cancelled = asyncio.ensure_future(engine.generate(prompt, long))
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.1)
         cancelled.cancel()  # an unstreamed request whose caller gives up
         await engine.generate(prompt, SamplingParams(max_tokens=2))
         await engine.close()
