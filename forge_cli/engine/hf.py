@@ -51,13 +51,16 @@ def score(model: Any, prompt_ids: list[int], output_ids: list[int], temperature:
     t = temperature if temperature > 0 else 1.0
     logp = torch.log_softmax(logits / t, dim=-1)  # [n_out, V]
     chosen = logp.gather(-1, torch.tensor(output_ids, device=logp.device)[:, None])[:, 0].tolist()
-    return chosen, ([top_k(row, top) for row in logp] if top else None)
+    return chosen, (top_k(logp, top) if top else None)
 
 
-def top_k(logp: Any, k: int) -> list[tuple[int, float]]:
-    """The ``k`` most likely (id, logprob) of one position's ``[V]`` logprobs, most likely first."""
-    values, ids = logp.topk(k)
-    return list(zip(ids.tolist(), values.tolist()))
+def top_k(logp: Any, k: int) -> Any:
+    """The ``k`` most likely (id, logprob) of ``[V]`` logprobs, most likely first; of ``[n, V]``, that
+    per row."""
+    values, ids = logp.topk(k, dim=-1)
+    if logp.dim() == 1:
+        return list(zip(ids.tolist(), values.tolist()))
+    return [list(zip(i, v)) for i, v in zip(ids.tolist(), values.tolist())]
 
 
 class _Job:
@@ -234,7 +237,7 @@ def _sample(logits: Any, params: SamplingParams, gen: Any) -> tuple[int, float, 
     if params.temperature == 0:
         logp = torch.log_softmax(logits, dim=-1)
         tok = int(torch.argmax(logits))
-        return tok, float(logp[tok]), top_k(logp, params.top_logprobs)
+        return tok, float(logp[tok]), top_k(logp, params.top_logprobs) if params.top_logprobs else []
     logp = torch.log_softmax(logits / params.temperature, dim=-1)
     probs = logp.exp()
     if params.top_p < 1.0:
@@ -242,7 +245,7 @@ def _sample(logits: Any, params: SamplingParams, gen: Any) -> tuple[int, float, 
         keep = sorted_p.cumsum(-1) - sorted_p < params.top_p
         probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
     tok = int(torch.multinomial(probs.cpu(), 1, generator=gen))
-    return tok, float(logp[tok]), top_k(logp, params.top_logprobs)
+    return tok, float(logp[tok]), top_k(logp, params.top_logprobs) if params.top_logprobs else []
 
 
 def _resolve(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:

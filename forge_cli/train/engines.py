@@ -37,7 +37,20 @@ def resolve_precision(precision: str, device: Any) -> str:
     return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
 
 
-class TorchEngine:
+class _Closing:
+    """``with make_train_engine(...) as engine:`` calls :meth:`close` on the way out."""
+
+    def close(self) -> None:
+        """Release what the engine holds (nothing, unless a subclass says otherwise)."""
+
+    def __enter__(self):  # noqa: ANN204
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class TorchEngine(_Closing):
     name = "torch"
 
     def __init__(self, model: Any, lr: float, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
@@ -57,17 +70,8 @@ class TorchEngine:
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
-    def close(self) -> None:
-        """Nothing to release (the DeepSpeed engine's ``close`` leaves its process group)."""
 
-    def __enter__(self) -> "TorchEngine":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class DeepSpeedEngine:
+class DeepSpeedEngine(_Closing):
     name = "deepspeed"
 
     def __init__(self, model: Any, lr: float, zero_stage: int = 1, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
@@ -159,12 +163,6 @@ class DeepSpeedEngine:
             torch.distributed.barrier()
             torch.distributed.destroy_process_group()
             self._owns_group = False
-
-    def __enter__(self) -> "DeepSpeedEngine":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def _largest_count(self, count: int) -> int:
         """The largest ``count`` of any rank."""

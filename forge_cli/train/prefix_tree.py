@@ -79,19 +79,15 @@ def build_trie(samples: Sequence[Sample], max_node_len: int | None = None) -> tu
                 node.children[toks[i]] = Node(tokens=toks[i:], depth=i)
                 break
             k = _common_prefix(child.tokens, toks, i)
-            if k < len(child.tokens):  # split the child at k
-                tail = Node(tokens=child.tokens[k:], depth=child.depth + k, children=child.children)
-                child.tokens = child.tokens[:k]
-                child.children = {tail.tokens[0]: tail}
+            if k < len(child.tokens):
+                _cut(child, k)
             node, i = child, i + k
     if max_node_len is not None:
         stack = list(root.children.values())
         while stack:
             node = stack.pop()
             if len(node.tokens) > max_node_len:
-                tail = Node(tokens=node.tokens[max_node_len:], depth=node.depth + max_node_len, children=node.children)
-                node.tokens = node.tokens[:max_node_len]
-                node.children = {tail.tokens[0]: tail}
+                _cut(node, max_node_len)
             stack.extend(node.children.values())
     paths = []
     for s in samples:
@@ -103,6 +99,13 @@ def build_trie(samples: Sequence[Sample], max_node_len: int | None = None) -> tu
             i += len(node.tokens)
         paths.append(path)
     return root, paths
+
+
+def _cut(node: Node, k: int) -> None:
+    """Split ``node`` after its first ``k`` tokens: the rest becomes its only child."""
+    tail = Node(tokens=node.tokens[k:], depth=node.depth + k, children=node.children)
+    node.tokens = node.tokens[:k]
+    node.children = {tail.tokens[0]: tail}
 
 
 def locate(path: list[Node], j: int) -> tuple[Node, int]:

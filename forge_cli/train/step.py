@@ -159,8 +159,6 @@ def policy_loss_backward(
     """
     if split not in ("auto", "reuse", "recompute"):
         raise ForgeError(f"unknown split {split!r}: choose auto, reuse or recompute")
-    if budget is not None and budget < 1:
-        raise ForgeError(f"the micro-batch budget must be at least 1 token, got {budget}")
     mode = attention_mode(model, attention)
     reuse = split == "reuse" or (split == "auto" and mode == "tree")
     if reuse and mode != "tree":

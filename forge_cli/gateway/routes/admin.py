@@ -29,7 +29,7 @@ async def create_session(request: Request):
     """Open a trajectory session; returns its API key and its base URL."""
     state = state_of(request)
     state.check_admin(api_key(request))
-    body = validate(NewSession, await read_json(request)) if await request.body() else NewSession()
+    body = validate(NewSession, await read_json(request, optional=True))
     session = await state.create_session(task_id=body.task_id, scaffold=body.scaffold, tool_format=body.tool_format,
                                          trajectory_id=body.trajectory_id)
     base = str(request.base_url).rstrip("/")
@@ -60,7 +60,7 @@ async def finish_session(request: Request, session_id: str):
 
     state = state_of(request)
     state.check_admin(api_key(request))
-    body = validate(FinishSession, await read_json(request)) if await request.body() else FinishSession()
+    body = validate(FinishSession, await read_json(request, optional=True))
     session = state.sessions.get(session_id)
     if session is None or session.trajectory_id is None or state.pool is None:
         raise APIError(404, f"no recorded session {session_id!r}")

@@ -20,7 +20,8 @@ from forge_cli.specs import ParsedOutput
 DEFAULT_MAX_TOKENS = 1024
 
 
-async def read_json(request: Request) -> dict[str, Any]:
+async def read_json(request: Request, *, optional: bool = False) -> dict[str, Any]:
+    """The body as a JSON object (``optional``: an empty body is ``{}``)."""
     limit = getattr(request.app.state, "max_body_bytes", None)
     chunks, total = [], 0
     async for chunk in request.stream():  # chunked bodies have no Content-Length to check
@@ -29,6 +30,8 @@ async def read_json(request: Request) -> dict[str, Any]:
             raise APIError(413, f"the request body is over the limit of {limit} bytes")
         chunks.append(chunk)
     body = b"".join(chunks)
+    if optional and not body.strip():
+        return {}
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
