@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 
 class ForgeError(Exception):
     """A user-facing error: bad input, bad config, a missing dependency.
 
     The CLI prints it as one red line and exits 1; the gateway turns it into a 4xx response in
     the provider's error shape. Its message must say what was wrong and, where possible, how to
-    fix it. Never raise it for a bug in Forge itself.
+    fix it, on one line (:func:`one_line` folds what a library gave in several). Never raise it
+    for a bug in Forge itself.
     """
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break (and the blanks around it) folded into one space."""
+    return re.sub(r"\s*[\r\n]+\s*", " ", text).strip()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forge_cli.pool.store import DataPool, PoolFull, open_pool
+from forge_cli.pool.store import DataPool, NoPool, PoolFull, open_pool
 from forge_cli.pool.types import (
     Batch,
     Completion,
@@ -15,6 +15,6 @@ from forge_cli.pool.types import (
 )
 
 __all__ = [
-    "Batch", "Completion", "DataPool", "Event", "Group", "GroupStatus", "PoolFull", "Sample",
+    "Batch", "Completion", "DataPool", "Event", "Group", "GroupStatus", "NoPool", "PoolFull", "Sample",
     "Trajectory", "TrajectoryStatus", "open_pool",
 ]

@@ -3,6 +3,9 @@
 The statements are written once, with ``?`` placeholders and ``{blob}``/``{real}``/``{serial}``
 type names that each dialect fills in. Token ids and logprobs are stored as packed
 little-endian int32 / float32 bytes, never as JSON text.
+
+A pool written by an older schema is brought up to date when it is opened: ``MIGRATIONS[v]``
+are the statements that turn version ``v`` into ``v + 1``.
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ from __future__ import annotations
 import sys
 from array import array
 from dataclasses import dataclass
+from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -43,7 +47,8 @@ CREATE TABLE IF NOT EXISTS trajectories (
     reward {real},
     started_at {real},
     finished_at {real},
-    error TEXT
+    error TEXT,
+    owner TEXT
 );
 CREATE INDEX IF NOT EXISTS trajectories_group ON trajectories (group_id);
 CREATE TABLE IF NOT EXISTS completions (
@@ -81,6 +86,20 @@ CREATE TABLE IF NOT EXISTS rewards (
 );
 """
 
+MIGRATIONS: dict[int, list[str]] = {
+    # 1 → 2: which process started a running trajectory (forge_cli.pool.owners), so that the
+    # trajectories of a process that died can be failed (DataPool.fail_interrupted)
+    1: ["ALTER TABLE trajectories ADD COLUMN owner TEXT"],
+}
+
+# the columns a record is read (and, for groups and completions, written) with
+COMPLETION_COLS = (
+    "id, trajectory_id, seq, prompt_ids, output_ids, output_logprobs, policy_version, sampling, "
+    "finish_reason, started_at, finished_at, tool_format, parse_errors, request"
+)
+TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error, owner"
+GROUP_COLS = "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step"
+
 
 @dataclass(frozen=True)
 class Dialect:
@@ -100,6 +119,25 @@ class Dialect:
 
 SQLITE = Dialect("sqlite", "?", "BLOB", "REAL", "INTEGER PRIMARY KEY AUTOINCREMENT")
 POSTGRES = Dialect("postgresql", "%s", "BYTEA", "DOUBLE PRECISION", "BIGSERIAL PRIMARY KEY")
+
+
+class Cursor:
+    """A DB-API cursor that speaks ``?`` placeholders in either dialect."""
+
+    def __init__(self, cur: Any, dialect: Dialect) -> None:
+        self._cur = cur
+        self._dialect = dialect
+
+    def execute(self, sql: str, args: tuple = ()) -> None:
+        self._cur.execute(self._dialect.sql(sql), args)
+
+    def one(self, sql: str, args: tuple = ()) -> Any:
+        self.execute(sql, args)
+        return self._cur.fetchone()
+
+    def all(self, sql: str, args: tuple = ()) -> list[Any]:
+        self.execute(sql, args)
+        return self._cur.fetchall()
 
 _SWAP = sys.byteorder == "big"
 

@@ -9,6 +9,10 @@ before anything is written, so the pool is left unchanged.
 Writers that change the queue (submitting groups, taking batches) serialise on one lock —
 SQLite's ``BEGIN IMMEDIATE``, a ``FOR UPDATE`` on a meta row in PostgreSQL — so queue indices
 are dense and in submission order, and a take sees a consistent queue.
+
+Each running trajectory records the process that started it (:mod:`.owners`), so that a gateway
+starting on a run can fail those a dead process left running (:meth:`DataPool.fail_interrupted`).
+The reads (records, statistics, export) are in :mod:`.reads`.
 """
 
 from __future__ import annotations
@@ -24,17 +28,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from forge_cli.errors import ForgeError
+from forge_cli.errors import ForgeError, one_line
+from forge_cli.pool import owners
 from forge_cli.pool import scheduler as sched
+from forge_cli.pool.reads import PoolReads
 from forge_cli.pool.schema import (
+    COMPLETION_COLS,
+    GROUP_COLS,
+    MIGRATIONS,
     POSTGRES,
     SCHEMA_VERSION,
     SQLITE,
+    Cursor,
     Dialect,
     pack_floats,
     pack_ints,
     unpack_floats,
-    unpack_ints,
 )
 from forge_cli.pool.types import (
     Batch,
@@ -48,12 +57,6 @@ from forge_cli.pool.types import (
 
 INT32_MAX = 2**31 - 1
 TERMINAL = tuple(s.value for s in TrajectoryStatus if s.terminal)
-_COMPLETION_COLS = (
-    "id, trajectory_id, seq, prompt_ids, output_ids, output_logprobs, policy_version, sampling, "
-    "finish_reason, started_at, finished_at, tool_format, parse_errors, request"
-)
-_TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error"
-_GROUP_COLS = "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step"
 
 
 def _check_ids(name: str, values: Any) -> list[int]:
@@ -64,7 +67,7 @@ def _check_ids(name: str, values: Any) -> list[int]:
     return list(values)
 
 
-class DataPool:
+class DataPool(PoolReads):
     """A pool in one SQLite file or one PostgreSQL schema. Open with :meth:`sqlite`,
     :meth:`postgres` or :func:`open_pool`. Thread-safe; one connection per instance (open one
     instance per process)."""
@@ -84,7 +87,7 @@ class DataPool:
     def sqlite(cls, path: str | Path, clock: Callable[[], float] = time.time, *, create: bool = True) -> "DataPool":
         path = Path(path)
         if not create and not path.is_file():
-            raise ForgeError(f"no pool at {path}")
+            raise NoPool(f"no pool at {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
@@ -109,7 +112,7 @@ class DataPool:
         try:
             conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
         except psycopg.Error as exc:
-            raise ForgeError(f"cannot connect to the PostgreSQL pool at {_redact(url)}: {str(exc).strip()}") from None
+            raise ForgeError(f"cannot connect to the PostgreSQL pool at {_redact(url)}: {one_line(str(exc))}") from None
         with conn.cursor() as cur:
             # several processes may create the schema at once: serialise on an advisory lock
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"forge-schema-{schema}",))
@@ -117,7 +120,7 @@ class DataPool:
                 cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,))
                 if cur.fetchone() is None:
                     conn.close()
-                    raise ForgeError(f"no pool in schema {schema!r} at {_redact(url)}")
+                    raise NoPool(f"no pool in schema {schema!r} at {_redact(url)}")
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             cur.execute(f'SET search_path TO "{schema}"')
         conn.commit()
@@ -149,7 +152,7 @@ class DataPool:
                     cur.execute("BEGIN IMMEDIATE")
                 elif queue_lock:
                     cur.execute("SELECT value FROM meta WHERE key = 'next_queue_index' FOR UPDATE")
-                yield _Cursor(cur, self.dialect)
+                yield Cursor(cur, self.dialect)
                 if self.dialect is SQLITE:
                     cur.execute("COMMIT")
                 else:
@@ -174,7 +177,7 @@ class DataPool:
             try:
                 if self.dialect is SQLITE:
                     cur.execute("BEGIN")
-                yield _Cursor(cur, self.dialect)
+                yield Cursor(cur, self.dialect)
             finally:
                 if self.dialect is SQLITE:
                     cur.execute("COMMIT")
@@ -190,9 +193,14 @@ class DataPool:
                 cur.execute(statement)
             for key, value in (("schema_version", str(SCHEMA_VERSION)), ("next_queue_index", "0"), ("trainer_version", "0")):
                 cur.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
-            version = cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0]
-            if int(version) != SCHEMA_VERSION:
+            version = int(cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0])
+            if version > SCHEMA_VERSION:
                 raise ForgeError(f"the pool at {self.location} has schema version {version}; this Forge reads {SCHEMA_VERSION}")
+            for old in range(version, SCHEMA_VERSION):  # an older pool: brought up to date, in this transaction
+                for statement in MIGRATIONS[old]:
+                    cur.execute(statement)
+            if version < SCHEMA_VERSION:
+                cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # ---- writes ----------------------------------------------------------------------------------
 
@@ -234,7 +242,7 @@ class DataPool:
             index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
             cur.execute("UPDATE meta SET value = ? WHERE key = 'next_queue_index'", (str(index + 1),))
             cur.execute(
-                f"INSERT INTO groups ({_GROUP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL)",
+                f"INSERT INTO groups ({GROUP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL)",
                 (group_id, index, task_id, n, GroupStatus.ACTIVE.value, now, timeout_s),
             )
             trajectories = []
@@ -248,9 +256,12 @@ class DataPool:
                 trajectories.append(Trajectory(tid, group_id, task_id, scaffold, index, TrajectoryStatus.QUEUED))
         return Group(group_id, index, task_id, n, GroupStatus.ACTIVE, now, timeout_s, trajectories=trajectories)
 
-    def start_trajectory(self, trajectory_id: str) -> None:
-        """queued → running."""
-        self._transition(trajectory_id, (TrajectoryStatus.QUEUED,), TrajectoryStatus.RUNNING, started=True)
+    def start_trajectory(self, trajectory_id: str, *, owner: str | None = None) -> None:
+        """queued → running, owned by the calling process (or by ``owner``, a
+        :func:`forge_cli.pool.owners.this_process` string of the process that runs it): see
+        :meth:`fail_interrupted`."""
+        self._transition(trajectory_id, (TrajectoryStatus.QUEUED,), TrajectoryStatus.RUNNING,
+                         started=owner or owners.this_process())
 
     def finish_trajectory(self, trajectory_id: str, *, rewards: dict[str, float] | None = None) -> None:
         """running → completed, with its reward components in the same transaction.
@@ -278,7 +289,7 @@ class DataPool:
         allowed: tuple[TrajectoryStatus, ...],
         to: TrajectoryStatus,
         *,
-        started: bool = False,
+        started: str | None = None,
         error: str | None = None,
         rewards: dict[str, float] | None = None,
     ) -> None:
@@ -288,8 +299,8 @@ class DataPool:
         allowed_values = tuple(s.value for s in allowed)
         marks = ", ".join("?" * len(allowed_values))
         # one conditional UPDATE: a concurrent timeout (take_batch) and this call cannot both win
-        if started:
-            sql, args = "UPDATE trajectories SET status = ?, started_at = ?", (to.value, now)
+        if started:  # the owner
+            sql, args = "UPDATE trajectories SET status = ?, started_at = ?, owner = ?", (to.value, now, started)
         else:
             sql, args = "UPDATE trajectories SET status = ?, finished_at = ?, error = ?", (to.value, now, error)
         with self._tx() as cur:
@@ -301,6 +312,29 @@ class DataPool:
                 raise ForgeError(f"trajectory {trajectory_id} is {current[0]}; cannot become {to.value}")
             if rewards:
                 self._write_rewards(cur, trajectory_id, rewards)
+
+    def fail_interrupted(self) -> int:
+        """Fail, with the error "interrupted", every running trajectory whose owner process on this
+        host is gone (killed, crashed: it can never finish them); returns how many.
+
+        A gateway serving a run calls it once at start. A live owner's trajectories are left
+        alone, and so are those owned by another host (their process cannot be checked from here;
+        a gateway on that host fails them when it starts) and those with no recorded owner
+        (started before the pool recorded owners).
+        """
+        now = self.clock()
+        running = TrajectoryStatus.RUNNING.value
+        with self._tx() as cur:
+            rows = cur.all("SELECT id, owner FROM trajectories WHERE status = ? AND owner IS NOT NULL", (running,))
+            dead = {owner for _, owner in rows if owners.is_local(owner) and owners.is_dead(owner)}
+            failed = 0
+            for tid, owner in rows:
+                if owner in dead and cur.one(  # still running: PostgreSQL writers do not wait on this read
+                    "UPDATE trajectories SET status = ?, finished_at = ?, error = ? WHERE id = ? AND status = ? RETURNING id",
+                    (TrajectoryStatus.FAILED.value, now, "interrupted", tid, running),
+                ):
+                    failed += 1
+        return failed
 
     def append_completion(
         self,
@@ -351,7 +385,7 @@ class DataPool:
                 raise ForgeError(f"trajectory {trajectory_id} is {status[0]}, not running: completion rejected")
             seq = int(row[0])
             cur.execute(
-                f"INSERT INTO completions ({_COMPLETION_COLS}, n_prompt, n_output) "
+                f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     cid, trajectory_id, seq, pack_ints(prompt_ids), pack_ints(output_ids), pack_floats(list(output_logprobs)),
@@ -405,7 +439,7 @@ class DataPool:
             return self._write_rewards(cur, trajectory_id, components)
 
     @staticmethod
-    def _write_rewards(cur: "_Cursor", trajectory_id: str, components: dict[str, float]) -> float:
+    def _write_rewards(cur: Cursor, trajectory_id: str, components: dict[str, float]) -> float:
         for name, value in components.items():
             cur.execute(
                 "INSERT INTO rewards (trajectory_id, name, value) VALUES (?, ?, ?) "
@@ -487,120 +521,6 @@ class DataPool:
             )
         return int(count)
 
-    # ---- reads ------------------------------------------------------------------------------------
-
-    def _load_group(self, cur: "_Cursor", group_id: str) -> Group:
-        row = cur.one(f"SELECT {_GROUP_COLS} FROM groups WHERE id = ?", (group_id,))
-        if row is None:
-            raise ForgeError(f"unknown group {group_id!r}")
-        tids = [r[0] for r in cur.all("SELECT id FROM trajectories WHERE group_id = ? ORDER BY member", (group_id,))]
-        return Group(
-            row[0], row[1], row[2], row[3], GroupStatus(row[4]), row[5], row[6], bool(row[7]), row[8], row[9],
-            trajectories=[self._load_trajectory(cur, tid) for tid in tids],
-        )
-
-    def _load_trajectory(self, cur: "_Cursor", trajectory_id: str) -> Trajectory:
-        row = cur.one(f"SELECT {_TRAJ_COLS} FROM trajectories WHERE id = ?", (trajectory_id,))
-        if row is None:
-            raise ForgeError(f"unknown trajectory {trajectory_id!r}")
-        completions = [
-            Completion(
-                r[0], r[1], r[2], unpack_ints(r[3]), unpack_ints(r[4]), unpack_floats(r[5]), r[6], json.loads(r[7]),
-                r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None,
-            )
-            for r in cur.all(f"SELECT {_COMPLETION_COLS} FROM completions WHERE trajectory_id = ? ORDER BY seq", (trajectory_id,))
-        ]
-        events = [
-            Event(kind=r[1], at=r[0], data=json.loads(r[2]))
-            for r in cur.all("SELECT at, kind, data FROM events WHERE trajectory_id = ? ORDER BY id", (trajectory_id,))
-        ]
-        rewards = {r[0]: r[1] for r in cur.all("SELECT name, value FROM rewards WHERE trajectory_id = ? ORDER BY name", (trajectory_id,))}
-        return Trajectory(
-            row[0], row[1], row[2], row[3], row[4], TrajectoryStatus(row[5]), row[6], rewards, row[7], row[8], row[9],
-            events=events, completions=completions,
-        )
-
-    def trajectory(self, trajectory_id: str) -> Trajectory:
-        with self._read() as cur:
-            return self._load_trajectory(cur, trajectory_id)
-
-    def group(self, group_id: str) -> Group:
-        with self._read() as cur:
-            return self._load_group(cur, group_id)
-
-    def groups(self, status: GroupStatus | None = None) -> list[Group]:
-        """Every group (with trajectories and completions), in queue order."""
-        with self._read() as cur:
-            where, args = ("WHERE status = ?", (status.value,)) if status else ("", ())
-            ids = [r[0] for r in cur.all(f"SELECT id FROM groups {where} ORDER BY queue_index", args)]
-            return [self._load_group(cur, gid) for gid in ids]
-
-    def trajectory_status(self, trajectory_id: str) -> str | None:
-        """A trajectory's status, or None if there is no such trajectory."""
-        with self._read() as cur:
-            row = cur.one("SELECT status FROM trajectories WHERE id = ?", (trajectory_id,))
-            return row[0] if row else None
-
-    def has_trajectory(self, trajectory_id: str) -> bool:
-        with self._read() as cur:
-            return cur.one("SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id,)) is not None
-
-    def stats(self, window: int | None = None) -> dict[str, Any]:
-        """Counts by status, the queue head and window, off-policy ages, storage per token."""
-        with self._read() as cur:
-            traj = dict(cur.all("SELECT status, COUNT(*) FROM trajectories GROUP BY status"))
-            groups = dict(cur.all("SELECT status, COUNT(*) FROM groups GROUP BY status"))
-            head = cur.one("SELECT MIN(queue_index) FROM groups WHERE status = ?", (GroupStatus.ACTIVE.value,))[0]
-            next_index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
-            n_comp, n_prompt, n_output, token_bytes = cur.one(
-                "SELECT COUNT(*), COALESCE(SUM(n_prompt), 0), COALESCE(SUM(n_output), 0), "
-                "COALESCE(SUM(LENGTH(prompt_ids) + LENGTH(output_ids) + LENGTH(output_logprobs)), 0) FROM completions"
-            )
-            ages = [
-                r[0]
-                for r in cur.all(
-                    "SELECT g.consumed_step - c.policy_version FROM completions c "
-                    "JOIN trajectories t ON t.id = c.trajectory_id JOIN groups g ON g.id = t.group_id "
-                    "WHERE g.status = ?",
-                    (GroupStatus.CONSUMED.value,),
-                )
-            ]
-            timed_out_groups = cur.one("SELECT COUNT(*) FROM groups WHERE timed_out = 1")[0]
-        tokens = int(n_prompt) + int(n_output)
-        return {
-            "location": self.location,
-            "backend": self.dialect.name,
-            "trajectories": {s.value: int(traj.get(s.value, 0)) for s in TrajectoryStatus},
-            "groups": {s.value: int(groups.get(s.value, 0)) for s in GroupStatus} | {"timed_out": int(timed_out_groups)},
-            "queue": {"head": head, "next_index": next_index, "window": window},
-            "completions": int(n_comp),
-            "tokens": {"prompt": int(n_prompt), "output": int(n_output)},
-            "bytes_per_token": round(int(token_bytes) / tokens, 3) if tokens else None,
-            "file_bytes_per_token": round(Path(self.location).stat().st_size / tokens, 3)
-            if tokens and self.dialect is SQLITE
-            else None,
-            "offpolicy_age": {
-                "n": len(ages),
-                "mean": round(sum(ages) / len(ages), 3) if ages else None,
-                "max": max(ages) if ages else None,
-            },
-        }
-
-    def export_jsonl(self, out: Any) -> int:
-        """Write one JSON object per trajectory (with its group, completions, events, rewards)."""
-        count = 0
-        for group in self.groups():
-            for t in group.trajectories:
-                record = {
-                    "group": {k: v for k, v in group.__dict__.items() if k != "trajectories"},
-                    **{k: v for k, v in t.__dict__.items() if k not in ("completions", "events")},
-                    "events": [e.__dict__ for e in t.events],
-                    "completions": [c.__dict__ for c in t.completions],
-                }
-                out.write(json.dumps(record, default=_json_default) + "\n")
-                count += 1
-        return count
-
 
 def _check_rewards(components: dict[str, float]) -> None:
     if not components:
@@ -616,29 +536,8 @@ class PoolFull(ForgeError):
     """Raised by :meth:`DataPool.submit_group` when the admission bound is reached."""
 
 
-class _Cursor:
-    """A DB-API cursor that speaks ``?`` placeholders in either dialect."""
-
-    def __init__(self, cur: Any, dialect: Dialect) -> None:
-        self._cur = cur
-        self._dialect = dialect
-
-    def execute(self, sql: str, args: tuple = ()) -> None:
-        self._cur.execute(self._dialect.sql(sql), args)
-
-    def one(self, sql: str, args: tuple = ()) -> Any:
-        self.execute(sql, args)
-        return self._cur.fetchone()
-
-    def all(self, sql: str, args: tuple = ()) -> list[Any]:
-        self.execute(sql, args)
-        return self._cur.fetchall()
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "value"):
-        return value.value
-    return str(value)
+class NoPool(ForgeError):
+    """Raised when a pool opened with ``create=False`` is not there (a run that recorded nothing)."""
 
 
 def _redact(url: str) -> str:

@@ -69,7 +69,8 @@ class Event:
 
 @dataclass(frozen=True)
 class Trajectory:
-    """One scaffold run on one task. ``reward`` is the sum of ``rewards``' named components."""
+    """One scaffold run on one task. ``reward`` is the sum of ``rewards``' named components;
+    ``owner`` is the process that started it (:mod:`forge_cli.pool.owners`)."""
 
     id: str
     group_id: str
@@ -84,6 +85,7 @@ class Trajectory:
     error: str | None = None
     events: list[Event] = field(default_factory=list)
     completions: list[Completion] = field(default_factory=list)
+    owner: str | None = None
 
 
 @dataclass(frozen=True)

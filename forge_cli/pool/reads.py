@@ -1,0 +1,153 @@
+"""The data pool's reads: records by id, every group in queue order, statistics, the JSONL export.
+
+:class:`PoolReads` is the half of :class:`forge_cli.pool.store.DataPool` that writes nothing;
+every read runs in one snapshot (``DataPool._read``).
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from forge_cli.errors import ForgeError
+from forge_cli.pool.schema import (
+    COMPLETION_COLS,
+    GROUP_COLS,
+    SQLITE,
+    TRAJ_COLS,
+    Cursor,
+    Dialect,
+    unpack_floats,
+    unpack_ints,
+)
+from forge_cli.pool.types import Completion, Event, Group, GroupStatus, Trajectory, TrajectoryStatus
+
+
+class PoolReads:
+    """Reads of a pool; the pool class provides the snapshot, ``dialect`` and ``location``."""
+
+    dialect: Dialect
+    location: str
+
+    def _read(self) -> AbstractContextManager[Cursor]:
+        raise NotImplementedError
+
+    def _load_group(self, cur: Cursor, group_id: str) -> Group:
+        row = cur.one(f"SELECT {GROUP_COLS} FROM groups WHERE id = ?", (group_id,))
+        if row is None:
+            raise ForgeError(f"unknown group {group_id!r}")
+        tids = [r[0] for r in cur.all("SELECT id FROM trajectories WHERE group_id = ? ORDER BY member", (group_id,))]
+        return Group(
+            row[0], row[1], row[2], row[3], GroupStatus(row[4]), row[5], row[6], bool(row[7]), row[8], row[9],
+            trajectories=[self._load_trajectory(cur, tid) for tid in tids],
+        )
+
+    def _load_trajectory(self, cur: Cursor, trajectory_id: str) -> Trajectory:
+        row = cur.one(f"SELECT {TRAJ_COLS} FROM trajectories WHERE id = ?", (trajectory_id,))
+        if row is None:
+            raise ForgeError(f"unknown trajectory {trajectory_id!r}")
+        completions = [
+            Completion(
+                r[0], r[1], r[2], unpack_ints(r[3]), unpack_ints(r[4]), unpack_floats(r[5]), r[6], json.loads(r[7]),
+                r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None,
+            )
+            for r in cur.all(f"SELECT {COMPLETION_COLS} FROM completions WHERE trajectory_id = ? ORDER BY seq", (trajectory_id,))
+        ]
+        events = [
+            Event(kind=r[1], at=r[0], data=json.loads(r[2]))
+            for r in cur.all("SELECT at, kind, data FROM events WHERE trajectory_id = ? ORDER BY id", (trajectory_id,))
+        ]
+        rewards = {r[0]: r[1] for r in cur.all("SELECT name, value FROM rewards WHERE trajectory_id = ? ORDER BY name", (trajectory_id,))}
+        return Trajectory(
+            row[0], row[1], row[2], row[3], row[4], TrajectoryStatus(row[5]), row[6], rewards, row[7], row[8], row[9],
+            events=events, completions=completions, owner=row[10],
+        )
+
+    def trajectory(self, trajectory_id: str) -> Trajectory:
+        with self._read() as cur:
+            return self._load_trajectory(cur, trajectory_id)
+
+    def group(self, group_id: str) -> Group:
+        with self._read() as cur:
+            return self._load_group(cur, group_id)
+
+    def groups(self, status: GroupStatus | None = None) -> list[Group]:
+        """Every group (with trajectories and completions), in queue order."""
+        with self._read() as cur:
+            where, args = ("WHERE status = ?", (status.value,)) if status else ("", ())
+            ids = [r[0] for r in cur.all(f"SELECT id FROM groups {where} ORDER BY queue_index", args)]
+            return [self._load_group(cur, gid) for gid in ids]
+
+    def trajectory_status(self, trajectory_id: str) -> str | None:
+        """A trajectory's status, or None if there is no such trajectory."""
+        with self._read() as cur:
+            row = cur.one("SELECT status FROM trajectories WHERE id = ?", (trajectory_id,))
+            return row[0] if row else None
+
+    def has_trajectory(self, trajectory_id: str) -> bool:
+        with self._read() as cur:
+            return cur.one("SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id,)) is not None
+
+    def stats(self, window: int | None = None) -> dict[str, Any]:
+        """Counts by status, the queue head and window, off-policy ages, storage per token."""
+        with self._read() as cur:
+            traj = dict(cur.all("SELECT status, COUNT(*) FROM trajectories GROUP BY status"))
+            groups = dict(cur.all("SELECT status, COUNT(*) FROM groups GROUP BY status"))
+            head = cur.one("SELECT MIN(queue_index) FROM groups WHERE status = ?", (GroupStatus.ACTIVE.value,))[0]
+            next_index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
+            n_comp, n_prompt, n_output, token_bytes = cur.one(
+                "SELECT COUNT(*), COALESCE(SUM(n_prompt), 0), COALESCE(SUM(n_output), 0), "
+                "COALESCE(SUM(LENGTH(prompt_ids) + LENGTH(output_ids) + LENGTH(output_logprobs)), 0) FROM completions"
+            )
+            ages = [
+                r[0]
+                for r in cur.all(
+                    "SELECT g.consumed_step - c.policy_version FROM completions c "
+                    "JOIN trajectories t ON t.id = c.trajectory_id JOIN groups g ON g.id = t.group_id "
+                    "WHERE g.status = ?",
+                    (GroupStatus.CONSUMED.value,),
+                )
+            ]
+            timed_out_groups = cur.one("SELECT COUNT(*) FROM groups WHERE timed_out = 1")[0]
+        tokens = int(n_prompt) + int(n_output)
+        return {
+            "location": self.location,
+            "backend": self.dialect.name,
+            "trajectories": {s.value: int(traj.get(s.value, 0)) for s in TrajectoryStatus},
+            "groups": {s.value: int(groups.get(s.value, 0)) for s in GroupStatus} | {"timed_out": int(timed_out_groups)},
+            "queue": {"head": head, "next_index": next_index, "window": window},
+            "completions": int(n_comp),
+            "tokens": {"prompt": int(n_prompt), "output": int(n_output)},
+            "bytes_per_token": round(int(token_bytes) / tokens, 3) if tokens else None,
+            "file_bytes_per_token": round(Path(self.location).stat().st_size / tokens, 3)
+            if tokens and self.dialect is SQLITE
+            else None,
+            "offpolicy_age": {
+                "n": len(ages),
+                "mean": round(sum(ages) / len(ages), 3) if ages else None,
+                "max": max(ages) if ages else None,
+            },
+        }
+
+    def export_jsonl(self, out: Any) -> int:
+        """Write one JSON object per trajectory (with its group, completions, events, rewards)."""
+        count = 0
+        for group in self.groups():
+            for t in group.trajectories:
+                record = {
+                    "group": {k: v for k, v in group.__dict__.items() if k != "trajectories"},
+                    **{k: v for k, v in t.__dict__.items() if k not in ("completions", "events")},
+                    "events": [e.__dict__ for e in t.events],
+                    "completions": [c.__dict__ for c in t.completions],
+                }
+                out.write(json.dumps(record, default=_json_default) + "\n")
+                count += 1
+        return count
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "value"):
+        return value.value
+    return str(value)
