@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forge_cli.pool.scheduler import QueueEntry, select, window_size
+from forge_cli.pool.scheduler import Decision, QueueEntry, select, window_size
 
 
 def test_window_size():
@@ -170,3 +170,121 @@ def test_staleness_bound(S, P, W, seed):
     """Strict FIFO keeps every sample within S versions; the window adds at most ceil((W-1)/P)."""
     assert simulate_staleness(S, P, 1, seed) <= S
     assert simulate_staleness(S, P, W, seed) <= S + math.ceil((W - 1) / P)
+
+
+# ---- timeouts: only the real head ---------------------------------------------------------------------------
+
+
+def test_a_discarded_take_times_out_no_group_behind_the_head():
+    """g1 would be the head only after g0 is taken; min_groups=2 discards that take, so g1 is not the
+    head and must not time out (it used to: timed_out=['g1'] with g0 still unconsumed)."""
+    queue = [QueueEntry(0, "g0", True, 0, 10), QueueEntry(1, "g1", False, 0, 10), QueueEntry(2, "g2", False, 45, 10)]
+    decision = select(queue, max_groups=2, window=1, now=50, on_timeout="drop", min_groups=2)
+    assert decision.take == [] and decision.timed_out == []
+    # with the take allowed, g1 does become the head, and times out
+    assert select(queue, max_groups=2, window=1, now=50, on_timeout="drop", min_groups=1) == select(queue, 2, 1, 50, "drop")
+    assert select(queue, 2, 1, 50, "drop").timed_out == ["g1"]
+
+
+def test_a_discarded_take_keeps_the_real_heads_timeouts():
+    """The real head's timeout stands when the take is discarded (and with "drop" so do those of the
+    heads it uncovers); the timeouts after the first hypothetical take do not."""
+    drop = [QueueEntry(0, "g0", False, 0, 10), QueueEntry(1, "g1", False, 0, 10), QueueEntry(2, "g2", True, 0, None),
+            QueueEntry(3, "g3", False, 0, 10), QueueEntry(4, "g4", False, 49, 10)]
+    assert select(drop, 3, 1, 50, "drop", min_groups=3) == Decision(take=[], timed_out=["g0", "g1"], head_before=0)
+    assert select(drop, 3, 1, 50, "drop").timed_out == ["g0", "g1", "g3"]
+    train = [QueueEntry(0, "g0", False, 0, 10), QueueEntry(1, "g1", False, 0, 10), QueueEntry(2, "g2", False, 49, 10)]
+    assert select(train, 3, 1, 50, "train", min_groups=3).timed_out == ["g0"]
+    assert select(train, 3, 1, 50, "train").take == ["g0", "g1"]
+
+
+def replay(active: list[QueueEntry], take: list[str], timed_out: list[str], window: int | None, now: float,
+           on_timeout: str) -> tuple[list[QueueEntry], set[str]]:
+    """Apply a decision's timeouts and takes in order to the queue, checking that each timeout hits
+    the head as it stands then and each take obeys the window; returns the queue left and the groups
+    timed out under "train" (closed, so complete)."""
+    queue = sorted(active, key=lambda e: e.queue_index)
+    closed: set[str] = set()
+    takes, outs = list(take), list(timed_out)
+    while takes or outs:
+        head = queue[0] if queue else None
+        if outs and head is not None and head.group_id == outs[0]:
+            assert not head.complete and head.expired(now), f"{head.group_id} timed out without being stuck"
+            outs.pop(0)
+            if on_timeout == "drop":
+                queue.pop(0)
+            else:
+                closed.add(head.group_id)
+            continue
+        assert takes, f"{outs[0]} timed out while {head.group_id if head else None} was the head"
+        assert head is not None
+        assert head.complete or head.group_id in closed or not head.expired(now), "a stuck head was passed over"
+        gid = takes.pop(0)
+        [entry] = [e for e in queue if e.group_id == gid]
+        assert entry.complete or gid in closed, f"{gid} is unfinished"
+        if window is not None:
+            assert entry.queue_index < head.queue_index + window, f"{gid} is outside the window of {head.group_id}"
+        queue.remove(entry)
+    return queue, closed
+
+
+@st.composite
+def queues(draw):
+    n = draw(st.integers(0, 9))
+    indices = sorted(draw(st.sets(st.integers(0, 20), min_size=n, max_size=n)))  # gaps: groups consumed earlier
+    return [
+        QueueEntry(i, f"g{i}", draw(st.booleans()), draw(st.floats(0, 100)), draw(st.one_of(st.none(), st.floats(0, 60))))
+        for i in indices
+    ]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(active=queues(), max_groups=st.integers(1, 5), window=st.one_of(st.none(), st.integers(1, 6)),
+       now=st.floats(0, 200), on_timeout=st.sampled_from(["drop", "train"]), min_groups=st.integers(1, 5))
+def test_only_the_head_times_out(active, max_groups, window, now, on_timeout, min_groups):
+    """Every timed-out group is the head of the queue as it stands after the decision's takes before
+    it; a take discarded for min_groups times out only the real head (and under "drop" the heads
+    that dropping it uncovers); no stuck head is left standing before a take or after no take."""
+    decision = select(active, max_groups, window, now, on_timeout, min_groups)
+    queue, closed = replay(active, decision.take, decision.timed_out, window, now, on_timeout)
+    assert len(decision.timed_out) == len(set(decision.timed_out))
+    assert decision.take == [] or min_groups <= len(decision.take) <= max_groups
+    if not decision.take and queue:  # nothing taken: the head left is not one that should have timed out
+        head = queue[0]
+        assert head.complete or head.group_id in closed or not head.expired(now)
+    # the same decision as taking without min_groups, but all or nothing, and only the timeouts before the first take
+    free = select(active, max_groups, window, now, on_timeout)
+    if len(free.take) >= min_groups:
+        assert decision == free
+    else:
+        assert decision.take == [] and free.timed_out[: len(decision.timed_out)] == decision.timed_out
+        replay(active, [], free.timed_out[: len(decision.timed_out)], window, now, on_timeout)
+
+
+def test_the_pool_applies_a_discarded_take_without_timing_out_the_next_group(pool_spec):
+    """DataPool.take_batch on the regression case: nothing consumed, nothing timed out."""
+    from forge_cli.pool import GroupStatus, TrajectoryStatus
+    from tests.conftest import open_spec
+
+    now = [1000.0]
+    pool = open_spec(pool_spec, clock=lambda: now[0])
+    try:
+        g0 = pool.submit_group("t0", 1, "react", timeout_s=10)
+        g1 = pool.submit_group("t1", 1, "react", timeout_s=10)
+        pool.start_trajectory(g0.trajectories[0].id)
+        pool.finish_trajectory(g0.trajectories[0].id, rewards={"outcome": 1.0})
+        now[0] += 45
+        g2 = pool.submit_group("t2", 1, "react", timeout_s=10)
+        now[0] += 5
+        batch = pool.take_batch(2, 0, window=1, on_timeout="drop", min_groups=2)
+        assert batch.groups == [] and batch.timed_out == []
+        for g in (g0, g1, g2):
+            stored = pool.group(g.id)
+            assert stored.status is GroupStatus.ACTIVE and not stored.timed_out
+        assert pool.group(g1.id).trajectories[0].status is TrajectoryStatus.QUEUED
+        batch = pool.take_batch(1, 0, window=1, on_timeout="drop", min_groups=1)  # now g1 is the head once g0 goes
+        assert [g.id for g in batch.groups] == [g0.id] and batch.timed_out == []
+        batch = pool.take_batch(1, 0, window=1, on_timeout="drop", min_groups=1)
+        assert batch.timed_out == [g1.id] and batch.groups == []  # g2 is not done
+    finally:
+        pool.close()

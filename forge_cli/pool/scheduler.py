@@ -69,9 +69,12 @@ def select(
 
     ``active`` holds every submitted, unconsumed group. Taking the head moves the window at
     once, so one call behaves exactly like ``max_groups`` calls that take one group each.
-    With ``min_groups``, fewer eligible groups than that means none is taken (timeouts still
-    are): a trainer that takes its P groups at once keeps the staleness bound of DESIGN.md §4,
-    which partial takes would loosen by one version (they let the rollout side refill early).
+    With ``min_groups``, fewer eligible groups than that means none is taken: a trainer that takes
+    its P groups at once keeps the staleness bound of DESIGN.md §4, which partial takes would
+    loosen by one version (they let the rollout side refill early). Only a group that is the head
+    of the queue as it really stands after the takes before it times out, so a discarded take
+    keeps just the timeouts that came before its first group (the real head, and with ``"drop"``
+    the heads behind it that it uncovers).
     """
     if window is not None and window < 1:
         raise ValueError("window must be >= 1 (or None for greedy)")
@@ -79,6 +82,7 @@ def select(
     head_before = remaining[0].queue_index if remaining else None
     take: list[str] = []
     timed_out: list[str] = []
+    before_first_take: int | None = None  # how many heads timed out before the first take
     while remaining and len(take) < max_groups:
         head = remaining[0]
         if not head.complete and head.expired(now):
@@ -91,10 +95,15 @@ def select(
         chosen = next((e for e in remaining if e.complete and e.queue_index < limit), None)
         if chosen is None:
             break
+        if before_first_take is None:
+            before_first_take = len(timed_out)
         take.append(chosen.group_id)
         remaining.remove(chosen)
     if len(take) < min_groups:
+        # the takes will not happen, so neither do the timeouts of the heads they would have uncovered
         take = []
+        if before_first_take is not None:
+            timed_out = timed_out[:before_first_take]
     return Decision(take=take, timed_out=timed_out, head_before=head_before)
 
 
