@@ -5,8 +5,20 @@ the entry-point group ``forge``. Forge's own built-ins are plugins of exactly th
 
 Every ``register_*`` hook receives a ``register`` callback. Call it once per thing; the host
 validates each one, and an invalid or duplicate registration is rejected with one warning line
-naming your plugin — the rest of Forge keeps working. Hooks are called with keyword arguments.
-See ``docs/plugins.md`` for a walk-through.
+naming your plugin — the rest of Forge keeps working. See ``docs/plugins.md`` for a walk-through.
+
+How the host calls these hooks (``forge_cli.plugins.collect``):
+
+- one plugin at a time, so each registration is attributed to its plugin and an exception
+  costs only that plugin's registrations for that hook;
+- with only the arguments your implementation declares (as pluggy does), so a hookspec here may
+  gain an argument later without breaking your plugin;
+- in load order: Forge's built-ins, then entry points, then plugins passed in-process. On a
+  duplicate name the **first registration wins**, so a third party can never silently replace a
+  built-in (or an earlier plugin's) scaffold, tool format, sandbox, task set or reward; the later
+  one is ignored with a warning. ``tryfirst``/``trylast`` do not change this;
+- ``wrapper=True``/``hookwrapper=True`` implementations are refused with a warning and never run:
+  each plugin's hook is called on its own, so there is nothing for a wrapper to wrap.
 """
 
 from __future__ import annotations

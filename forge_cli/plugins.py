@@ -9,6 +9,12 @@ entry-point) names, comma separated; set but empty means built-ins only.
 
 A plugin that fails to import, raises inside a hook, or registers something invalid costs one
 warning line naming it; everything else keeps working.
+
+Hooks are called one implementation at a time (that is how each registration is attributed to
+its plugin) but as pluggy would call them: each implementation gets only the arguments it
+declares, and ``wrapper``/``hookwrapper`` implementations are refused with a warning instead of
+being called. Plugins are called in load order — built-ins, then entry points, then ``extra`` —
+and on a duplicate name the first registration wins.
 """
 
 from __future__ import annotations
@@ -203,19 +209,61 @@ def _hooks_of(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
     return [caller.name for caller in pm.get_hookcallers(plugin) or []]
 
 
-def collect(pm: pluggy.PluginManager, registry: Registry) -> Registry:
+def _impls_in_load_order(pm: pluggy.PluginManager, registry: Registry, hook: str) -> list[Any]:
+    """``hook``'s implementations, one per plugin, in the order the plugins were loaded.
+
+    Not pluggy's call order (later-registered first, moved by ``tryfirst``/``trylast``): for
+    ``register_*`` hooks the order decides which of two registrations of one name wins, and that
+    must not be something a plugin can change by asking to run first or last.
+    """
+    by_plugin = {impl.plugin_name: impl for impl in getattr(pm.hook, hook).get_hookimpls()}
+    return [by_plugin[name] for name in registry.plugins if name in by_plugin]
+
+
+def call_impl(impl: Any, kwargs: dict[str, Any]) -> Any:
+    """Call one hook implementation the way pluggy does: with only the arguments it declares.
+
+    ``impl.argnames`` are the implementation's own parameters (pluggy checked at registration
+    that they are a subset of the hookspec's), so a hookspec can gain an argument without breaking
+    a plugin written before it; parameters with defaults get a value only if the call has one.
+    """
+    args = [kwargs[name] for name in impl.argnames]
+    extra = {name: kwargs[name] for name in impl.kwargnames if name in kwargs}
+    return impl.function(*args, **extra)
+
+
+def _is_wrapper(impl: Any, hook: str, registry: Registry) -> bool:
+    if not (impl.wrapper or impl.hookwrapper):
+        return False
+    which = "wrapper=True" if impl.wrapper else "hookwrapper=True"
+    registry.warnings.append(
+        f"plugin '{impl.plugin_name}': its {hook} is a wrapper ({which}); Forge calls each plugin's "
+        f"{hook} on its own, so there is nothing to wrap: refused, not run"
+    )
+    return True
+
+
+def collect(pm: pluggy.PluginManager, registry: Registry, **arguments: Any) -> Registry:
     """Call every ``register_*`` hook, one plugin at a time, so a failure stays with its plugin.
 
+    ``arguments`` are passed, besides ``register``, to implementations that declare them (for a
+    hookspec that has gained an argument); an implementation that does not declare one never
+    sees it.
+
     Calling each implementation separately (rather than once through ``pm.hook``) is what lets
-    the host know which plugin registered what, and keep going when one of them raises.
+    the host know which plugin registered what, and keep going when one of them raises. Plugins
+    are called in load order (built-ins first, then entry points, then ``extra``), and the first
+    registration of a name wins: a later plugin cannot replace a built-in or an earlier plugin's
+    scaffold, format, sandbox, task set or reward; it gets one warning line instead.
     """
     for hook in REGISTER_HOOKS:
-        caller = getattr(pm.hook, hook)
-        for impl in caller.get_hookimpls():
+        for impl in _impls_in_load_order(pm, registry, hook):
+            if _is_wrapper(impl, hook, registry):
+                continue
             plugin = impl.plugin_name
             register = _make_register(registry, hook, plugin)
             try:
-                impl.function(register=register)
+                call_impl(impl, {**arguments, "register": register})
             except Exception as exc:
                 registry.warnings.append(f"plugin '{plugin}': {hook} raised {type(exc).__name__}: {exc}")
     return registry
@@ -223,9 +271,11 @@ def collect(pm: pluggy.PluginManager, registry: Registry) -> Registry:
 
 def add_commands(pm: pluggy.PluginManager, registry: Registry, app: Any) -> None:
     """Call ``register_commands(app=...)`` on every plugin, isolating failures like :func:`collect`."""
-    for impl in pm.hook.register_commands.get_hookimpls():
+    for impl in _impls_in_load_order(pm, registry, "register_commands"):
+        if _is_wrapper(impl, "register_commands", registry):
+            continue
         try:
-            impl.function(app=app)
+            call_impl(impl, {"app": app})
         except Exception as exc:
             registry.warnings.append(f"plugin '{impl.plugin_name}': register_commands raised {type(exc).__name__}: {exc}")
 

@@ -221,3 +221,126 @@ def test_builtins_use_the_same_hooks_as_third_parties():
         info = reg.plugins[name]
         assert info.builtin and info.module == module
         assert info.hooks and all(h in HOOKS for h in info.hooks)
+
+
+# ---- hooks called as pluggy means them -------------------------------------------------------------
+
+
+def _module(name: str, source: str):
+    import types
+
+    module = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+def _collected(*extra):
+    pm, reg = plugins.load_plugins(extra=extra)
+    return plugins.collect(pm, reg)
+
+
+def test_an_implementation_gets_only_the_arguments_it_declares(monkeypatch):
+    """The hookspec gains an argument; a plugin written before that keeps working, a newer one gets it."""
+    extended = _module("extended_hookspecs", '''
+from forge_cli.hookspecs import *  # every hookspec as it is ...
+from forge_cli.hookspecs import hookspec
+
+@hookspec
+def register_scaffolds(register, forge_version):
+    """... but register_scaffolds has gained an argument."""
+''')
+    assert list(inspect.signature(extended.register_scaffolds).parameters) == ["register", "forge_version"]
+    monkeypatch.setattr(plugins, "hookspecs", extended)
+    old = _module("old_plugin", '''
+from forge_cli import hookimpl
+from forge_cli.specs import ScaffoldSpec
+@hookimpl
+def register_scaffolds(register):
+    register(ScaffoldSpec(name="old-loop", kind="white", family="f", description="written before forge_version"))
+''')
+    new = _module("new_plugin", '''
+from forge_cli import hookimpl
+from forge_cli.specs import ScaffoldSpec
+@hookimpl
+def register_scaffolds(forge_version, register):
+    register(ScaffoldSpec(name="new-loop", kind="white", family="f", description="for forge " + forge_version))
+''')
+    bare = _module("bare_plugin", '''
+from forge_cli import hookimpl
+CALLED = []
+@hookimpl
+def register_tasks():
+    CALLED.append(True)
+''')
+    pm, reg = plugins.load_plugins(extra=[("old", old), ("new", new), ("bare", bare)])
+    plugins.collect(pm, reg, forge_version="9.9")
+    assert reg.warnings == []
+    assert reg.scaffolds["old-loop"].plugin == "old"
+    assert reg.scaffolds["new-loop"].value.description == "for forge 9.9"
+    assert bare.CALLED == [True]  # declared no argument at all: called with none
+
+
+def test_a_command_hook_that_takes_no_app_is_called():
+    import typer
+
+    bare = _module("bare_commands", '''
+from forge_cli import hookimpl
+CALLED = []
+@hookimpl
+def register_commands():
+    CALLED.append(True)
+''')
+    pm, reg = plugins.load_plugins(extra=[("bare", bare)])
+    plugins.add_commands(pm, reg, typer.Typer())
+    assert bare.CALLED == [True]
+    assert reg.warnings == []
+
+
+@pytest.mark.parametrize("style", ["wrapper", "hookwrapper"])
+def test_wrapper_implementations_are_refused_with_one_warning(style):
+    wrapping = _module("wrapping_plugin", f'''
+from forge_cli import hookimpl
+from forge_cli.specs import ScaffoldSpec
+RAN = []
+@hookimpl({style}=True)
+def register_scaffolds(register):
+    RAN.append("before")
+    register(ScaffoldSpec(name="wrapped-loop", kind="white", family="f", description="from a wrapper"))
+    yield
+    RAN.append("after")
+
+@hookimpl
+def register_sandboxes(register):
+    from forge_cli.specs import SandboxSpec
+    register(SandboxSpec(name="wrapping-box", description="still registered", check=lambda: None))
+''')
+    reg = _collected(("wrapping", wrapping))
+    assert reg.warnings == [
+        f"plugin 'wrapping': its register_scaffolds is a wrapper ({style}=True); Forge calls each plugin's "
+        "register_scaffolds on its own, so there is nothing to wrap: refused, not run"
+    ]
+    assert wrapping.RAN == [] and "wrapped-loop" not in reg.scaffolds
+    assert reg.sandboxes["wrapping-box"].plugin == "wrapping"  # the plugin's other hooks still count
+
+
+def test_on_a_duplicate_the_first_loaded_plugin_wins_whatever_it_asks():
+    """Built-ins load first and keep their names, also against a third party that runs last or first."""
+    source = '''
+from forge_cli import hookimpl
+from forge_cli.specs import ScaffoldSpec
+@hookimpl({opts})
+def register_scaffolds(register):
+    register(ScaffoldSpec(name="react", kind="white", family="f", description="{who}'s react"))
+    register(ScaffoldSpec(name="shared-loop", kind="white", family="f", description="{who}'s loop"))
+'''
+    late = _module("late_plugin", source.format(opts="trylast=True", who="late"))
+    early = _module("early_plugin", source.format(opts="tryfirst=True", who="early"))
+    reg = _collected(("first", late), ("second", early))
+    assert reg.scaffolds["react"].plugin == "forge:scaffolds"
+    assert reg.scaffolds["shared-loop"].plugin == "first"
+    assert reg.scaffolds["shared-loop"].value.description == "late's loop"
+    assert reg.warnings == [
+        "plugin 'first': scaffold 'react' is already registered by plugin 'forge:scaffolds'; ignored",
+        "plugin 'second': scaffold 'react' is already registered by plugin 'forge:scaffolds'; ignored",
+        "plugin 'second': scaffold 'shared-loop' is already registered by plugin 'first'; ignored",
+    ]
