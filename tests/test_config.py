@@ -97,9 +97,51 @@ def test_resolved_config_written_as_json(tmp_path):
     assert ForgeConfig.model_validate(data) == config
 
 
-def test_example_forge_toml_is_valid():
-    example = Path(__file__).resolve().parent.parent / "forge.toml"
-    assert load_config(example, env={}) is not None
+EXAMPLE = Path(__file__).resolve().parent.parent / "forge.toml"
+
+
+def _example_lines():
+    """(section, key, value) of every commented-out ``# key = value`` line of the example file."""
+    import re
+    import tomllib
+
+    section, found = None, []
+    for line in EXAMPLE.read_text().splitlines():
+        if header := re.match(r"^\[(.+)\]\s*$", line):
+            section = header.group(1)
+        elif (assignment := re.match(r"^# (\w+) = (.+?)(?:\s+#.*)?$", line)) and section:
+            found.append((section, assignment.group(1), tomllib.loads(f"v = {assignment.group(2)}")["v"]))
+    return found
+
+
+def test_example_forge_toml_is_the_defaults():
+    """As shipped the example sets only defaults (it says so), and names two plugin sections."""
+    config = load_config(EXAMPLE, env={})
+    assert config.scaffolds == {"truncate-bc": {}, "opencode": {}}
+    assert config.model_copy(update={"scaffolds": {}}) == ForgeConfig()
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [t for t in _example_lines() if not t[0].startswith("scaffolds.")])
+def test_example_forge_toml_documents_real_keys(tmp_path, section, key, value):
+    """Each commented-out line, uncommented on its own, is accepted and its value arrives."""
+    path = tmp_path / "one.toml"
+    path.write_text(f"[{section}]\n{key} = {json.dumps(value)}\n")
+    loaded = load_config(path, env={}).model_dump(mode="json")
+    for part in section.split("."):
+        loaded = loaded[part]
+    got = loaded[key]
+    assert got == value or (isinstance(got, dict) and got.get("type") == value)  # a table chosen by its type
+
+
+def test_example_forge_toml_scaffold_defaults_are_the_real_ones():
+    from forge_cli import plugins
+
+    lines = [t for t in _example_lines() if t[0].startswith("scaffolds.")]
+    assert lines
+    registry = plugins.get_registry()
+    for section, key, value in lines:
+        name = section.split(".", 1)[1]
+        assert getattr(registry.options_for("scaffolds", name, {}, "forge.toml"), key) == value, (section, key)
 
 
 # ---- through the CLI ---------------------------------------------------------------------------
