@@ -2,9 +2,11 @@
 
     python -m tests.pool_workers writer SPEC_JSON TRAJECTORY_IDS_JSON TURNS SEED
     python -m tests.pool_workers crash-writer SPEC_JSON TRAJECTORY_ID
+    python -m tests.pool_workers starter SPEC_JSON TRAJECTORY_IDS_JSON
 
-Each prints one line per completion *after* append_completion returned:
-``trajectory_id seq digest`` — what the parent may then demand to find in the pool.
+The writers print one line per completion *after* append_completion returned:
+``trajectory_id seq digest`` — what the parent may then demand to find in the pool. The starter
+starts its trajectories, prints ``started`` and waits to be killed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import json
 import random
 import sys
+import time
 
 
 def digest(prompt_ids, output_ids, logprobs) -> str:
@@ -58,11 +61,22 @@ def crash_writer(spec, trajectory_id: str) -> None:
         print(trajectory_id, c.seq, digest(prompt, output, c.output_logprobs), flush=True)
 
 
+def starter(spec, trajectory_ids) -> None:
+    pool = open_spec(spec)
+    for tid in trajectory_ids:
+        pool.start_trajectory(tid)
+    print("started", flush=True)
+    while True:  # until killed
+        time.sleep(60)
+
+
 if __name__ == "__main__":
     kind, spec = sys.argv[1], json.loads(sys.argv[2])
     if kind == "writer":
         writer(spec, json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif kind == "crash-writer":
         crash_writer(spec, sys.argv[3])
+    elif kind == "starter":
+        starter(spec, json.loads(sys.argv[3]))
     else:
         sys.exit(f"unknown worker {kind}")
