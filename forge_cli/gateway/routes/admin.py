@@ -55,24 +55,11 @@ class FinishSession(BaseModel):
 
 @router.post("/admin/sessions/{session_id}/finish")
 async def finish_session(request: Request, session_id: str):
-    """Close a session's trajectory (completed or failed), with its reward components."""
-    from starlette.concurrency import run_in_threadpool
-
+    """Close a session's trajectory (completed or failed), with its reward components; the session is then forgotten."""
     state = state_of(request)
     state.check_admin(api_key(request))
     body = validate(FinishSession, await read_json(request, optional=True))
-    session = state.sessions.get(session_id)
-    if session is None or session.trajectory_id is None or state.pool is None:
-        raise APIError(404, f"no recorded session {session_id!r}")
-    try:
-        if body.status == "completed":
-            await run_in_threadpool(lambda: state.pool.finish_trajectory(session.trajectory_id, rewards=body.rewards))
-        elif body.status == "failed":
-            await run_in_threadpool(lambda: state.pool.fail_trajectory(session.trajectory_id, body.error or "failed", rewards=body.rewards))
-        else:
-            raise APIError(400, "status: must be 'completed' or 'failed'", param="status")
-    except ForgeError as exc:
-        raise APIError(409, str(exc)) from None
+    session = await state.finish_session(session_id, status=body.status, rewards=body.rewards, error=body.error)
     return {"session": session_id, "trajectory_id": session.trajectory_id, "status": body.status}
 
 
