@@ -1,21 +1,60 @@
-"""Every registered tool-call format: render → text → parse gives the calls back; parse never raises."""
+"""Every registered tool-call format: render → text → parse gives the calls back; parse never raises.
+
+The properties run over the registry as Forge loads it — built-ins, installed plugins, and the
+example plugin's ``sexpr`` format loaded as a third party — not over a list kept in this file,
+so a format that a plugin registers is checked like Forge's own (docs/plugins.md promises it).
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forge_cli.builtin.tool_formats import BUILTIN_FORMATS, HermesFormat
+from forge_cli import plugins
+from forge_cli.builtin.tool_formats import HermesFormat
 from forge_cli.specs import ToolCall
 from tests.conftest import EXAMPLE_PLUGIN
 
-sys.path.insert(0, str(EXAMPLE_PLUGIN))
-from forge_scaffold_example import SexprFormat  # noqa: E402
 
-FORMATS = [cls() for cls in BUILTIN_FORMATS] + [SexprFormat()]
+def _registry() -> plugins.Registry:
+    """What Forge registers, plus the example plugin loaded the way a third party is."""
+    sys.path.insert(0, str(EXAMPLE_PLUGIN))
+    try:
+        example = importlib.import_module("forge_scaffold_example")
+    finally:
+        sys.path.remove(str(EXAMPLE_PLUGIN))
+    pm, registry = plugins.load_plugins(extra=[("forge-scaffold-example", example)])
+    return plugins.collect(pm, registry)
+
+
+REGISTRY = _registry()
+FORMATS = [entry.value for entry in REGISTRY.tool_formats.values()]
+
+# One call written by hand in each format's documented syntax (what the model emits).
+CALL = ToolCall("ls", {"path": "/tmp", "all": True})
+WRITTEN = {
+    "hermes": '<tool_call>\n{"name": "ls", "arguments": {"path": "/tmp", "all": true}}\n</tool_call>',
+    "qwen3-coder": "<tool_call>\n<function=ls>\n<parameter=path>\n/tmp\n</parameter>\n<parameter=all>\ntrue\n"
+                   "</parameter>\n</function>\n</tool_call>",
+    "minimax-xml": '<minimax:tool_call>\n<invoke name="ls">\n<parameter name="path">/tmp</parameter>\n'
+                   '<parameter name="all">true</parameter>\n</invoke>\n</minimax:tool_call>',
+    "llama3-json": '{"name": "ls", "parameters": {"path": "/tmp", "all": true}}',
+    "mistral": '[TOOL_CALLS][{"name": "ls", "arguments": {"path": "/tmp", "all": true}}]',
+    "deepseek": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>ls\n```json\n"
+                '{"path": "/tmp", "all": true}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    "glm": "<tool_call>ls\n<arg_key>path</arg_key>\n<arg_value>/tmp</arg_value>\n<arg_key>all</arg_key>\n"
+           "<arg_value>true</arg_value>\n</tool_call>",
+    "kimi-k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.ls:0<|tool_call_argument_begin|>"
+               '{"path": "/tmp", "all": true}<|tool_call_end|><|tool_calls_section_end|>',
+    "react": 'Action: ls\nAction Input: {"path": "/tmp", "all": true}',
+    "json-block": '```json\n{"name": "ls", "arguments": {"path": "/tmp", "all": true}}\n```',
+    "xml-tags": "<ls>\n<path>/tmp</path>\n<all>true</all>\n</ls>",
+    "sexpr": '(call ls {"path": "/tmp", "all": true})',
+}
 
 json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
 json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
@@ -34,17 +73,15 @@ def _plain(call: ToolCall) -> tuple:
     return call.name, call.arguments
 
 
-def test_every_builtin_format_is_covered():
-    from forge_cli import plugins
-
-    plugins.reset()
-    registered = {name for name, e in plugins.get_registry().tool_formats.items() if e.plugin.startswith("forge:")}
-    assert registered <= {f.name for f in FORMATS}
-
-
-def test_the_builtin_set():
-    assert {f.name for f in FORMATS} >= {"hermes", "qwen3-coder", "minimax-xml", "llama3-json", "mistral", "deepseek",
-                                          "glm", "kimi-k2", "react", "json-block", "xml-tags"}
+def test_each_known_format_is_registered_and_reads_its_own_syntax():
+    """Forge's built-ins come from its own plugin, the example's from the third party; each
+    format under its name parses a call written in that model family's syntax."""
+    assert {name for name, e in REGISTRY.tool_formats.items() if e.plugin == "forge:tool-formats"} == set(WRITTEN) - {"sexpr"}
+    assert REGISTRY.tool_formats["sexpr"].plugin == "forge-scaffold-example"
+    for name, text in WRITTEN.items():
+        parsed = REGISTRY.tool_format(name).parse(text)
+        assert [_plain(c) for c in parsed.calls] == [_plain(CALL)], name
+        assert parsed.errors == [] and parsed.content == "", name
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
