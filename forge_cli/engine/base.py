@@ -3,7 +3,14 @@
 An engine never parses chat or tools (the gateway does). Its logprobs are the behaviour policy's:
 ``log_softmax(logits / T)`` at the sampled id, under the request's temperature ``T`` (greedy,
 ``T = 0``, reports ``log_softmax(logits)``), which is what the trainer recomputes — otherwise the
-importance ratio is wrong from the first step.
+importance ratio is wrong from the first step. A temperature below :data:`MIN_TEMPERATURE` is
+greedy: :class:`SamplingParams` turns it into ``0`` (so ``logits / T`` never overflows, and the
+recorded sampling says what was used).
+
+Stop strings end generation at the one that occurs *earliest* in the text (:func:`first_stop`),
+whatever their order in the request; every engine reports that one as ``stop_reason``. Every
+engine takes ``max_model_len`` (prompt + output, in tokens; :func:`context_limit`) and checks
+requests against it in :meth:`Engine.check`.
 
 Pausing is shared by every engine: :meth:`Engine.pause` stops admitting new requests (they wait,
 none fails) and returns once the in-flight ones have finished; :meth:`Engine.resume` lets the
@@ -13,6 +20,7 @@ waiting ones in. Weight updates happen inside a pause and bump :attr:`Engine.ver
 from __future__ import annotations
 
 import asyncio
+import math
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
@@ -20,12 +28,22 @@ from typing import Any, AsyncIterator
 from forge_cli.errors import ForgeError
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
+# below this a temperature is greedy (vLLM raises such temperatures to 1e-2 "to avoid nan or inf";
+# here they become 0, on every engine, so that what is recorded is what was sampled)
+MIN_TEMPERATURE = 1e-2
+MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``stop`` strings end generation (the ids through the stop are returned;
-    cutting the text is the gateway's job); ``stop_token_ids`` are added to the model's EOS."""
+    """How to sample. ``stop`` strings end generation at the earliest one in the text (the ids
+    through it are returned; cutting the text is the gateway's job); ``stop_token_ids`` are added
+    to the model's EOS.
+
+    Non-finite numbers are refused (ForgeError). A ``temperature`` in ``(0, MIN_TEMPERATURE)`` is
+    stored as ``0`` (greedy): :attr:`temperature` is always the one the engines use. A tiny
+    ``top_p`` keeps at least the most likely id.
+    """
 
     max_tokens: int = 256
     temperature: float = 1.0
@@ -39,10 +57,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ForgeError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise ForgeError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ForgeError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if self.temperature < MIN_TEMPERATURE:
+            object.__setattr__(self, "temperature", 0.0)  # greedy (see MIN_TEMPERATURE)
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise ForgeError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise ForgeError(f"seed must be in 0..{MAX_SEED}, got {self.seed}")
         if self.n < 1:
             raise ForgeError(f"n must be >= 1, got {self.n}")
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -174,9 +196,31 @@ class Engine:
         return self.version
 
 
-def stop_hit(text: str, stops: tuple[str, ...]) -> str | None:
-    """The first stop string found in ``text``, if any."""
+def first_stop(text: str, stops: tuple[str, ...] | list[str]) -> tuple[int, str] | None:
+    """``(position, stop)`` of the stop string that starts earliest in ``text``, if any occurs.
+
+    The order of ``stops`` does not matter: ``["Observation:", "</code>"]`` on
+    ``"…</code>\nObservation:"`` is ``"</code>"``. Of stops starting at the same position, the
+    longest wins (the text before it, which the client sees, is the same either way). Empty
+    strings never match.
+    """
+    best: tuple[int, str] | None = None
     for stop in stops:
-        if stop and stop in text:
-            return stop
-    return None
+        at = text.find(stop) if stop else -1
+        if at >= 0 and (best is None or at < best[0] or (at == best[0] and len(stop) > len(best[1]))):
+            best = (at, stop)
+    return best
+
+
+def context_limit(max_model_len: int | None, model_limit: int | None) -> int:
+    """The one context limit of every engine: ``max_model_len`` (prompt + output tokens), or, when
+    it is None, the model's own (``max_position_embeddings``; 4096 when the config has none).
+    ForgeError when it is below 2 or beyond what the model's positions can hold."""
+    if max_model_len is None:
+        return int(model_limit or 4096)
+    if max_model_len < 2:
+        raise ForgeError(f"max_model_len must be >= 2 (a prompt token and an output token), got {max_model_len}")
+    if model_limit is not None and max_model_len > model_limit:
+        raise ForgeError(f"max_model_len {max_model_len} is beyond this model's {model_limit} positions "
+                         "(max_position_embeddings)")
+    return max_model_len

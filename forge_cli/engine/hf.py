@@ -2,8 +2,10 @@
 
 A worker thread takes every queued request (up to ``max_batch`` sequences), left-pads them into
 one batch and decodes step by step with a KV cache, sampling each row with its own temperature,
-top-p and seed; a streamed request gets each new id as it is sampled. For machines without vLLM,
-and for fast tests.
+top-p and seed; a streamed request gets each new id as it is sampled. A request whose rows fail
+(anything its own sampling raises) fails alone: the other requests of the batch go on. A row ends
+at the first step whose text holds a stop string, reporting the earliest one in it. For machines
+without vLLM, and for fast tests.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, stop_hit
+from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, context_limit, first_stop
 from forge_cli.errors import ForgeError
 
 
@@ -84,8 +86,7 @@ class HFEngine(Engine):
 
     def __init__(self, model_path: str | Path, *, device: str = "cpu", max_batch: int = 32, max_model_len: int | None = None) -> None:
         self.model, self.tokenizer = load_hf(model_path, device)
-        limit = getattr(self.model.config, "max_position_embeddings", 4096)
-        super().__init__(min(max_model_len or limit, limit))
+        super().__init__(context_limit(max_model_len, getattr(self.model.config, "max_position_embeddings", None)))
         self.eos_token_id = self.tokenizer.eos_token_id
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.max_batch = max_batch
@@ -159,12 +160,16 @@ class HFEngine(Engine):
                 with self._lock:
                     results = self._run(jobs)
                 for j, res in zip(jobs, results):
-                    j.loop.call_soon_threadsafe(_resolve, j.future, res, None)
+                    if isinstance(res, BaseException):
+                        j.loop.call_soon_threadsafe(_resolve, j.future, None, res)
+                    else:
+                        j.loop.call_soon_threadsafe(_resolve, j.future, res, None)
             except Exception as exc:  # one bad batch must not kill the engine
                 for j in jobs:
                     j.loop.call_soon_threadsafe(_resolve, j.future, None, exc)
 
-    def _run(self, jobs: list[_Job]) -> list[list[GenerationOutput]]:
+    def _run(self, jobs: list[_Job]) -> list[list[GenerationOutput] | Exception]:
+        """Each job's outputs, or the exception one of its rows raised (its other rows stop too)."""
         import torch
 
         version = self.version
@@ -176,13 +181,17 @@ class HFEngine(Engine):
         for r, (j, _) in enumerate(rows):
             input_ids[r, width - len(j.prompt_ids):] = torch.tensor(j.prompt_ids)
             mask[r, width - len(j.prompt_ids):] = 1
+        failed: dict[int, Exception] = {}  # id(job) -> what one of its rows raised
         gens = []
         for j, k in rows:
             g = torch.Generator(device="cpu")
-            if j.params.seed is not None:
-                g.manual_seed(j.params.seed + k)
-            else:
-                g.seed()
+            try:
+                if j.params.seed is not None:
+                    g.manual_seed(j.params.seed + k)
+                else:
+                    g.seed()
+            except Exception as exc:
+                failed.setdefault(id(j), exc)
             gens.append(g)
         outs: list[list[int]] = [[] for _ in rows]
         lps: list[list[float]] = [[] for _ in rows]
@@ -199,23 +208,22 @@ class HFEngine(Engine):
                 logits = out.logits[:, -1, :].float()
                 nxt = torch.full((len(rows),), self.pad_id, dtype=torch.long)
                 for r, (j, _) in enumerate(rows):
-                    if done[r] is None and j.abandoned:
+                    if done[r] is None and (j.abandoned or id(j) in failed):
                         done[r] = ("abort", None)  # nobody reads this row's output
                     if done[r] is not None:
                         continue
-                    tok, lp, top = _sample(logits[r], j.params, gens[r])
-                    j.emit(tok)
+                    try:
+                        tok, lp, top = _sample(logits[r], j.params, gens[r])
+                        j.emit(tok)
+                        outs[r].append(tok)
+                        lps[r].append(lp)
+                        tops[r].append(top)
+                        done[r] = self._ended(outs[r], j.params)
+                    except Exception as exc:  # this request fails; the batch's others go on
+                        failed.setdefault(id(j), exc)
+                        done[r] = ("abort", None)
+                        continue
                     nxt[r] = tok
-                    outs[r].append(tok)
-                    lps[r].append(lp)
-                    tops[r].append(top)
-                    stops = {self.eos_token_id, *j.params.stop_token_ids} - {None}
-                    if tok in stops:
-                        done[r] = ("stop", tok)
-                    elif j.params.stop and (hit := stop_hit(self.tokenizer.decode(outs[r]), j.params.stop)):
-                        done[r] = ("stop", hit)
-                    elif len(outs[r]) >= j.params.max_tokens:
-                        done[r] = ("length", None)
                 if all(d is not None for d in done):
                     break
                 step_ids = nxt[:, None].to(dev)
@@ -226,12 +234,25 @@ class HFEngine(Engine):
             reason, why = done[r] or ("length", None)
             results.setdefault(id(j), []).append(GenerationOutput(outs[r], lps[r], reason, version, why,
                                                                   top_logprobs=tops[r] if j.params.top_logprobs else None))
-        return [results[id(j)] for j in jobs]
+        return [failed[id(j)] if id(j) in failed else results[id(j)] for j in jobs]
+
+    def _ended(self, outs: list[int], params: SamplingParams) -> tuple[str, Any] | None:
+        """Why a row whose ids so far are ``outs`` ends now: an EOS or stop id, the earliest stop
+        string in its text, or max_tokens; None while it goes on."""
+        if outs[-1] in {self.eos_token_id, *params.stop_token_ids} - {None}:
+            return ("stop", outs[-1])
+        if params.stop and (hit := first_stop(self.tokenizer.decode(outs), params.stop)):
+            return ("stop", hit[1])
+        if len(outs) >= params.max_tokens:
+            return ("length", None)
+        return None
 
 
 def _sample(logits: Any, params: SamplingParams, gen: Any) -> tuple[int, float, list[tuple[int, float]]]:
-    """One id, its behaviour logprob log_softmax(logits / T) (top-p only narrows the draw), and the
-    ``params.top_logprobs`` most likely ids under that distribution."""
+    """One id, its behaviour logprob log_softmax(logits / T) (top-p only narrows the draw, and always
+    keeps the most likely id), and the ``params.top_logprobs`` most likely ids under that
+    distribution. ``T`` is 0 or at least MIN_TEMPERATURE (SamplingParams sees to it), so
+    ``logits / T`` stays finite."""
     import torch
 
     if params.temperature == 0:
@@ -243,6 +264,7 @@ def _sample(logits: Any, params: SamplingParams, gen: Any) -> tuple[int, float, 
     if params.top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)
         keep = sorted_p.cumsum(-1) - sorted_p < params.top_p
+        keep[0] = True  # a top_p below float32's resolution (1e-300) would keep nothing
         probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
     tok = int(torch.multinomial(probs.cpu(), 1, generator=gen))
     return tok, float(logp[tok]), top_k(logp, params.top_logprobs) if params.top_logprobs else []

@@ -13,6 +13,9 @@ or a JSON file::
 
 ``rules`` are tried first (first match wins); otherwise ``turns`` are replied in order, one per
 sample (a call with ``n = 2`` takes two), per session (the last one repeats).
+
+A reply containing a stop string ends at the earliest one (:func:`~forge_cli.engine.base.first_stop`),
+its ids kept through it, as a sampling engine's would be.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, stop_hit
+from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, context_limit, first_stop
 from forge_cli.engine.hf import load_hf, score
 from forge_cli.errors import ForgeError
 
@@ -82,9 +85,10 @@ class FilePolicy:
 class ScriptedEngine(Engine):
     name = "scripted"
 
-    def __init__(self, model_path: str | Path, policy: str | Path | Policy, *, device: str = "cpu") -> None:
+    def __init__(self, model_path: str | Path, policy: str | Path | Policy, *, device: str = "cpu",
+                 max_model_len: int | None = None) -> None:
         self.model, self.tokenizer = load_hf(model_path, device)
-        super().__init__(getattr(self.model.config, "max_position_embeddings", 4096))
+        super().__init__(context_limit(max_model_len, getattr(self.model.config, "max_position_embeddings", None)))
         self.eos_token_id = self.tokenizer.eos_token_id
         self.policy = load_policy(policy)
         self._lock = threading.Lock()
@@ -101,11 +105,10 @@ class ScriptedEngine(Engine):
     def _score(self, prompt_ids: list[int], text: str, params: SamplingParams) -> GenerationOutput:
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         reason, why = "stop", self.eos_token_id
-        hit = stop_hit(text, params.stop)
-        if hit:  # keep the ids through the stop string, as a sampling engine would
-            cut = text.index(hit) + len(hit)
-            ids = self.tokenizer.encode(text[:cut], add_special_tokens=False)
-            why = hit
+        hit = first_stop(text, params.stop)
+        if hit:  # keep the ids through the earliest stop string, as a sampling engine would
+            at, why = hit
+            ids = self.tokenizer.encode(text[: at + len(why)], add_special_tokens=False)
         elif self.eos_token_id is not None:
             ids = ids + [self.eos_token_id]
         if len(ids) > params.max_tokens:

@@ -6,6 +6,11 @@ Weights are replaced in place (no restart): the state dict is written as ``model
 a folder (``/dev/shm`` where it exists), the workers ``reload_weights`` from it, and the prefix
 cache is reset — a stale cached prefix would otherwise be served from the old weights.
 
+vLLM checks stop strings after each step and, of several in one step, picks the one that *ends*
+first; the reported ``stop_reason`` is recomputed here from the output's text as the one that
+*starts* earliest (:func:`~forge_cli.engine.base.first_stop`), as on every engine. Temperatures
+below ``MIN_TEMPERATURE`` arrive here as 0 (greedy); vLLM would otherwise raise them to 1e-2.
+
 vLLM starts an engine-core process: a script that creates this engine needs an
 ``if __name__ == "__main__":`` guard. On CPU, per-request seeds are not passed to vLLM: with
 chunked prefill they crash its CPU sampler (``CPU Generator does not use offset``).
@@ -20,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams
+from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, context_limit, first_stop
 from forge_cli.errors import ForgeError
 
 
@@ -40,7 +45,7 @@ class VLLMEngine(Engine):
         self,
         model_path: str | Path,
         *,
-        max_model_len: int = 4096,
+        max_model_len: int | None = None,
         kv_cache_bytes: int = 256 * 1024 * 1024,
         gpu_memory_utilization: float = 0.5,
         enable_prefix_caching: bool = True,
@@ -56,7 +61,9 @@ class VLLMEngine(Engine):
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         from transformers import AutoConfig
 
-        self.tied = bool(getattr(AutoConfig.from_pretrained(model_path), "tie_word_embeddings", False))
+        config = AutoConfig.from_pretrained(model_path)
+        self.tied = bool(getattr(config, "tie_word_embeddings", False))
+        max_model_len = context_limit(max_model_len, getattr(config, "max_position_embeddings", None))
         from forge_cli.engine.weights import folder_shapes
 
         self._shapes = folder_shapes(model_path)  # what a weight update must match
@@ -95,8 +102,8 @@ class VLLMEngine(Engine):
             logprobs=params.top_logprobs,  # vLLM returns the k most likely plus the sampled id
         )
 
-    @staticmethod
-    def _output(o: Any, version: int, cached: int, top: int = 0) -> GenerationOutput:
+    def _output(self, o: Any, version: int, cached: int, params: SamplingParams) -> GenerationOutput:
+        top = params.top_logprobs
         ids = list(o.token_ids)
         steps = o.logprobs or []
         lps = [step[tok].logprob for step, tok in zip(steps, ids)]
@@ -104,7 +111,10 @@ class VLLMEngine(Engine):
         tops = [[(i, p.logprob) for i, p in sorted(step.items(), key=lambda kv: kv[1].rank) if p.rank <= top]
                 for step in steps] if top else None
         reason = "length" if o.finish_reason == "length" else "stop"
-        return GenerationOutput(ids, lps, reason, version, o.stop_reason, {"cached_tokens": cached or 0}, top_logprobs=tops)
+        why = o.stop_reason
+        if isinstance(why, str) and (hit := first_stop(self.tokenizer.decode(ids), params.stop)):
+            why = hit[1]  # the earliest stop string in the text, not the first one to end
+        return GenerationOutput(ids, lps, reason, version, why, {"cached_tokens": cached or 0}, top_logprobs=tops)
 
     async def _generate_stream(self, prompt_ids, params, context):
         from vllm.inputs import TokensPrompt
@@ -118,7 +128,7 @@ class VLLMEngine(Engine):
                 sent = len(ids)
         if final is None:
             raise ForgeError("vLLM returned no output")
-        yield self._output(final.outputs[0], version, final.num_cached_tokens, params.top_logprobs)
+        yield self._output(final.outputs[0], version, final.num_cached_tokens, params)
 
     async def _generate(self, prompt_ids, params, context):
         from vllm.inputs import TokensPrompt
@@ -130,7 +140,7 @@ class VLLMEngine(Engine):
             final = out
         if final is None:
             raise ForgeError("vLLM returned no output")
-        return [self._output(o, version, final.num_cached_tokens, params.top_logprobs) for o in sorted(final.outputs, key=lambda o: o.index)]
+        return [self._output(o, version, final.num_cached_tokens, params) for o in sorted(final.outputs, key=lambda o: o.index)]
 
     async def _load_weights(self, weights: Any) -> None:
         """A state dict, or a folder of ``*.safetensors``; written as one file vLLM reloads from.

@@ -9,19 +9,29 @@ from forge_cli.errors import ForgeError
 
 
 def read_weights(weights: Any) -> dict[str, Any]:
-    """A state dict as given, or every ``*.safetensors`` of a folder merged into one."""
+    """A state dict as given, or every ``*.safetensors`` of a folder merged into one.
+
+    ForgeError for a path that cannot be read as one (missing, not a folder, a name too long,
+    no permission, not safetensors): a caller's mistake, never an engine failure.
+    """
     if not isinstance(weights, (str, Path)):
         return weights
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    if not Path(weights).is_dir():
-        raise ForgeError(f"no weights folder at {weights}")
-    files = sorted(Path(weights).glob("*.safetensors"))
-    if not files:
-        raise ForgeError(f"no *.safetensors in {weights}")
-    merged: dict[str, Any] = {}
-    for f in files:
-        merged.update(load_file(str(f)))
+    shown = str(weights) if len(str(weights)) <= 200 else f"{str(weights)[:200]}… ({len(str(weights))} characters)"
+    try:
+        if not Path(weights).is_dir():
+            raise ForgeError(f"no weights folder at {shown}")
+        files = sorted(Path(weights).glob("*.safetensors"))
+        if not files:
+            raise ForgeError(f"no *.safetensors in {shown}")
+        merged: dict[str, Any] = {}
+        for f in files:
+            merged.update(load_file(str(f)))
+    except (OSError, SafetensorError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ForgeError(f"cannot read weights from {shown}: {reason}") from None
     return merged
 
 
