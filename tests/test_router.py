@@ -106,3 +106,38 @@ def test_bad_config():
         Router([])
     with pytest.raises(ValueError):
         Router([Replica()], policy="random")
+
+
+class Flaky(Replica):
+    """A replica that fails the requests whose prompt starts with 13 (after the delay), streamed or not."""
+
+    async def _generate(self, prompt_ids, params, context):
+        out = await super()._generate(prompt_ids, params, context)
+        if prompt_ids[0] == 13:
+            raise RuntimeError("this request broke the replica's sampler")
+        return out
+
+
+def test_one_replicas_failure_fails_only_its_request():
+    """A replica failing one request fails that request alone: the others, on it or on the other
+    replica, concurrent or later, streamed or not, finish; the load counts return to zero."""
+    async def run():
+        router = Router([Flaky(delay=0.05), Flaky(delay=0.05)], policy="round_robin")
+        params = SamplingParams(max_tokens=2)
+
+        async def streamed(prompt):
+            return [item async for item in router.generate_stream(prompt, params)]
+
+        prompts = [[13, 1], [1, 2], [2, 3], [13, 4], [3, 4], [4, 5]]
+        results = await asyncio.gather(*(router.generate(p, params) for p in prompts), streamed([13, 9]),
+                                       streamed([9, 9]), return_exceptions=True)
+        after = await router.generate([13 + 1, 2], params)
+        return router, results, after
+
+    router, results, after = asyncio.run(run())
+    failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+    assert failed == [0, 3, 6] and all(isinstance(results[i], RuntimeError) for i in failed)
+    for i in (1, 2, 4, 5):
+        assert results[i][0].output_ids == [7, 8]
+    assert results[7][-1].output_ids == [7, 8]
+    assert after[0].output_ids == [7, 8] and router.load == [0, 0]
