@@ -5,15 +5,18 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from forge_cli.errors import one_line
+
 console = Console()
 err_console = Console(stderr=True)
 
 
 def error(message: str) -> None:
-    """One red line on stderr, never wrapped (the CLI then exits 1)."""
-    err_console.print(f"[bold red]Error:[/] [red]{escape(message)}[/]", soft_wrap=True, highlight=False)
+    """One red line on stderr, never wrapped (the CLI then exits 1); line breaks in ``message``
+    are folded into spaces."""
+    err_console.print(f"[bold red]Error:[/] [red]{escape(one_line(message))}[/]", soft_wrap=True, highlight=False)
 
 
 def warn(message: str) -> None:
-    """One yellow line on stderr, never wrapped."""
-    err_console.print(f"[yellow]Warning: {escape(message)}[/]", soft_wrap=True, highlight=False)
+    """One yellow line on stderr, never wrapped; line breaks in ``message`` are folded into spaces."""
+    err_console.print(f"[yellow]Warning: {escape(one_line(message))}[/]", soft_wrap=True, highlight=False)

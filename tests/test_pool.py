@@ -249,3 +249,16 @@ def test_scheduler_from_config_drives_the_pool(pool):
     fifo = Scheduler.from_config(load_config(env={}, overrides={"pool.scheduler": "fifo"}).pool, 1)
     greedy = Scheduler.from_config(load_config(env={}, overrides={"pool.scheduler": "greedy"}).pool, 1)
     assert fifo.window == 1 and greedy.window is None
+
+
+def test_an_unreachable_postgresql_pool_is_a_one_line_error():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ForgeError) as info:
+        DataPool.postgres(f"postgresql://forge:pw@127.0.0.1:{port}/postgres")
+    message = str(info.value)
+    assert message.startswith(f"cannot connect to the PostgreSQL pool at postgresql://forge:***@127.0.0.1:{port}/postgres: ")
+    assert "\n" not in message and "Connection refused" in message

@@ -72,3 +72,73 @@ def test_unknown_run_is_one_red_line(cli):
     result = cli("pool", "stats", "no-such-run")
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: no run 'no-such-run'") and len(result.stderr.strip().splitlines()) == 1
+
+
+# ---- broken runs, and errors as one line ------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens there once the socket is closed
+
+
+def _broken_runs(tmp_path):
+    """run.dir with one good SQLite run (oldest) and, newer, runs that cannot be read or recorded nothing."""
+    import os
+
+    runs = tmp_path / "runs"
+    good = new_run(load_config(env={}, overrides={"run.dir": str(runs)}), "good")
+    with open_pool("sqlite", good) as pool:
+        tid = pool.submit_group("t", 1, "react").trajectories[0].id
+    bad_key = new_run(load_config(env={}, overrides={"run.dir": str(runs)}), "bad-key")
+    saved = bad_key / "config.json"
+    saved.write_text(saved.read_text().replace('"pool": {', '"pool": {"bogus": 1, ', 1))
+    unreachable_url = f"postgresql://forge:secret@127.0.0.1:{_closed_port()}/postgres"
+    unreachable = new_run(load_config(env={}, overrides={"run.dir": str(runs), "pool.url": unreachable_url}), "unreachable")
+    empty = new_run(load_config(env={}, overrides={"run.dir": str(runs)}), "empty")  # recorded nothing: no pool
+    for age, run_dir in enumerate((empty, unreachable, bad_key, good)):
+        os.utime(run_dir, (1e9 - age * 100, 1e9 - age * 100))  # newest first: the good run comes last
+    return runs, tid, saved
+
+
+def test_pool_show_skips_a_broken_run_with_one_warning_line(cli, tmp_path):
+    runs, tid, saved = _broken_runs(tmp_path)
+    result = cli("--set", f"run.dir='{runs}'", "pool", "show", tid, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["id"] == tid
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("Warning: skipped run unreachable: cannot connect to the PostgreSQL pool at ")
+    assert "secret" not in result.stderr  # the URL's password is not printed
+    assert lines[1] == f"Warning: skipped run bad-key: {saved}: pool.bogus: unknown key"
+    missing = cli("--set", f"run.dir='{runs}'", "pool", "show", "nope")
+    assert missing.exit_code == 1
+    assert missing.stderr.splitlines()[-1] == "Error: no trajectory 'nope' in 4 runs (2 skipped)"
+    named = cli("--set", f"run.dir='{runs}'", "pool", "show", "nope", "--run", "empty")  # a run named: its pool must be there
+    assert named.exit_code == 1 and named.stderr.startswith(f"Error: no pool at {runs / 'empty' / 'pool.sqlite'}")
+
+
+def test_errors_of_a_broken_run_are_one_line(cli, tmp_path):
+    runs, _, saved = _broken_runs(tmp_path)
+    bad = cli("--set", f"run.dir='{runs}'", "pool", "stats", "bad-key")
+    assert bad.exit_code == 1 and bad.stderr == f"Error: {saved}: pool.bogus: unknown key\n"
+    down = cli("--set", f"run.dir='{runs}'", "pool", "export", str(runs / "unreachable"), "--jsonl")
+    assert down.exit_code == 1 and down.stderr.count("\n") == 1, down.stderr
+    assert down.stderr.startswith("Error: cannot connect to the PostgreSQL pool at postgresql://forge:***@127.0.0.1:")
+    assert "Is the server running on that host" in down.stderr  # psycopg's second line, folded in
+
+
+def test_any_multi_line_forge_error_prints_as_one_line(cli, monkeypatch):
+    import forge_cli.runs
+    from forge_cli.errors import ForgeError
+
+    def broken(config, run):
+        raise ForgeError("first line\n\tsecond line  \r\n\nthird")
+
+    monkeypatch.setattr(forge_cli.runs, "resolve_run", broken)
+    result = cli("pool", "stats", "anything")
+    assert result.exit_code == 1 and result.stderr == "Error: first line second line third\n"
+

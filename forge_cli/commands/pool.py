@@ -1,10 +1,16 @@
-"""``forge pool stats|show|export``: look inside a run's data pool."""
+"""``forge pool stats|show|export``: look inside a run's data pool.
+
+These commands only read: a run is named by its name under ``run.dir`` or by the path of an
+existing run folder, and a pool that is not there is never created.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
 import typer
+
+RUN_HELP = "Run name (under run.dir), or the path of an existing run folder."
 
 
 def _open(run: str) -> tuple[Any, Any, Any]:
@@ -19,13 +25,28 @@ def _open(run: str) -> tuple[Any, Any, Any]:
     return open_pool(cfg.pool.url, run_dir, create=False), cfg, run_dir
 
 
+def _find(trajectory: str, run: str, *, any_run: bool) -> tuple[Any, Any] | None:
+    """(the trajectory, its run folder) if that run holds it. Looking through ``any_run``, a run
+    that recorded nothing (no pool) holds none; a run named by the user must have a pool."""
+    from forge_cli.pool import NoPool
+
+    try:
+        pool, _, run_dir = _open(run)
+    except NoPool:
+        if not any_run:
+            raise
+        return None
+    with pool:
+        return (pool.trajectory(trajectory), run_dir) if pool.has_trajectory(trajectory) else None
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Inspect a run's data pool: counts, the queue and window, trajectories.", no_args_is_help=True)
     app.add_typer(group, name="pool")
 
     @group.command("stats")
     def stats(
-        run: str = typer.Argument(..., help="Run name (under run.dir) or run folder."),
+        run: str = typer.Argument(..., help=RUN_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     ) -> None:
         """Counts by status, the queue head and window, off-policy ages, storage bytes per token."""
@@ -63,7 +84,8 @@ def register(app: typer.Typer) -> None:
     @group.command("show")
     def show(
         trajectory: str = typer.Argument(..., help="Trajectory id."),
-        run: Optional[str] = typer.Option(None, "--run", help="Run to look in (default: every run, newest first)."),
+        run: Optional[str] = typer.Option(
+            None, "--run", help=RUN_HELP + " Default: every run under run.dir, newest first (one that cannot be read is skipped with a warning)."),
         tokens: bool = typer.Option(False, "--tokens", help="Print each completion's token ids."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
@@ -72,20 +94,25 @@ def register(app: typer.Typer) -> None:
 
         from forge_cli.cli import get_state
         from forge_cli.commands._common import print_json
-        from forge_cli.console import console
+        from forge_cli.console import console, warn
         from forge_cli.errors import ForgeError
         from forge_cli.runs import list_runs
 
-        candidates = [run] if run else [str(p) for p in list_runs(get_state().config())]
-        found = None
-        for candidate in candidates:
-            pool, _, run_dir = _open(candidate)
-            with pool:
-                if pool.has_trajectory(trajectory):
-                    found = (pool.trajectory(trajectory), run_dir)
+        found = _find(trajectory, run, any_run=False) if run else None
+        if run is None:
+            candidates = list_runs(get_state().config())
+            skipped = 0
+            for candidate in candidates:
+                try:
+                    found = _find(trajectory, str(candidate), any_run=True)
+                except ForgeError as exc:  # one broken run does not hide the others
+                    warn(f"skipped run {candidate.name}: {exc}")
+                    skipped += 1
+                    continue
+                if found is not None:
                     break
         if found is None:
-            where = f"run {run}" if run else f"{len(candidates)} runs"
+            where = f"run {run}" if run else f"{len(candidates)} runs" + (f" ({skipped} skipped)" if skipped else "")
             raise ForgeError(f"no trajectory {trajectory!r} in {where}")
         traj, run_dir = found
         if as_json:
@@ -94,7 +121,7 @@ def register(app: typer.Typer) -> None:
         head = Table.grid(padding=(0, 2))
         head.add_column(style="bold")
         head.add_column()
-        for key in ("id", "group_id", "task_id", "scaffold", "queue_index", "status", "reward", "error"):
+        for key in ("id", "group_id", "task_id", "scaffold", "queue_index", "status", "reward", "error", "owner"):
             value = getattr(traj, key)
             head.add_row(key, "–" if value is None else str(value.value if hasattr(value, "value") else value))
         head.add_row("run", str(run_dir))
@@ -118,7 +145,7 @@ def register(app: typer.Typer) -> None:
 
     @group.command("export")
     def export(
-        run: str = typer.Argument(..., help="Run name (under run.dir) or run folder."),
+        run: str = typer.Argument(..., help=RUN_HELP),
         jsonl: bool = typer.Option(False, "--jsonl", help="One JSON object per trajectory (the only format)."),
         output: Optional[str] = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
     ) -> None:
