@@ -2,7 +2,8 @@
 
 A run is created and written under its *name* (:func:`new_run`: one plain path component, never
 a path); the reading commands also take an existing run folder's path (:func:`resolve_run`).
-One process at a time serves a run: it holds the run's lock (:func:`lock_run`) for its life.
+One process at a time serves a run: it holds the run's lock (:func:`lock_run`) for its life;
+:func:`claim_run` creates or continues a run for a server, lock first.
 """
 
 from __future__ import annotations
@@ -95,9 +96,10 @@ def run_config(config: Any, run_dir: Path) -> Any:
 class RunLock:
     """The lock on a run folder, held by one process until :meth:`release` or its exit."""
 
-    def __init__(self, run_dir: Path, fd: int) -> None:
+    def __init__(self, run_dir: Path, fd: int, created: bool = False) -> None:
         self.run_dir = run_dir
         self.path = run_dir / LOCK_FILE
+        self.created = created  # by claim_run: the folder was new (or empty)
         self._fd: int | None = fd
 
     @property
@@ -149,3 +151,25 @@ def lock_run(run_dir: Path) -> RunLock:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return RunLock(run_dir, fd)
+
+
+def claim_run(config: Any, name: str | None = None) -> RunLock:
+    """Create or continue the run ``run.dir/NAME`` for a server (``name`` as for :func:`new_run`):
+    take its lock first, then write ``config.json``, so a second server on the run is refused
+    (a :class:`ForgeError` naming the holder) before it changes anything. The lock's ``created``
+    says whether the folder was new or empty.
+    """
+    from forge_cli.config import write_resolved
+
+    name = check_run_name(name or config.run.name or time.strftime("%Y%m%d-%H%M%S"))
+    run_dir = Path(config.run.dir) / name
+    created = not run_dir.is_dir() or not any(run_dir.iterdir())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = lock_run(run_dir)
+    lock.created = created
+    try:
+        write_resolved(config, run_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
