@@ -20,6 +20,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from forge_cli.engine import EngineConfig, VLLMEngineConfig
 from forge_cli.errors import ForgeError
 
 if sys.version_info >= (3, 11):
@@ -51,11 +52,19 @@ class ModelConfig(Section):
     path: Path | None = Field(
         None, description="A local Hugging Face model folder; default: the embedded model under FORGE_HOME."
     )
-    engine: Literal["vllm", "hf", "scripted"] = Field("vllm", description="Rollout engine.")
+    engine: EngineConfig = Field(
+        default_factory=VLLMEngineConfig,
+        description='Rollout engine: [model.engine] with type = "vllm" | "hf" | "scripted" and that engine\'s fields '
+                    '(model.engine = "hf" is short for type = "hf").')
     tool_format: str = Field("hermes", description="Tool-call format for sessions that do not choose one.")
     max_model_len: int = Field(4096, gt=0, description="Longest prompt + output, in tokens.")
     replicas: int = Field(1, ge=1, le=64, description="Engine replicas behind the gateway's router.")
     routing: Literal["cache_aware", "round_robin"] = Field("cache_aware", description="How the router picks a replica.")
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_name_is_short_for_its_type(cls, value: Any) -> Any:
+        return {"type": value} if isinstance(value, str) else value
 
 
 class GatewayConfig(Section):
@@ -159,11 +168,39 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, origin: str) -> N
     node[parts[-1]] = value
 
 
+def _union_paths(model: type[BaseModel] = None, prefix: str = "") -> set[str]:  # type: ignore[assignment]
+    """Dotted keys of the sections that are discriminated unions (``model.engine``, …)."""
+    model = model or ForgeConfig
+    paths = set()
+    for name, info in model.model_fields.items():
+        if info.discriminator is not None:
+            paths.add(prefix + name)
+        elif isinstance(info.annotation, type) and issubclass(info.annotation, Section):
+            paths |= _union_paths(info.annotation, f"{prefix}{name}.")
+    return paths
+
+
+def _as_union_tables(tree: Any, unions: set[str], prefix: str = "") -> Any:
+    """One layer with every union given by name (``engine = "hf"``) written as its table."""
+    if not isinstance(tree, Mapping):
+        return tree
+    out = {}
+    for key, value in tree.items():
+        dotted = prefix + key
+        if dotted in unions and isinstance(value, str):
+            value = {"type": value}
+        out[key] = _as_union_tables(value, unions, dotted + ".")
+    return out
+
+
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, table by table; a table naming another ``type`` than the one
+    below it replaces it whole (the fields of one engine mean nothing to another)."""
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        below = out.get(key)
+        if isinstance(value, Mapping) and isinstance(below, dict) and below.get("type", value.get("type")) == value.get("type", below.get("type")):
+            out[key] = _merge(below, value)
         else:
             out[key] = value
     return out
@@ -184,11 +221,22 @@ def find_config_file(
     chosen = explicit or (os.environ if env is None else env).get("FORGE_CONFIG")
     if chosen:
         path = Path(chosen).expanduser()
+        if path.is_dir():
+            raise ForgeError(f"config file {path} is a folder; give the path of a forge.toml")
         if not path.is_file():
             raise ForgeError(f"config file {path} does not exist")
         return path
     local = Path.cwd() / CONFIG_FILENAME
     return local if local.is_file() else None
+
+
+def _flat_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in tree.items():
+        keys.append(prefix + key)
+        if isinstance(value, Mapping):
+            keys += _flat_keys(value, f"{prefix}{key}.")
+    return keys
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -197,6 +245,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ForgeError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ForgeError(f"{path}: not a TOML file: byte {exc.start} is not UTF-8 text") from None
     except OSError as exc:
         raise ForgeError(f"{path}: cannot read: {exc.strerror}") from None
 
@@ -216,19 +266,36 @@ def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
 
 def _describe_error(exc: ValidationError, origin_of: Any) -> str:
     err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"]]
-    dotted = ".".join(loc)
+    parts, tag = [], None
+    for part in err["loc"]:
+        if parts and ".".join(parts) in _union_paths() and tag is None and isinstance(part, str) and part in _union_tags(parts):
+            tag = part  # pydantic's name for the union member it tried
+            continue
+        parts.append(str(part))
+    dotted = ".".join(parts)
     origin = origin_of(dotted)
     kind = err["type"]
     if kind == "extra_forbidden":
-        what = "unknown key"
+        what = f"unknown key for type = {tag!r}" if tag else "unknown key"
     elif kind == "missing":
         what = "required key is missing"
+    elif kind == "union_tag_invalid":
+        what = f"type must be one of {err['ctx']['expected_tags']} (got {err['ctx']['tag']!r})"
     else:
         got = err.get("input")
         what = f"{err['msg']} (got {got!r})" if not isinstance(got, dict) else err["msg"]
     more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return f"{origin}: {dotted}: {what}{more}"
+
+
+def _union_tags(parts: list[str]) -> set[str]:
+    """The ``type`` names of the union at the dotted path ``parts``."""
+    model: Any = ForgeConfig
+    for part in parts[:-1]:
+        model = model.model_fields[part].annotation
+    info = model.model_fields[parts[-1]]
+    members = getattr(info.annotation, "__args__", ())
+    return {m.model_fields["type"].default for m in members if isinstance(m, type) and issubclass(m, BaseModel)}
 
 
 def load_config(
@@ -252,19 +319,22 @@ def load_config(
     for dotted, value in (overrides or {}).items():
         _set_dotted(flag_tree, dotted, value, "command-line flag")
 
+    layers = [({k: f"command-line flag {(flag_names or {}).get(k, f'--set {k}')}" for k in overrides or {}}),
+              env_origins, {k: str(file) for k in _flat_keys(file_tree)}]
+
     def origin_of(dotted: str) -> str:
-        """The highest layer that set ``dotted``, a key inside it, or a section holding it."""
-        def related(key: str) -> bool:
-            return key == dotted or key.startswith(dotted + ".") or dotted.startswith(key + ".")
+        """The highest layer that set ``dotted`` itself; else a key inside it; else a section holding it (``model.engine =
+        "hf"``) — the deepest one; else the file, or the defaults."""
+        for match in (lambda k: k == dotted, lambda k: k.startswith(dotted + ".")):
+            for layer in layers:
+                for key, origin in layer.items():
+                    if match(key):
+                        return origin
+        holding = [(len(k), -i, o) for i, layer in enumerate(layers) for k, o in layer.items() if dotted.startswith(k + ".")]
+        return max(holding)[2] if holding else (str(file) if file else "defaults")
 
-        for key in overrides or {}:
-            if related(key):
-                return f"command-line flag {(flag_names or {}).get(key, f'--set {key}')}"
-        for key, origin in env_origins.items():
-            if related(key):
-                return origin
-        return str(file) if file else "defaults"
-
+    unions = _union_paths()
+    file_tree, env_tree, flag_tree = (_as_union_tables(t, unions) for t in (file_tree, env_tree, flag_tree))
     merged = _merge(_merge(file_tree, env_tree), flag_tree)
     try:
         return ForgeConfig.model_validate(merged)

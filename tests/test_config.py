@@ -36,7 +36,7 @@ def test_precedence(tmp_path):
 def test_explicit_config_path(tmp_path):
     other = tmp_path / "elsewhere.toml"
     other.write_text('[model]\nengine = "hf"\n')
-    assert load_config(other, env={}).model.engine == "hf"
+    assert load_config(other, env={}).model.engine.type == "hf"
     with pytest.raises(ForgeError, match="does not exist"):
         load_config(tmp_path / "missing.toml", env={})
 

@@ -66,7 +66,7 @@ def test_gateway_serve_records_into_a_run(tiny_model, tmp_path):
     assert "admin key: forge-admin-" in out and f"unix socket: {sock}" in out
     assert not sock.exists()  # removed on exit
     run = tmp_path / "runs" / "served"
-    assert json.loads((run / "config.json").read_text())["model"]["engine"] == "scripted"
+    assert json.loads((run / "config.json").read_text())["model"]["engine"]["type"] == "scripted"
     stats = subprocess.run([forge, "pool", "stats", str(run), "--json"], capture_output=True, text=True, cwd=tmp_path)
     assert json.loads(stats.stdout)["completions"] == 2
 

@@ -31,24 +31,32 @@ def socket_path(setting: str, run_dir: Path) -> Path | None:
     return Path(tempfile.gettempdir()) / f"forge-{os.getpid()}-{run_dir.name[:40]}.sock"
 
 
-def open_listeners(host: str, port: int, unix_path: Path | None = None, backlog: int = 2048) -> list[socket.socket]:
-    """Bound, listening sockets: ``[tcp]`` or ``[tcp, unix]``. A stale socket file (nobody
-    listening) is replaced; a live one, or any other file at the path, is an error."""
+def open_listeners(host: str, port: int, unix_path: Path | None = None, backlog: int = 2048, *,
+                   listen: bool = True) -> list[socket.socket]:
+    """Bound sockets, ``[tcp]`` or ``[tcp, unix]``, listening unless ``listen=False``: bound only, they
+    hold the address (a port in use fails now) while connecting to them is refused at once — the
+    server that serves them listens when it is ready. A stale socket file (nobody listening) is
+    replaced; a live one, or any other file at the path, is an error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    tcp = socket.socket(family, socket.SOCK_STREAM)
     try:
-        tcp = socket.create_server((host, port), family=family, backlog=backlog)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcp.bind((host, port))
+        if listen:
+            tcp.listen(backlog)
     except OSError as exc:
+        tcp.close()
         raise ForgeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     if unix_path is None:
         return [tcp]
     try:
-        return [tcp, _unix_listener(unix_path, backlog)]
+        return [tcp, _unix_listener(unix_path, backlog, listen)]
     except BaseException:
         tcp.close()
         raise
 
 
-def _unix_listener(path: Path, backlog: int) -> socket.socket:
+def _unix_listener(path: Path, backlog: int, listen: bool = True) -> socket.socket:
     if len(os.fsencode(path)) > MAX_UNIX_PATH:
         raise ForgeError(f"gateway.socket: {path} is longer than a unix socket path may be ({MAX_UNIX_PATH} bytes)")
     if path.exists() or path.is_symlink():
@@ -65,7 +73,8 @@ def _unix_listener(path: Path, backlog: int) -> socket.socket:
         # as reachable as the loopback TCP port (any local user): a sandbox's agent may run under
         # another uid, and connecting needs write permission; API keys still decide what it may do
         os.chmod(path, 0o666)
-        sock.listen(backlog)
+        if listen:
+            sock.listen(backlog)
     except OSError as exc:
         sock.close()
         raise ForgeError(f"gateway.socket: cannot listen on {path}: {exc.strerror or exc}") from None

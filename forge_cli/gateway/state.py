@@ -2,7 +2,8 @@
 
 A session is one trajectory. On loopback (``auth = loopback``, the default there) any API key is
 accepted and each distinct key is its own recorded session, so any agent can be pointed at the
-gateway with no set-up; ``strict`` accepts only keys issued by ``POST /admin/sessions``. Either
+gateway with no set-up (a request with no key at all is refused: all keyless clients would share
+one trajectory, and splitting them per connection would cut one agent's calls apart); ``strict`` accepts only keys issued by ``POST /admin/sessions``. Either
 way a request is recorded into exactly the session its key (or its ``/s/<session>/v1`` URL)
 names, and nothing lets one key reach another session.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,8 @@ from forge_cli.engine.base import Engine, GenerationOutput
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.metrics import Metrics
 from forge_cli.specs import ToolFormat
+
+MAX_ENDED_KEYS = 65536  # ended sessions' keys kept to answer 409 (a few MB at most)
 
 
 @dataclass
@@ -70,10 +74,11 @@ class GatewayState:
         # a session opened without a trajectory gets a group of its own in the queue; its time
         # budget keeps a forgotten session from stalling a FIFO trainer reading the same pool
         self.adhoc_timeout_s = adhoc_timeout_s
-        self._opened: list[str] = []  # trajectories this gateway opened itself (not a driver's)
+        self._opened: set[str] = set()  # trajectories this gateway opened itself (not a driver's)
         self.metrics = Metrics()
         self.sessions: dict[str, Session] = {}
         self.by_key: dict[str, str] = {}
+        self.ended_keys: OrderedDict[str, None] = OrderedDict()  # keys of ended sessions, newest last
         self._lock = asyncio.Lock()
 
     # ---- sessions ---------------------------------------------------------------------------------
@@ -88,7 +93,7 @@ class GatewayState:
             group = await run_in_threadpool(lambda: self.pool.submit_group(task_id, 1, scaffold, timeout_s=self.adhoc_timeout_s))
             trajectory_id = group.trajectories[0].id
             await run_in_threadpool(self.pool.start_trajectory, trajectory_id)
-            self._opened.append(trajectory_id)
+            self._opened.add(trajectory_id)
         elif trajectory_id is not None and self.pool is not None:
             status = await run_in_threadpool(self.pool.trajectory_status, trajectory_id)
             if status is None:
@@ -115,14 +120,51 @@ class GatewayState:
             return session
         if api_key and api_key in self.by_key:
             return self.sessions[self.by_key[api_key]]
+        if api_key and api_key in self.ended_keys:
+            raise APIError(409, "this API key's trajectory has ended; it can no longer record", kind="invalid_request_error")
         if self.auth == "strict":
             what = "missing API key" if not api_key else "unknown API key"
             raise APIError(401, f"{what}: this gateway accepts only keys issued by POST /admin/sessions", kind="authentication_error")
-        key = api_key or "anonymous"
+        if not api_key:  # one shared trajectory for every keyless client would mix their calls
+            raise APIError(401, "missing API key: on this gateway any key works and each distinct key is one trajectory; "
+                                "pass one as 'Authorization: Bearer NAME' (OpenAI) or 'x-api-key: NAME' (Anthropic)",
+                           kind="authentication_error")
         async with self._lock:  # two first requests with one new key make one session
-            if key in self.by_key:
-                return self.sessions[self.by_key[key]]
-            return await self.create_session(api_key=key)
+            if api_key in self.by_key:
+                return self.sessions[self.by_key[api_key]]
+            return await self.create_session(api_key=api_key)
+
+    async def finish_session(self, session_id: str, *, status: str = "completed", rewards: dict[str, float] | None = None,
+                             error: str | None = None) -> Session:
+        """End a session's trajectory (``completed`` or ``failed``, with its reward components) and
+        forget the session: its key then answers 409, and its history is freed."""
+        from forge_cli.errors import ForgeError
+
+        session = self.sessions.get(session_id)
+        if session is None or session.trajectory_id is None or self.pool is None:
+            raise APIError(404, f"no recorded session {session_id!r}")
+        if status not in ("completed", "failed"):
+            raise APIError(400, "status: must be 'completed' or 'failed'", param="status")
+        try:
+            if status == "completed":
+                await run_in_threadpool(lambda: self.pool.finish_trajectory(session.trajectory_id, rewards=rewards))
+            else:
+                await run_in_threadpool(lambda: self.pool.fail_trajectory(session.trajectory_id, error or "failed", rewards=rewards))
+        except ForgeError as exc:
+            raise APIError(409, str(exc)) from None
+        self.forget(session)
+        return session
+
+    def forget(self, session: Session) -> None:
+        """Drop an ended session (its decoded history above all): memory stays flat over a long
+        rollout. Its key is remembered, a bounded number of them, so that it answers 409."""
+        self.sessions.pop(session.id, None)
+        self.by_key.pop(session.api_key, None)
+        session.history.clear()
+        self._opened.discard(session.trajectory_id)
+        self.ended_keys[session.api_key] = None
+        while len(self.ended_keys) > MAX_ENDED_KEYS:
+            self.ended_keys.popitem(last=False)
 
     def close(self) -> int:
         """On shutdown: the trajectories this gateway opened and nobody finished fail ("a crashing
@@ -130,7 +172,7 @@ class GatewayState:
         trajectories (``/admin/sessions`` with a ``trajectory_id``) are the driver's to end.
         Returns how many were failed."""
         failed = 0
-        for trajectory_id in self._opened:
+        for trajectory_id in sorted(self._opened):
             if self.pool is not None and self.pool.trajectory_status(trajectory_id) == "running":
                 self.pool.fail_trajectory(trajectory_id, "the gateway stopped before the trajectory finished")
                 failed += 1
@@ -147,7 +189,8 @@ class GatewayState:
         if self.pool is None or session.trajectory_id is None:
             return
         status = await run_in_threadpool(self.pool.trajectory_status, session.trajectory_id)
-        if status != "running":
+        if status != "running":  # ended behind the gateway's back (timed out, finished by a driver): forget it
+            self.forget(session)
             raise APIError(409, f"this session's trajectory is {status}; it can no longer record", kind="invalid_request_error")
 
     def tool_format_for(self, session: Session) -> ToolFormat:

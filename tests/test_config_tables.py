@@ -1,0 +1,98 @@
+"""Config sections that are discriminated unions (one name table per concept), and config files
+that are not config files."""
+
+from __future__ import annotations
+
+import pytest
+
+from forge_cli.config import load_config
+from forge_cli.engine import ENGINE_CONFIGS, HFEngineConfig, ScriptedEngineConfig, VLLMEngineConfig
+from forge_cli.errors import ForgeError
+
+
+def test_each_engine_is_built_from_its_own_fields(tmp_path):
+    toml = tmp_path / "other.toml"
+    toml.write_text('[model.engine]\ntype = "hf"\nmax_batch = 4\n')
+    engine = load_config(toml, env={}).model.engine
+    assert isinstance(engine, HFEngineConfig) and engine.max_batch == 4
+    # the name alone is short for the table, in every layer
+    assert isinstance(load_config(env={"FORGE_MODEL__ENGINE": "scripted"}).model.engine, ScriptedEngineConfig)
+    assert isinstance(load_config(env={}).model.engine, VLLMEngineConfig)
+    toml.write_text('[model]\nengine = "scripted"\n')
+    engine = load_config(toml, env={}, overrides={"model.engine.policy": "p.json"}).model.engine
+    assert (engine.type, engine.policy) == ("scripted", "p.json")
+
+
+def test_a_layer_that_names_another_engine_replaces_the_table(tmp_path):
+    toml = tmp_path / "other.toml"
+    toml.write_text('[model.engine]\ntype = "vllm"\ngpu_memory_utilization = 0.3\n')
+    engine = load_config(toml, env={}, overrides={"model.engine.type": "hf"}).model.engine
+    assert engine == HFEngineConfig()  # vLLM's field did not leak into hf's table
+    engine = load_config(toml, env={}, overrides={"model.engine.enable_prefix_caching": False}).model.engine
+    assert (engine.gpu_memory_utilization, engine.enable_prefix_caching) == (0.3, False)  # same type: merged
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"model.engine.type": "foo"}, "command-line flag --engine: model.engine: type must be one of 'vllm', 'hf', 'scripted' (got 'foo')"),
+    ({"model.engine.type": "hf", "model.engine.gpu_memory_utilization": 0.3},
+     "command-line flag --set model.engine.gpu_memory_utilization: model.engine.gpu_memory_utilization: unknown key for type = 'hf'"),
+    ({"model.engine.type": "hf", "model.engine.max_batch": 0},
+     "command-line flag --set model.engine.max_batch: model.engine.max_batch: Input should be greater than or equal to 1 (got 0)"),
+])
+def test_engine_errors_name_the_flag_and_the_field(overrides, message):
+    with pytest.raises(ForgeError) as err:
+        load_config(env={}, overrides=overrides, flag_names={"model.engine.type": "--engine"})
+    assert str(err.value) == message
+
+
+def test_the_union_is_the_name_table():
+    """Every engine named in the config builds; no other list of engine names exists."""
+    import forge_cli.engine as engines
+
+    assert set(ENGINE_CONFIGS) == {"vllm", "hf", "scripted"}
+    assert engines.ENGINES == tuple(ENGINE_CONFIGS)
+    for name, cls in ENGINE_CONFIGS.items():
+        assert cls().type == name and cls.build is not engines._EngineConfig.build
+
+
+def test_the_scripted_engine_without_a_policy_is_a_clear_error(tiny_model):
+    from forge_cli.engine import make_engine
+
+    with pytest.raises(ForgeError, match="needs a policy"):
+        make_engine(ScriptedEngineConfig(), tiny_model)
+    with pytest.raises(ForgeError, match="unknown engine 'nope'"):
+        make_engine("nope", tiny_model)
+
+
+def test_max_model_len_reaches_every_engine(tiny_model, tmp_path):
+    """One limit, one place: ``model.max_model_len`` is what each engine enforces."""
+    import json
+
+    from forge_cli.engine import make_engine
+
+    policy = tmp_path / "p.json"
+    policy.write_text(json.dumps({"turns": ["x"]}))
+    for config in (HFEngineConfig(), ScriptedEngineConfig(policy=str(policy))):
+        engine = make_engine(config, tiny_model, max_model_len=77)
+        assert engine.max_model_len == 77
+
+
+def test_a_config_that_is_not_text_is_one_line(tmp_path):
+    bad = tmp_path / "forge.toml"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe")
+    with pytest.raises(ForgeError) as err:
+        load_config(bad, env={})
+    assert "\n" not in str(err.value) and "not UTF-8" in str(err.value) and str(bad) in str(err.value)
+
+
+def test_a_config_path_that_is_a_folder_says_so(tmp_path):
+    with pytest.raises(ForgeError, match="is a folder"):
+        load_config(tmp_path, env={})
+
+
+def test_the_cli_prints_bad_config_files_as_one_red_line(cli, tmp_path):
+    (tmp_path / "forge.toml").write_bytes(bytes(range(256)))
+    result = cli("config", "show")
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith("Error: ")
+    result = cli("--config", ".", "config", "show")
+    assert result.exit_code == 1 and "is a folder" in result.stderr

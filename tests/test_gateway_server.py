@@ -1,0 +1,179 @@
+"""``serve_gateway``: the gateway composed by a library call, on the caller's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from forge_cli.config import load_config
+from forge_cli.errors import ForgeError
+
+
+def _config(tmp_path, tiny_model, **more):
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"rules": [{"when": "ping", "reply": "pong"}], "turns": ["hello"]}))
+    overrides = {"model.path": str(tiny_model), "model.engine.type": "scripted", "model.engine.policy": str(policy),
+                 "gateway.port": 0, "run.dir": str(tmp_path / "runs"), **more}
+    return load_config(env={}, overrides=overrides)
+
+
+PING = {"messages": [{"role": "user", "content": "ping"}]}
+
+
+def test_serve_open_session_record_and_tear_down(tmp_path, tiny_model):
+    config = _config(tmp_path, tiny_model)
+
+    async def main():
+        async with serve_gateway(config, "r1") as gw:
+            info = await gw.open_session(task_id="t1", scaffold="mine")
+            async with httpx.AsyncClient(base_url=info.base_url, timeout=60) as client:
+                r = await client.post("/chat/completions", json=PING, headers={"Authorization": f"Bearer {info.api_key}"})
+                assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "pong"
+            # the same gateway on its unix socket
+            transport = httpx.AsyncHTTPTransport(uds=str(gw.unix_path))
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=60) as client:
+                r = await client.post("/v1/chat/completions", json=PING, headers={"Authorization": "Bearer over-socket"})
+                assert r.status_code == 200
+            traj = gw.pool.trajectory(info.trajectory_id)
+            assert traj.task_id == "t1" and len(traj.completions) == 1
+            await gw.finish_session(info.id, rewards={"outcome": 1.0})
+            assert gw.pool.trajectory_status(info.trajectory_id) == "completed"
+            async with httpx.AsyncClient(base_url=f"{gw.url}/v1", timeout=60) as client:
+                r = await client.post("/chat/completions", json=PING, headers={"Authorization": f"Bearer {info.api_key}"})
+                assert r.status_code == 409  # its trajectory ended
+            return gw.unix_path, gw.url
+
+    from forge_cli.gateway.server import serve_gateway
+
+    unix_path, url = asyncio.run(main())
+    assert not unix_path.exists()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/health")
+    # the run lock went with it: the same run can be served again
+    asyncio.run(_serve_once(config, "r1"))
+
+
+async def _serve_once(config, run):
+    from forge_cli.gateway.server import serve_gateway
+
+    async with serve_gateway(config, run) as gw:
+        async with httpx.AsyncClient(timeout=30) as client:
+            assert (await client.get(gw.url + "/health")).status_code == 200
+
+
+def test_the_port_is_not_listening_until_the_engine_is_up(tmp_path, tiny_model):
+    """Bound early (a port in use fails fast) but refusing connections while the engine starts, so
+    early clients are told at once instead of queueing for the engine."""
+    from forge_cli.gateway.server import serve_gateway
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = _config(tmp_path, tiny_model, **{"gateway.port": port})
+    seen = []
+
+    def starting(message):
+        with socket.socket() as client:
+            seen.append(client.connect_ex(("127.0.0.1", port)))
+
+    async def main():
+        async with serve_gateway(config, "r", on_starting=starting) as gw:
+            async with httpx.AsyncClient(timeout=30) as client:
+                assert (await client.get(gw.url + "/health")).status_code == 200
+
+    asyncio.run(main())
+    import errno
+
+    assert seen == [errno.ECONNREFUSED]
+
+
+def test_a_port_in_use_fails_before_the_engine_starts(tmp_path, tiny_model):
+    from forge_cli.gateway.server import serve_gateway
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config = _config(tmp_path, tiny_model, **{"gateway.port": taken.getsockname()[1]})
+        started = []
+
+        async def main():
+            async with serve_gateway(config, "busy", on_starting=started.append):
+                pass
+
+        with pytest.raises(ForgeError, match="cannot listen on 127.0.0.1"):
+            asyncio.run(main())
+    assert started == [] and not (tmp_path / "runs" / "busy").exists()
+
+
+def test_a_second_gateway_on_one_run_is_refused(tmp_path, tiny_model):
+    """Without a socket (whose file used to be the only guard) two servers could share a run."""
+    from forge_cli.gateway.server import serve_gateway
+
+    config = _config(tmp_path, tiny_model, **{"gateway.socket": ""})
+
+    async def main():
+        async with serve_gateway(config, "shared"):
+            with pytest.raises(ForgeError, match="already"):
+                async with serve_gateway(config, "shared"):
+                    pass
+            async with serve_gateway(config, "other"):  # another run is fine
+                pass
+
+    asyncio.run(main())
+
+
+DIE_WHILE_RUNNING = """
+import os, sys
+from forge_cli.pool import DataPool
+pool = DataPool.sqlite(sys.argv[1])
+group = pool.submit_group("t", 2, "x")
+for t in group.trajectories:
+    pool.start_trajectory(t.id)
+print(" ".join(t.id for t in group.trajectories), flush=True)
+os._exit(0)  # dies with both running, like a SIGKILL
+"""
+
+
+def test_start_fails_what_a_dead_process_left_running(tmp_path, tiny_model):
+    from forge_cli.gateway.server import serve_gateway
+
+    config = _config(tmp_path, tiny_model)
+    run = tmp_path / "runs" / "crashed"
+    run.mkdir(parents=True)
+    out = subprocess.run([sys.executable, "-c", DIE_WHILE_RUNNING, str(run / "pool.sqlite")], capture_output=True, text=True,
+                         check=True).stdout.split()
+
+    async def main():
+        async with serve_gateway(config, "crashed") as gw:
+            return gw.interrupted, [gw.pool.trajectory(t) for t in out]
+
+    interrupted, trajectories = asyncio.run(main())
+    assert interrupted == 2
+    assert all(t.status == "failed" and "interrupted" in (t.error or "") for t in trajectories)
+
+
+def test_an_injected_engine_is_served_and_not_closed(tmp_path, tiny_model):
+    """``forge train`` shares its engine with the trainer: the gateway serves it and leaves it open."""
+    from forge_cli.engine.scripted import ScriptedEngine
+    from forge_cli.gateway.server import serve_gateway
+
+    config = _config(tmp_path, tiny_model)
+    policy = tmp_path / "own.json"
+    policy.write_text(json.dumps({"rules": [{"when": "ping", "reply": "pong!"}]}))
+    engine = ScriptedEngine(tiny_model, policy)
+    closed = []
+    engine.close = lambda: closed.append(1)  # would be awaited if the gateway closed it
+
+    async def main():
+        async with serve_gateway(config, "inj", engine=engine) as gw:
+            async with httpx.AsyncClient(timeout=60) as client:
+                r = await client.post(gw.url + "/v1/chat/completions", json=PING, headers={"Authorization": "Bearer k"})
+                return r.json()["choices"][0]["message"]["content"]
+
+    assert asyncio.run(main()) == "pong!" and closed == []

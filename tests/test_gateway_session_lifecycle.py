@@ -1,0 +1,115 @@
+"""A session's life: who may open one without a key, and what is left of it once its trajectory ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from forge_cli.engine.scripted import ScriptedEngine
+from forge_cli.gateway.app import create_app
+from forge_cli.gateway.state import GatewayState
+from forge_cli.pool import DataPool
+from tests.conftest import tool_formats
+
+PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model, tmp_path_factory):
+    policy = tmp_path_factory.mktemp("policy") / "p.json"
+    policy.write_text(json.dumps({"rules": [{"when": "ping", "reply": "pong"}], "turns": ["hi"]}))
+    eng = ScriptedEngine(tiny_model, policy)
+    yield eng
+    asyncio.run(eng.close())
+
+
+def _client(state):
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://127.0.0.1", timeout=60)
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer "}, {"Authorization": "Bearer    "}, {"x-api-key": ""}])
+def test_loopback_refuses_a_request_with_no_key(engine, tmp_path, headers):
+    """All keyless clients would share one trajectory; a 401 says how to pass a key instead."""
+    pool = DataPool.sqlite(tmp_path / "pool.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), pool=pool, auth="loopback")
+
+    async def main():
+        async with _client(state) as client:
+            r = await client.post("/v1/chat/completions", json=PING, headers=headers)
+            assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]["message"]
+            r = await client.post("/v1/messages", json={**PING, "model": "m"}, headers=headers)
+            assert r.status_code == 401 and r.json()["type"] == "error"
+            # "anonymous" is a key like any other: its own trajectory, not a shared one
+            for key in ("anonymous", "other"):
+                r = await client.post("/v1/chat/completions", json=PING, headers={"Authorization": f"Bearer {key}"})
+                assert r.status_code == 200
+
+    asyncio.run(main())
+    assert len(state.sessions) == 2
+    assert len({s.trajectory_id for s in state.sessions.values()}) == 2
+    assert sum(len(pool.trajectory(s.trajectory_id).completions) for s in state.sessions.values()) == 2
+    pool.close()
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+
+
+@pytest.mark.slow
+def test_ended_sessions_are_forgotten_over_2000_trajectories(engine, tmp_path):
+    """Memory stays flat over a long rollout: a finished session leaves no history, no table entry."""
+    pool = DataPool.sqlite(tmp_path / "pool.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), pool=pool, auth="strict", admin_key="admin")
+    admin = {"Authorization": "Bearer admin"}
+    rss = []
+
+    async def one(client, i):
+        r = await client.post("/admin/sessions", json={"task_id": f"t{i}"}, headers=admin)
+        session, key = r.json()["session"], r.json()["api_key"]
+        body = {"messages": [{"role": "user", "content": f"ping {i} " + "x" * 200}], "max_tokens": 4}
+        assert (await client.post("/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})).status_code == 200
+        assert state.sessions[session].history  # remembered while the trajectory runs (prefix reuse)
+        r = await client.post(f"/admin/sessions/{session}/finish", json={"rewards": {"outcome": 1.0}}, headers=admin)
+        assert r.status_code == 200
+        return key
+
+    async def main():
+        async with _client(state) as client:
+            for i in range(2000):
+                key = await one(client, i)
+                if i in (199, 1999):
+                    rss.append(_rss_kib())
+            # an ended session's key cannot record again
+            r = await client.post("/v1/chat/completions", json=PING, headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 409
+
+    asyncio.run(main())
+    assert state.sessions == {} and state.by_key == {} and not state._opened
+    assert len(state.ended_keys) == 2000
+    assert pool.stats()["trajectories"]["completed"] == 2000
+    assert rss[1] - rss[0] < 64 * 1024, rss  # KiB: flat, within allocator noise
+    pool.close()
+
+
+def test_a_trajectory_ended_elsewhere_frees_its_session(engine, tmp_path):
+    """A driver (or a timeout) can end a trajectory behind the gateway's back: the next call's 409 forgets it."""
+    pool = DataPool.sqlite(tmp_path / "pool.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), pool=pool, auth="loopback")
+
+    async def main():
+        async with _client(state) as client:
+            headers = {"Authorization": "Bearer k"}
+            assert (await client.post("/v1/chat/completions", json=PING, headers=headers)).status_code == 200
+            pool.fail_trajectory(state.sessions[state.by_key["k"]].trajectory_id, "stopped by the driver")
+            assert (await client.post("/v1/chat/completions", json=PING, headers=headers)).status_code == 409
+            assert state.sessions == {}
+            # and the key stays ended: not silently a new trajectory on loopback
+            assert (await client.post("/v1/chat/completions", json=PING, headers=headers)).status_code == 409
+
+    asyncio.run(main())
+    assert sum(pool.stats()["trajectories"].values()) == 1
+    pool.close()
