@@ -1,4 +1,4 @@
-"""Client errors in each provider's own shape, always 4xx, with a message that says what was wrong."""
+"""Errors in each provider's own shape: 4xx for the client's mistakes, with a message that says what was wrong."""
 
 from __future__ import annotations
 
@@ -56,19 +56,29 @@ def _short(value: Any) -> str:
     return repr(value[:60]) if isinstance(value, str) else repr(value)
 
 
-def openai_error(err: APIError) -> JSONResponse:
-    body = {"error": {"message": err.message, "type": err.kind, "param": err.param, "code": None}}
-    return JSONResponse(body, status_code=err.status)
+def _text(value: str | None) -> str | None:
+    """Always sendable: text that cannot be UTF-8 (a lone surrogate echoed from a request) is escaped."""
+    return None if value is None else value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def anthropic_error(err: APIError) -> JSONResponse:
-    kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-            429: "rate_limit_error"}.get(err.status, "invalid_request_error")
-    return JSONResponse({"type": "error", "error": {"type": kind, "message": err.message}}, status_code=err.status)
+def openai_error(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": _text(err.message), "type": err.kind, "param": _text(err.param), "code": None}}
+    return JSONResponse(body, status_code=err.status, headers=headers)
 
 
-def error_response(path: str, err: APIError) -> JSONResponse:
-    return anthropic_error(err) if "/v1/messages" in path else openai_error(err)
+def anthropic_error(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 408: "timeout_error",
+            413: "request_too_large", 429: "rate_limit_error"}.get(err.status, "invalid_request_error")
+    if err.status >= 500:
+        kind = "api_error"
+    return JSONResponse({"type": "error", "error": {"type": kind, "message": _text(err.message)}}, status_code=err.status,
+                        headers=headers)
+
+
+def error_response(path: str, err: APIError, *, close: bool = False) -> JSONResponse:
+    """``err`` in the shape of the API ``path`` belongs to; ``close``: say ``Connection: close``."""
+    headers = {"connection": "close"} if close else None
+    return anthropic_error(err, headers) if "/v1/messages" in path else openai_error(err, headers)
 
 
 def sse(data: Any, event: str | None = None) -> str:

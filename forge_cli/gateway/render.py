@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_cli.gateway.errors import APIError
+from forge_cli.gateway.limits import token_floor, utf8_len
 from forge_cli.specs import ParsedOutput, ToolCall, ToolFormat
 
 MAX_TOOLS = 512
@@ -72,8 +73,13 @@ def render_prompt(
     *,
     tool_choice: str | None = None,
     forced_tool: str | None = None,
+    max_len: int | None = None,
 ) -> Rendered:
-    """The prompt ids for ``turns`` under the session's tool format and the model's chat template."""
+    """The prompt ids for ``turns`` under the session's tool format and the model's chat template.
+
+    With ``max_len`` (the model's context), a rendering that cannot be fewer tokens than that is
+    refused (400) before it is tokenised. Slow on long inputs: call it from a worker thread.
+    """
     check_tools(tools)
     messages: list[dict[str, Any]] = []
     tool_text = fmt.render_tools([t.schema() for t in tools]) if tools and tool_choice != "none" else ""
@@ -100,8 +106,18 @@ def render_prompt(
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # a template may reject a role order (e.g. two system turns)
         raise APIError(400, f"messages: the model's chat template rejected them: {exc}", param="messages") from None
+    if max_len is not None:
+        check_fits(tokenizer, text, max_len, "messages")
     ids = tokenizer.encode(text, add_special_tokens=False)
     return Rendered(ids, text)
+
+
+def check_fits(tokenizer: Any, text: str, max_len: int, param: str) -> None:
+    """400 if ``text`` is certainly ``max_len`` tokens or more (a bound that needs no tokenising)."""
+    floor = token_floor(tokenizer, text)
+    if floor >= max_len:
+        raise APIError(400, f"{param}: the prompt is at least {floor} tokens ({utf8_len(text)} bytes of text); this model's "
+                            f"context is {max_len} tokens", param=param)
 
 
 def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, fmt: ToolFormat, tools: list[Tool]) -> ParsedOutput:

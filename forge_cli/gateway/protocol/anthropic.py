@@ -1,15 +1,14 @@
 """``POST /v1/messages`` (Anthropic) request models. Unknown fields (metadata, thinking,
-output_config, context_management, cache_control, …) are tolerated."""
+context_management, cache_control, …) are tolerated; the known ones have JSON's types strictly
+(:mod:`.types`) and Anthropic's documented ranges."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="allow")
+from forge_cli.gateway.protocol.types import MAX_TOKENS, AnthropicFormat, Bool, Float, Int, _Loose
 
 
 class Block(_Loose):
@@ -20,7 +19,7 @@ class Block(_Loose):
     input: Optional[Any] = None
     tool_use_id: Optional[str] = None
     content: Union[str, list["Block"], None] = None
-    is_error: Optional[bool] = None
+    is_error: Optional[Bool] = None
 
 
 class Message(_Loose):
@@ -38,16 +37,29 @@ class ToolDef(_Loose):
 class ToolChoice(_Loose):
     type: Literal["auto", "any", "tool", "none"]
     name: Optional[str] = None
+    disable_parallel_tool_use: Optional[Bool] = None
 
 
-class MessagesRequest(_Loose):
+class OutputConfig(_Loose):
+    format: Optional[AnthropicFormat] = None
+
+
+class CountTokensRequest(_Loose):
+    """``POST /v1/messages/count_tokens``: a Messages request without ``max_tokens``."""
+
     model: str = "forge"
     messages: list[Message] = Field(min_length=1)
     system: Union[str, list[Block], None] = None
-    max_tokens: int = Field(ge=1)
     tools: Optional[list[ToolDef]] = None
     tool_choice: Optional[ToolChoice] = None
+    output_config: Optional[OutputConfig] = None
+    output_format: Optional[AnthropicFormat] = None  # the structured-outputs beta's spelling
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: Int = Field(ge=1, le=MAX_TOKENS)
     stop_sequences: Optional[list[str]] = None
-    temperature: Optional[float] = Field(None, ge=0, le=1)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
-    stream: bool = False
+    temperature: Optional[Float] = Field(None, ge=0, le=1)
+    top_p: Optional[Float] = Field(None, gt=0, le=1)
+    top_k: Optional[Int] = Field(None, ge=0)
+    stream: Bool = False

@@ -1,14 +1,13 @@
-"""``POST /v1/chat/completions`` request models (torch-free). Unknown fields are tolerated."""
+"""``POST /v1/chat/completions`` request models (torch-free). Unknown fields are tolerated; the
+known ones have JSON's types strictly (:mod:`.types`) and OpenAI's documented ranges."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="allow")
+from forge_cli.gateway.protocol.types import MAX_SEED, MAX_TOKENS, Bool, ChatResponseFormat, Float, Int, _Loose
 
 
 class FunctionCall(_Loose):
@@ -18,7 +17,7 @@ class FunctionCall(_Loose):
 
 class ToolCallIn(_Loose):
     id: Optional[str] = None
-    type: str = "function"
+    type: Literal["function"] = "function"
     function: FunctionCall
 
 
@@ -39,21 +38,25 @@ class FunctionDef(_Loose):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
     description: Optional[str] = None
     parameters: Optional[dict[str, Any]] = None
-    strict: Optional[bool] = None
+    strict: Optional[Bool] = None
 
 
 class ToolDef(_Loose):
-    type: str = "function"
+    type: Literal["function"] = "function"
     function: FunctionDef
 
 
+class NamedFunction(_Loose):
+    name: str = Field(min_length=1)
+
+
 class NamedToolChoice(_Loose):
-    type: str = "function"
-    function: dict[str, str]
+    type: Literal["function"] = "function"
+    function: NamedFunction
 
 
 class StreamOptions(_Loose):
-    include_usage: bool = False
+    include_usage: Bool = False
 
 
 class ChatCompletionRequest(_Loose):
@@ -61,14 +64,18 @@ class ChatCompletionRequest(_Loose):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: Optional[list[ToolDef]] = None
     tool_choice: Union[Literal["auto", "required", "none"], NamedToolChoice, None] = None
+    parallel_tool_calls: Optional[Bool] = None
+    response_format: Optional[ChatResponseFormat] = None
     stop: Union[str, list[str], None] = None
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
-    max_tokens: Optional[int] = Field(None, ge=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    n: int = Field(1, ge=1, le=16)
-    stream: bool = False
+    temperature: Optional[Float] = Field(None, ge=0, le=2)
+    top_p: Optional[Float] = Field(None, gt=0, le=1)
+    max_tokens: Optional[Int] = Field(None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: Optional[Int] = Field(None, ge=1, le=MAX_TOKENS)
+    n: Int = Field(1, ge=1, le=16)
+    stream: Bool = False
     stream_options: Optional[StreamOptions] = None
-    logprobs: bool = False
-    top_logprobs: Optional[int] = Field(None, ge=0, le=20)
-    seed: Optional[int] = Field(None, ge=0, le=2**62)
+    logprobs: Bool = False
+    top_logprobs: Optional[Int] = Field(None, ge=0, le=20)
+    seed: Optional[Int] = Field(None, ge=0, le=MAX_SEED)
+    presence_penalty: Optional[Float] = Field(None, ge=-2, le=2)
+    frequency_penalty: Optional[Float] = Field(None, ge=-2, le=2)

@@ -1,15 +1,18 @@
-"""``POST /v1/responses`` (stateless) request models. Tolerates store, include, reasoning, text,
-prompt_cache_key, client_metadata, parallel_tool_calls and other fields it does not use."""
+"""``POST /v1/responses`` (stateless) request models. Tolerates store, include, reasoning,
+prompt_cache_key, client_metadata and other fields it does not use; the known ones have JSON's
+types strictly (:mod:`.types`) and OpenAI's documented ranges."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from forge_cli.gateway.protocol.types import MAX_TOKENS, Bool, Float, Int, ResponsesFormat, _Loose
 
 
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class TextConfig(_Loose):
+    format: Optional[ResponsesFormat] = None
 
 
 class ResponsesRequest(_Loose):
@@ -18,7 +21,11 @@ class ResponsesRequest(_Loose):
     instructions: Optional[str] = None
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Union[Literal["auto", "required", "none"], dict[str, Any], None] = None
-    max_output_tokens: Optional[int] = Field(None, ge=1)
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
-    stream: bool = False
+    parallel_tool_calls: Optional[Bool] = None
+    text: Optional[TextConfig] = None
+    max_output_tokens: Optional[Int] = Field(None, ge=1, le=MAX_TOKENS)
+    temperature: Optional[Float] = Field(None, ge=0, le=2)
+    top_p: Optional[Float] = Field(None, gt=0, le=1)
+    top_logprobs: Optional[Int] = Field(None, ge=0, le=20)
+    store: Optional[Bool] = None
+    stream: Bool = False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError
+from forge_cli.gateway.openapi import body_schema
+from forge_cli.gateway.protocol.types import Float
 from forge_cli.gateway.routes.common import api_key, read_json, state_of, validate
 
 router = APIRouter()
@@ -24,7 +26,7 @@ class NewSession(BaseModel):
     trajectory_id: Optional[str] = None
 
 
-@router.post("/admin/sessions")
+@router.post("/admin/sessions", openapi_extra=body_schema(NewSession, required=False))
 async def create_session(request: Request):
     """Open a trajectory session; returns its API key and its base URL."""
     state = state_of(request)
@@ -48,12 +50,12 @@ async def list_sessions(request: Request):
 class FinishSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    status: str = "completed"  # completed | failed
-    rewards: Optional[dict[str, float]] = None
+    status: Literal["completed", "failed"] = "completed"
+    rewards: Optional[dict[str, Float]] = None
     error: Optional[str] = None
 
 
-@router.post("/admin/sessions/{session_id}/finish")
+@router.post("/admin/sessions/{session_id}/finish", openapi_extra=body_schema(FinishSession, required=False))
 async def finish_session(request: Request, session_id: str):
     """Close a session's trajectory (completed or failed), with its reward components; the session is then forgotten."""
     state = state_of(request)
@@ -86,7 +88,7 @@ class LoadWeights(BaseModel):
     path: str
 
 
-@router.post("/admin/weights")
+@router.post("/admin/weights", openapi_extra=body_schema(LoadWeights))
 async def load_weights(request: Request):
     """Load new weights from a folder (``model.safetensors``) inside a pause; bumps the policy version."""
     state = state_of(request)
@@ -97,6 +99,12 @@ async def load_weights(request: Request):
     except ForgeError as exc:  # a folder that is not there or does not fit: the model is untouched
         raise APIError(400, str(exc), param="path") from None
     return {"version": version}
+
+
+@router.get("/")
+async def root(request: Request):
+    """What a client probing the base URL (``HEAD /``, as claude-code does) finds: where to go next."""
+    return {"name": "forge-gateway", "health": "/health", "openapi": "/openapi.json", "models": "/v1/models"}
 
 
 @router.get("/health")

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from forge_cli.gateway.errors import APIError, sse
-from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, ChatMessage
+from forge_cli.gateway.openapi import body_schema
+from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from forge_cli.gateway.render import Tool, Turn, arguments_json
-from forge_cli.gateway.routes.common import Generated, finish_reason, generate, prepare, read_json, sampling, stream, validate
+from forge_cli.gateway.protocol.types import output_format
+from forge_cli.gateway.routes.common import Generated, commit, finish_reason, generate, prepare, read_json, sampling, stream, validate
 from forge_cli.gateway.token_text import json_logprob, token_bytes
 from forge_cli.specs import ToolCall
 
@@ -78,15 +80,27 @@ def _logprobs(state: Any, output: Any) -> dict[str, Any]:
                         for t, lp, top in zip(output.output_ids, output.logprobs, tops)]}
 
 
-@router.post("/v1/chat/completions")
-@router.post("/s/{session}/v1/chat/completions")
+def _output_format(req: ChatCompletionRequest) -> dict[str, Any] | None:
+    fmt = req.response_format
+    if fmt is None:
+        return None
+    if fmt.type == "json_schema":
+        if fmt.json_schema is None:
+            raise APIError(400, "response_format.json_schema: is required when type is 'json_schema'", param="response_format")
+        spec = fmt.json_schema
+        return output_format("json_schema", name=spec.name, schema=spec.schema_, strict=spec.strict)
+    return output_format(fmt.type)
+
+
+@router.post("/v1/chat/completions", openapi_extra=body_schema(ChatCompletionRequest))
+@router.post("/s/{session}/v1/chat/completions", openapi_extra=body_schema(ChatCompletionRequest))
 async def chat_completions(request: Request):
     raw = await read_json(request)
     req: ChatCompletionRequest = validate(ChatCompletionRequest, raw)
     tools = [Tool(t.function.name, t.function.description or "", t.function.parameters or {"type": "object", "properties": {}})
              for t in (req.tools or [])]
     choice = req.tool_choice if isinstance(req.tool_choice, str) else None
-    forced = req.tool_choice.function.get("name") if req.tool_choice is not None and not isinstance(req.tool_choice, str) else None
+    forced = req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
     if forced is not None and forced not in {t.name for t in tools}:
         raise APIError(400, f"tool_choice: names the tool {forced!r}, which is not in tools", param="tool_choice")
     if choice in ("required",) and not tools:
@@ -98,11 +112,13 @@ async def chat_completions(request: Request):
     state = request.app.state.gateway
     cid = f"chatcmpl-{secrets.token_hex(12)}"
     created = int(time.time())
+    turns = to_turns(req.messages)
+    kw: dict[str, Any] = {"tool_choice": choice, "forced_tool": forced, "raw": raw, "output_format": _output_format(req)}
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
     if req.stream and req.n == 1:  # content streams while the engine samples
-        prepared = await prepare(request, to_turns(req.messages), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        prepared = await prepare(request, turns, tools, params, **kw)
         return StreamingResponse(_live(state, request, prepared, cid, created, req, include_usage), media_type="text/event-stream")
-    gen = await generate(request, to_turns(req.messages), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+    gen = await generate(request, turns, tools, params, **kw)
     usage = {
         "prompt_tokens": len(gen.prompt_ids),
         "completion_tokens": sum(len(o.output_ids) for o in gen.outputs),
@@ -110,15 +126,18 @@ async def chat_completions(request: Request):
         "prompt_tokens_details": {"cached_tokens": gen.outputs[0].extra.get("cached_tokens", 0)},
     }
     if req.stream:
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(_stream(state, gen, cid, created, req, include_usage, usage), media_type="text/event-stream")
+        chunks = list(_stream(state, gen, cid, created, req, include_usage, usage))  # made before recording
+        await commit(request, gen)
+        return StreamingResponse(iter(chunks), media_type="text/event-stream")
     choices = [
         {"index": i, "message": _message(p), "finish_reason": finish_reason(o, p),
          "logprobs": _logprobs(state, o) if req.logprobs else None}
         for i, (o, p) in enumerate(zip(gen.outputs, gen.parsed))
     ]
-    return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": req.model,
-                         "choices": choices, "usage": usage, "system_fingerprint": f"forge-v{gen.outputs[0].policy_version}"})
+    response = JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": req.model,
+                             "choices": choices, "usage": usage, "system_fingerprint": f"forge-v{gen.outputs[0].policy_version}"})
+    await commit(request, gen)
+    return response
 
 
 def _chunker(cid: str, created: int, req: ChatCompletionRequest, include_usage: bool):
@@ -164,8 +183,8 @@ async def _live(state: Any, request: Request, prepared: Any, cid: str, created: 
     yield sse("[DONE]")
 
 
-async def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatCompletionRequest, include_usage: bool,
-                  usage: dict[str, int]) -> AsyncIterator[str]:
+def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatCompletionRequest, include_usage: bool,
+            usage: dict[str, int]) -> Iterator[str]:
     """n > 1: the finished samples as OpenAI chunks: role, content, tool-call deltas, finish, usage, [DONE]."""
     chunk = _chunker(cid, created, req, include_usage)
 

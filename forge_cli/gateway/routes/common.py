@@ -1,41 +1,50 @@
-"""What every generation endpoint shares: body parsing, auth, sampling, generating, recording."""
+"""What every generation endpoint shares: body parsing, auth, sampling, generating, recording.
+
+Rendering and tokenising run in a worker thread (a long prompt must not stall other requests or
+``/health``), after a bound that needs no tokenising has refused a prompt that cannot fit. A
+non-streamed call is recorded only once its response body is made (:func:`commit`), so nothing is
+recorded that the client is never answered.
+"""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from forge_cli.engine.base import GenerationOutput, SamplingParams
 from forge_cli.errors import ForgeError
+from forge_cli.gateway.body import parse_json
 from forge_cli.gateway.errors import APIError, describe_validation
-from forge_cli.gateway.render import Rendered, Tool, Turn, parse_output, render_prompt
+from forge_cli.gateway.render import Rendered, Tool, Turn, check_fits, parse_output, render_prompt
 from forge_cli.gateway.state import GatewayState, Session
 from forge_cli.specs import ParsedOutput
 
 DEFAULT_MAX_TOKENS = 1024
+INLINE_BYTES = 64 * 1024  # smaller bodies are parsed on the event loop (a thread hop costs more)
 
 
 async def read_json(request: Request, *, optional: bool = False) -> dict[str, Any]:
     """The body as a JSON object (``optional``: an empty body is ``{}``)."""
     limit = getattr(request.app.state, "max_body_bytes", None)
     chunks, total = [], 0
-    async for chunk in request.stream():  # chunked bodies have no Content-Length to check
-        total += len(chunk)
-        if limit is not None and total > limit:
-            raise APIError(413, f"the request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():  # chunked bodies have no Content-Length to check
+            total += len(chunk)
+            if limit is not None and total > limit:
+                raise APIError(413, f"the request body is over the limit of {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise APIError(400, "the client disconnected before the request body was complete") from None
     body = b"".join(chunks)
     if optional and not body.strip():
         return {}
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+    data = parse_json(body) if len(body) <= INLINE_BYTES else await run_in_threadpool(parse_json, body)
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object")
     return data
@@ -64,19 +73,16 @@ async def session_of(request: Request) -> Session:
     return await state_of(request).resolve(api_key(request), request.path_params.get("session"))
 
 
-@dataclass
-class Generated:
-    """One call's result: the prompt, each sample, and each sample parsed for the client."""
-
-    prompt_ids: list[int]
-    outputs: list[GenerationOutput]
-    parsed: list[ParsedOutput]
-    session: Session
+def check_conversation(turns: list[Turn], param: str = "messages") -> None:
+    """400 unless there is something to answer: a user, assistant or tool turn, not only instructions."""
+    if not any(t.role != "system" for t in turns):
+        raise APIError(400, f"{param}: there is no user or assistant message to answer (only system instructions)", param=param)
 
 
 @dataclass
 class Prepared:
-    """A request ready for the engine: its session, format, rendered prompt and checked params."""
+    """A request ready for the engine: its session, format, rendered prompt and checked params.
+    ``output_format``: the structured output asked for (see ``protocol.types.output_format``)."""
 
     session: Session
     fmt: Any
@@ -85,6 +91,19 @@ class Prepared:
     tools: list[Tool]
     turns: list[Turn]
     raw: dict[str, Any] | None
+    output_format: dict[str, Any] | None = None
+
+
+@dataclass
+class Generated:
+    """One call's result: the prompt, each sample, and each sample parsed for the client."""
+
+    prompt_ids: list[int]
+    outputs: list[GenerationOutput]
+    parsed: list[ParsedOutput]
+    session: Session
+    prepared: Prepared | None = None
+    started: float = 0.0
 
 
 async def prepare(
@@ -96,53 +115,88 @@ async def prepare(
     tool_choice: str | None = None,
     forced_tool: str | None = None,
     raw: dict[str, Any] | None = None,
-    prompt_ids: list[int] | None = None,
+    prompt: str | list[int] | None = None,
+    output_format: dict[str, Any] | None = None,
 ) -> Prepared:
     """Everything that can fail on the client's input, before any response starts.
 
-    ``prompt_ids`` (``/v1/completions``) skips the chat template: the ids are used as given.
+    ``prompt`` (``/v1/completions``) skips the chat template: text is encoded as it is, ids are used as given.
     """
     state = state_of(request)
+    tok, engine = state.tokenizer, state.engine
+    if prompt is None:
+        check_conversation(turns, "input" if request.url.path.endswith("/responses") else "messages")
     session = await session_of(request)
     await state.check_recording(session)
     fmt = state.tool_format_for(session)
-    if prompt_ids is None:
-        rendered = render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool)
-        rendered.prompt_ids = state.reuse_ids(session, rendered.text, rendered.prompt_ids)
-    else:
-        rendered = Rendered(prompt_ids, state.tokenizer.decode(prompt_ids))
+
+    def render() -> Rendered:  # in a worker thread: slow on long prompts
+        if prompt is None:
+            rendered = render_prompt(tok, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool,
+                                     max_len=engine.max_model_len)
+            rendered.prompt_ids = state.reuse_ids(session, rendered.text, rendered.prompt_ids)
+            return rendered
+        if isinstance(prompt, str):
+            check_fits(tok, prompt, engine.max_model_len, "prompt")
+            return Rendered(tok.encode(prompt, add_special_tokens=False), prompt)
+        _check(engine, prompt, params)  # before decoding what may be millions of ids
+        return Rendered(list(prompt), tok.decode(prompt))
+
+    rendered = await run_in_threadpool(render)
+    params = _check(engine, rendered.prompt_ids, params)
+    return Prepared(session, fmt, rendered, params, tools, turns, raw, output_format)
+
+
+def _check(engine: Any, prompt_ids: list[int], params: SamplingParams) -> SamplingParams:
     try:
-        params = state.engine.check(rendered.prompt_ids, params)
+        return engine.check(prompt_ids, params)
     except ForgeError as exc:
         raise APIError(400, str(exc), param="messages") from None
-    return Prepared(session, fmt, rendered, params, tools, turns, raw)
 
 
 def _context(p: Prepared) -> dict[str, Any]:
+    """What a scripted policy sees: the messages (assistant turns with their tool calls), the tools,
+    the requested output format, the session and the rendered prompt."""
+    messages = []
+    for t in p.turns:
+        message: dict[str, Any] = {"role": t.role, "content": t.content}
+        if t.tool_calls:
+            message["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in t.tool_calls]
+        messages.append(message)
     return {
-        "messages": [{"role": t.role, "content": t.content} for t in p.turns],
+        "messages": messages,
         "tools": [t.schema() for t in p.tools],
+        "output_format": p.output_format,
         "session": p.session.id,
         "prompt_text": p.rendered.text,
     }
 
 
 async def _finish(request: Request, p: Prepared, outputs: list[GenerationOutput], started: float) -> Generated:
-    """Parse, count, remember and record what the engine produced."""
+    """Parse, count and remember what the engine produced (recording is :func:`commit`)."""
     state = state_of(request)
     parsed = [parse_output(state.tokenizer, o.output_ids, o.stop_reason, p.fmt, p.tools) for o in outputs]
-    errors = [[{"text": e.text, "reason": e.reason} for e in x.errors] for x in parsed]
     state.metrics.tokens.labels("prompt").inc(len(p.rendered.prompt_ids))
     state.metrics.tokens.labels("output").inc(sum(len(o.output_ids) for o in outputs))
-    state.metrics.parse_errors.inc(sum(len(e) for e in errors))
-    state.remember(p.session, p.rendered.prompt_ids, outputs)
-    await state.record(p.session, p.rendered.prompt_ids, outputs, sampling=p.params.as_dict(), started_at=started,
-                       tool_format=p.fmt.name, parse_errors=errors, request=p.raw)
-    return Generated(p.rendered.prompt_ids, outputs, parsed, p.session)
+    state.metrics.parse_errors.inc(sum(len(x.errors) for x in parsed))
+    await run_in_threadpool(state.remember, p.session, p.rendered.prompt_ids, outputs)  # decodes the whole prompt
+    return Generated(p.rendered.prompt_ids, outputs, parsed, p.session, p, started)
+
+
+async def commit(request: Request, gen: Generated) -> None:
+    """Record a call into its session's trajectory: once its response is ready to send."""
+    p = gen.prepared
+    assert p is not None
+    sampling = p.params.as_dict()
+    if p.output_format is not None:  # recorded as asked, whether or not the engine could enforce it
+        sampling["output_format"] = p.output_format
+    errors = [[{"text": e.text, "reason": e.reason} for e in x.errors] for x in gen.parsed]
+    await state_of(request).record(p.session, p.rendered.prompt_ids, gen.outputs, sampling=sampling, started_at=gen.started,
+                                   tool_format=p.fmt.name, parse_errors=errors, request=p.raw)
 
 
 async def generate(request: Request, turns: list[Turn], tools: list[Tool], params: SamplingParams, **kw: Any) -> Generated:
-    """Render, generate, parse and record one call for the request's session."""
+    """Render, generate and parse one call for the request's session; :func:`commit` records it."""
     p = await prepare(request, turns, tools, params, **kw)
     started = time.time()
     try:
@@ -154,8 +208,8 @@ async def generate(request: Request, turns: list[Turn], tools: list[Tool], param
 
 async def stream(request: Request, p: Prepared) -> AsyncIterator[tuple[str, Any]]:
     """Generate one sample as it is made: ``("text", piece)`` events of safe content, then
-    ``("done", Generated)``, whose parsed content equals everything streamed plus what
-    :meth:`ContentStream.rest` adds (sent as a last text event before ``done``)."""
+    ``("done", Generated)`` (already recorded), whose parsed content equals everything streamed
+    plus what :meth:`ContentStream.rest` adds (sent as a last text event before ``done``)."""
     from forge_cli.gateway.streaming import ContentStream
 
     state = state_of(request)
@@ -169,6 +223,7 @@ async def stream(request: Request, p: Prepared) -> AsyncIterator[tuple[str, Any]
             yield "text", piece
     assert final is not None
     gen = await _finish(request, p, [final], started)
+    await commit(request, gen)
     if rest := content.rest(gen.parsed[0].content):
         yield "text", rest
     yield "done", gen

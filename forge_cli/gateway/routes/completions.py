@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any, AsyncIterator, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.gateway.errors import APIError, sse
-from forge_cli.gateway.routes.common import generate, read_json, sampling, state_of, validate
+from forge_cli.gateway.openapi import body_schema
+from forge_cli.gateway.protocol.types import MAX_SEED, MAX_TOKENS, Bool, Float, Int
+from forge_cli.gateway.routes.common import commit, generate, read_json, sampling, state_of, validate
 from forge_cli.gateway.token_text import json_logprob
 
 router = APIRouter()
@@ -21,20 +23,20 @@ class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str = "forge"
-    prompt: Union[str, list[int], list[str]]
-    max_tokens: int = Field(16, ge=1)
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
+    prompt: Union[str, list[Int], list[str]]
+    max_tokens: Int = Field(16, ge=1, le=MAX_TOKENS)
+    temperature: Optional[Float] = Field(None, ge=0, le=2)
+    top_p: Optional[Float] = Field(None, gt=0, le=1)
     stop: Union[str, list[str], None] = None
-    n: int = Field(1, ge=1, le=16)
-    stream: bool = False
-    logprobs: Optional[int] = Field(None, ge=0, le=5)
-    echo: bool = False
-    seed: Optional[int] = Field(None, ge=0, le=2**62)
+    n: Int = Field(1, ge=1, le=16)
+    stream: Bool = False
+    logprobs: Optional[Int] = Field(None, ge=0, le=5)
+    echo: Bool = False
+    seed: Optional[Int] = Field(None, ge=0, le=MAX_SEED)
 
 
-@router.post("/v1/completions")
-@router.post("/s/{session}/v1/completions")
+@router.post("/v1/completions", openapi_extra=body_schema(CompletionRequest))
+@router.post("/s/{session}/v1/completions", openapi_extra=body_schema(CompletionRequest))
 async def completions(request: Request):
     raw = await read_json(request)
     req: CompletionRequest = validate(CompletionRequest, raw)
@@ -43,19 +45,17 @@ async def completions(request: Request):
         if len(req.prompt) != 1:
             raise APIError(400, "prompt: one prompt per request (a list of several strings is not supported)", param="prompt")
         req.prompt = req.prompt[0]
-    if isinstance(req.prompt, str):
-        ids = tok.encode(req.prompt, add_special_tokens=False)
-    else:
-        ids = list(req.prompt)
+    if not isinstance(req.prompt, str):
         vocab = len(tok)
-        if any(not 0 <= i < vocab for i in ids):
+        if any(not 0 <= i < vocab for i in req.prompt):
             raise APIError(400, f"prompt: token ids must be in 0..{vocab - 1}", param="prompt")
     params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop, seed=req.seed, n=req.n,
                       top_logprobs=req.logprobs)
-    gen = await generate(request, [], [], params, raw=raw, prompt_ids=ids)
-    echo = tok.decode(ids) if req.echo else ""
+    gen = await generate(request, [], [], params, raw=raw, prompt=req.prompt)
+    ids = gen.prompt_ids
+    echo = gen.prepared.rendered.text if req.echo else ""
     choices = []
-    for i, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
+    for index, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
         logprobs: Any = None
         if req.logprobs is not None:
             # legacy shape: per position a {token text: logprob} of the k most likely (None when k = 0);
@@ -64,21 +64,21 @@ async def completions(request: Request):
             if out.top_logprobs:
                 tops = [{} for _ in out.top_logprobs]
                 for entries, top in zip(tops, out.top_logprobs):
-                    for i, v in top:
-                        entries.setdefault(tok.decode([i]), json_logprob(v))
+                    for token_id, value in top:
+                        entries.setdefault(tok.decode([token_id]), json_logprob(value))
             logprobs = {"tokens": [tok.decode([t]) for t in out.output_ids], "token_logprobs": [json_logprob(v) for v in out.logprobs],
                         "top_logprobs": tops, "text_offset": None}
-        choices.append({"index": i, "text": echo + parsed.content, "logprobs": logprobs,
+        choices.append({"index": index, "text": echo + parsed.content, "logprobs": logprobs,
                         "finish_reason": "length" if out.finish_reason == "length" else "stop"})
     body = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()), "model": req.model,
             "choices": choices, "usage": {"prompt_tokens": len(ids), "completion_tokens": sum(len(o.output_ids) for o in gen.outputs),
                                           "total_tokens": len(ids) + sum(len(o.output_ids) for o in gen.outputs)}}
-    if req.stream:
-        return StreamingResponse(_stream(body), media_type="text/event-stream")
-    return JSONResponse(body)
+    response: Any = StreamingResponse(iter(list(_stream(body))), media_type="text/event-stream") if req.stream else JSONResponse(body)
+    await commit(request, gen)
+    return response
 
 
-async def _stream(body: dict[str, Any]) -> AsyncIterator[str]:
+def _stream(body: dict[str, Any]) -> Iterator[str]:
     for choice in body["choices"]:
         text = choice["text"]
         for i in range(0, len(text), 16):

@@ -10,9 +10,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from forge_cli.gateway.errors import APIError, sse
-from forge_cli.gateway.protocol.anthropic import Block, MessagesRequest
+from starlette.concurrency import run_in_threadpool
+
+from forge_cli.gateway.openapi import body_schema
+from forge_cli.gateway.protocol.anthropic import Block, CountTokensRequest, MessagesRequest
+from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, render_prompt
-from forge_cli.gateway.routes.common import api_key, generate, prepare, read_json, sampling, state_of, stream, validate
+from forge_cli.gateway.routes.common import (api_key, check_conversation, commit, generate, prepare, read_json, sampling, state_of,
+                                             stream, validate)
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -34,7 +39,7 @@ def _text(content: Any, where: str) -> str:
     return "\n".join(parts) if len(parts) > 1 and all(parts) else "".join(parts)
 
 
-def to_turns(req: MessagesRequest) -> list[Turn]:
+def to_turns(req: CountTokensRequest) -> list[Turn]:
     turns: list[Turn] = []
     if req.system:
         turns.append(Turn("system", _text(req.system, "system")))
@@ -69,7 +74,7 @@ def to_turns(req: MessagesRequest) -> list[Turn]:
     return turns
 
 
-def to_tools(req: MessagesRequest) -> list[Tool]:
+def to_tools(req: CountTokensRequest) -> list[Tool]:
     tools = []
     for t in req.tools or []:
         if t.input_schema is None and t.type and t.type != "custom":
@@ -103,7 +108,7 @@ def _stop(out: Any, parsed: Any) -> tuple[str, str | None]:
     return "end_turn", None
 
 
-def _tool_choice(req: MessagesRequest, tools: list[Tool]) -> tuple[str | None, str | None]:
+def _tool_choice(req: CountTokensRequest, tools: list[Tool]) -> tuple[str | None, str | None]:
     """Anthropic's tool_choice as (choice, forced tool name)."""
     if req.tool_choice is None:
         return None, None
@@ -114,25 +119,33 @@ def _tool_choice(req: MessagesRequest, tools: list[Tool]) -> tuple[str | None, s
     return choice, forced
 
 
-@router.post("/v1/messages")
-@router.post("/s/{session}/v1/messages")
+def _output_format(req: CountTokensRequest) -> dict[str, Any] | None:
+    fmt = (req.output_config.format if req.output_config is not None else None) or req.output_format
+    return None if fmt is None else output_format("json_schema", schema=fmt.schema_)
+
+
+@router.post("/v1/messages", openapi_extra=body_schema(MessagesRequest))
+@router.post("/s/{session}/v1/messages", openapi_extra=body_schema(MessagesRequest))
 async def messages(request: Request):
     raw = await read_json(request)
     req: MessagesRequest = validate(MessagesRequest, raw)
     tools = to_tools(req)
     choice, forced = _tool_choice(req, tools)
     params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop_sequences, seed=None)
+    kw: dict[str, Any] = {"tool_choice": choice, "forced_tool": forced, "raw": raw, "output_format": _output_format(req)}
     if req.stream:
-        prepared = await prepare(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+        prepared = await prepare(request, to_turns(req), tools, params, **kw)
         return StreamingResponse(_live(request, prepared, req.model), media_type="text/event-stream")
-    gen = await generate(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+    gen = await generate(request, to_turns(req), tools, params, **kw)
     out, parsed = gen.outputs[0], gen.parsed[0]
     mid = f"msg_{secrets.token_hex(12)}"
     stop_reason, stop_sequence = _stop(out, parsed)
     usage = {"input_tokens": len(gen.prompt_ids), "output_tokens": len(out.output_ids),
              "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    return JSONResponse({"id": mid, "type": "message", "role": "assistant", "model": req.model, "content": _blocks(parsed),
-                         "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage})
+    response = JSONResponse({"id": mid, "type": "message", "role": "assistant", "model": req.model, "content": _blocks(parsed),
+                             "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage})
+    await commit(request, gen)
+    return response
 
 
 async def _live(request: Request, prepared: Any, model: str) -> AsyncIterator[str]:
@@ -176,14 +189,13 @@ async def _live(request: Request, prepared: Any, model: str) -> AsyncIterator[st
     yield sse({"type": "message_stop"}, "message_stop")
 
 
-@router.post("/v1/messages/count_tokens")
-@router.post("/s/{session}/v1/messages/count_tokens")
+@router.post("/v1/messages/count_tokens", openapi_extra=body_schema(CountTokensRequest))
+@router.post("/s/{session}/v1/messages/count_tokens", openapi_extra=body_schema(CountTokensRequest))
 async def count_tokens(request: Request):
     """The prompt's length as the gateway would render it (the model's chat template, the tools in the
-    session's format). Counting opens no trajectory: a key seen for the first time uses the defaults."""
-    raw = await read_json(request)
-    body = {"max_tokens": 1, **raw} if isinstance(raw, dict) else raw  # count_tokens takes no max_tokens
-    req: MessagesRequest = validate(MessagesRequest, body)
+    session's format). Counting opens no trajectory: a key seen for the first time uses the defaults.
+    A prompt that certainly cannot fit the model's context is refused (400), as a call would be."""
+    req: CountTokensRequest = validate(CountTokensRequest, await read_json(request))
     state = state_of(request)
     key, in_path = api_key(request), request.path_params.get("session")
     if in_path is not None or key in state.by_key or state.auth == "strict":
@@ -192,5 +204,8 @@ async def count_tokens(request: Request):
         fmt = state.tool_formats[state.default_tool_format]
     tools = to_tools(req)
     choice, forced = _tool_choice(req, tools)
-    rendered = render_prompt(state.tokenizer, to_turns(req), tools, fmt, tool_choice=choice, forced_tool=forced)
+    turns = to_turns(req)
+    check_conversation(turns)
+    rendered = await run_in_threadpool(lambda: render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=choice, forced_tool=forced,
+                                                             max_len=state.engine.max_model_len))
     return {"input_tokens": len(rendered.prompt_ids)}

@@ -17,9 +17,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from forge_cli.gateway.errors import APIError, sse
+from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.responses import ResponsesRequest
+from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, arguments_json
-from forge_cli.gateway.routes.common import generate, prepare, read_json, sampling, stream, validate
+from forge_cli.gateway.routes.common import commit, generate, prepare, read_json, sampling, stream, validate
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -151,8 +153,19 @@ def _output_items(parsed: Any, namespace_of: dict[str, str], freeform: set[str])
     return items
 
 
-@router.post("/v1/responses")
-@router.post("/s/{session}/v1/responses")
+def _output_format(req: ResponsesRequest) -> dict[str, Any] | None:
+    fmt = req.text.format if req.text is not None else None
+    if fmt is None:
+        return None
+    if fmt.type == "json_schema":
+        if not fmt.name or fmt.schema_ is None:
+            raise APIError(400, "text.format: a json_schema format needs a name and a schema", param="text.format")
+        return output_format("json_schema", name=fmt.name, schema=fmt.schema_, strict=fmt.strict)
+    return output_format(fmt.type)
+
+
+@router.post("/v1/responses", openapi_extra=body_schema(ResponsesRequest))
+@router.post("/s/{session}/v1/responses", openapi_extra=body_schema(ResponsesRequest))
 async def responses(request: Request):
     raw = await read_json(request)
     req: ResponsesRequest = validate(ResponsesRequest, raw)
@@ -165,11 +178,14 @@ async def responses(request: Request):
         if not isinstance(forced, str) or forced not in {t.name for t in tools}:
             raise APIError(400, f"tool_choice: names {forced!r}, which is not in tools", param="tool_choice")
     params = sampling(max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, stop=None, seed=None)
+    kw: dict[str, Any] = {"tool_choice": choice, "forced_tool": forced, "raw": raw, "output_format": _output_format(req)}
     if req.stream:
-        prepared = await prepare(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
+        prepared = await prepare(request, to_turns(req), tools, params, **kw)
         return StreamingResponse(_live(request, prepared, req, namespace_of, freeform), media_type="text/event-stream")
-    gen = await generate(request, to_turns(req), tools, params, tool_choice=choice, forced_tool=forced, raw=raw)
-    return JSONResponse(_body(req, gen, namespace_of, freeform, params))
+    gen = await generate(request, to_turns(req), tools, params, **kw)
+    response = JSONResponse(_body(req, gen, namespace_of, freeform, params))
+    await commit(request, gen)
+    return response
 
 
 def _body(req: ResponsesRequest, gen: Any, namespace_of: dict[str, str], freeform: set[str], params: Any) -> dict[str, Any]:
