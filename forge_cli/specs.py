@@ -92,14 +92,19 @@ class LaunchSpec:
 class ScaffoldSpec:
     """One agent harness Forge can run.
 
-    *White-box*: a Python loop Forge runs itself (``family``), with an explicit
-    ``context_policy`` (``full``, ``truncate``, ``discard-tool-output``, ``summarize``,
-    ``keep-last-k``) and a default ``tool_format``. *Black-box*: a program Forge installs
-    (``install``) and launches (``launch``) with the gateway's URL and key in its environment;
-    its context management is its own (``context_policy = "agent"``).
+    *White-box*: a Python loop Forge runs itself. ``family`` labels the kind of loop
+    (``tool-loop``, …); ``loop`` points at its code, ``"package.module:attr"`` or the object
+    itself (the contract is :mod:`forge_cli.rollout.loop`); without a ``loop`` the scaffold is
+    listed but cannot run. ``context_policy`` is a name from
+    :data:`forge_cli.rollout.context.CONTEXT_POLICIES` (``full``, ``truncate``,
+    ``discard-tool-output``, ``summarize``, ``keep-last-k``), ``tool_format`` its default format.
+    *Black-box*: a program Forge installs (``install``) and launches (``launch``) with the
+    gateway's URL and key in its environment; its context management is its own
+    (``context_policy = "agent"``).
 
     ``options`` is an optional pydantic model for the scaffold's ``[scaffolds.NAME]`` section in
-    ``forge.toml``; the host validates that section against it before handing it over.
+    ``forge.toml``; the host validates that section against it and hands the loop the result
+    (``Episode.options``).
     """
 
     name: str
@@ -107,13 +112,18 @@ class ScaffoldSpec:
     description: str
     api: AgentApi = "openai-chat"
     tool_format: str = "hermes"
-    context_policy: str = "full"
+    context_policy: str = ""  # "": "full" for a white-box scaffold, "agent" for a black-box one
     family: str | None = None
+    loop: str | Callable[..., Any] | None = None
     install: InstallRecipe | None = None
     launch: LaunchSpec | None = None
     options: type[BaseModel] | None = None
     params: dict[str, Any] = field(default_factory=dict)
     source_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.context_policy:
+            object.__setattr__(self, "context_policy", "agent" if self.kind == "black" else "full")
 
     def validate(self) -> None:
         check_name("scaffold", self.name)
@@ -123,6 +133,18 @@ class ScaffoldSpec:
             raise ForgeError(f"scaffold '{self.name}': a description is required")
         if self.kind == "white" and not self.family:
             raise ForgeError(f"scaffold '{self.name}': a white-box scaffold names its loop family")
+        if self.loop is not None:
+            if self.kind == "black":
+                raise ForgeError(f"scaffold '{self.name}': a black-box scaffold is launched; it has no loop")
+            from forge_cli.rollout.loop import check_loop_ref
+
+            try:
+                check_loop_ref(self.loop)
+            except ForgeError as exc:
+                raise ForgeError(f"scaffold '{self.name}': {exc}") from None
+        from forge_cli.rollout.context import check_context_policy
+
+        check_context_policy(self.name, self.kind, self.context_policy)
         if self.kind == "black" and (self.install is None or self.launch is None):
             raise ForgeError(f"scaffold '{self.name}': a black-box scaffold needs an install recipe and a launch")
         if self.options is not None and not (isinstance(self.options, type) and issubclass(self.options, BaseModel)):

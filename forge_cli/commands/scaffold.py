@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(..., help="Scaffold name."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a panel."),
     ) -> None:
-        """Everything about one scaffold: its definition, install recipe, launch and options."""
+        """Everything about one scaffold: its definition, its loop (and whether it resolves), install recipe, launch and options."""
         from rich.panel import Panel
         from rich.table import Table
 
@@ -166,6 +166,8 @@ def _describe(name: str) -> dict[str, Any]:
         "context_policy": spec.context_policy,
         "definition": str(spec.source_file) if spec.source_file else None,
     }
+    if spec.kind == "white":
+        info["loop"] = _loop_line(spec)
     if spec.install:
         done = installed(spec)
         info["install"] = f"{spec.install.manager}: {spec.install.requirement}"
@@ -177,6 +179,16 @@ def _describe(name: str) -> dict[str, Any]:
             key: (getattr(options, key), field.description or "") for key, field in spec.options.model_fields.items()
         }
     return info
+
+
+def _loop_line(spec: Any) -> str:
+    """Whether a white-box scaffold's loop resolves (this imports the loop's module)."""
+    from forge_cli.rollout.loop import loop_label, loop_status
+
+    label, problem = loop_label(spec), loop_status(spec)
+    if problem is None:
+        return f"{label} (resolves)"
+    return f"{label or 'none'}: {problem}; it cannot run"
 
 
 def _plugin_named(reg: Any, name: str) -> str | None:

@@ -1,4 +1,8 @@
-"""An example Forge plugin: the ``sexpr`` tool-call format and the ``example-sexpr`` scaffold."""
+"""An example Forge plugin: the ``sexpr`` tool-call format and the ``example-sexpr`` scaffold.
+
+The scaffold's loop lives in :mod:`forge_scaffold_example.loop` and is named by reference, so
+Forge finds it at registration without importing it (``forge --help`` stays fast).
+"""
 
 from __future__ import annotations
 
@@ -63,7 +67,9 @@ class ExampleOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     persona: str = Field("You are a careful assistant.", description="Prepended to the system prompt.")
-    keep_last: int = Field(3, ge=1, description="Turns kept in context.")
+    keep_last: int = Field(3, ge=1, description="Turns kept in context (the keep-last-k policy's option).")
+    max_turns: int = Field(8, gt=0, description="Model calls before the episode is cut off.")
+    max_tokens: int = Field(256, gt=0, description="Largest completion per turn, in tokens.")
 
 
 @hookimpl
@@ -78,9 +84,10 @@ def register_scaffolds(register: Callable[[ScaffoldSpec], None]) -> None:
             name="example-sexpr",
             kind="white",
             family="tool-loop",
+            loop="forge_scaffold_example.loop:SexprLoop",
             context_policy="keep-last-k",
             tool_format="sexpr",
-            description="Example plugin: Forge's tool loop with s-expression tool calls and a persona.",
+            description="Example plugin: a tool loop with s-expression tool calls and a persona, keeping the last k turns.",
             options=ExampleOptions,
         )
     )

@@ -1,0 +1,237 @@
+"""The white-box loop contract: what a loop is handed, how a scaffold finds its loop, one episode.
+
+A white-box scaffold names its loop in its definition, ``loop = "package.module:attr"`` (or, in
+Python, the object itself). The object is either
+
+- an async function ``async def run(episode: Episode) -> str | None``, or
+- a class: one instance per episode is made with no arguments and ``await instance.run(episode)``
+  is called.
+
+It returns the episode's final answer (``None`` if it has none). The loop talks to the gateway
+only through the official OpenAI client that :meth:`Episode.client` returns (the trajectory's own
+base URL and key, so every call is recorded into this trajectory), runs the task's tools with
+:meth:`Episode.call_tool`, passes its history through :meth:`Episode.manage` before every call (the
+scaffold's context policy) and reports anything else worth keeping with :meth:`Episode.report`.
+It never touches token ids.
+
+At registration only the reference's syntax is checked and its module *found*
+(``importlib.util.find_spec``: the module's parent packages are imported, the module itself is
+not), so ``forge --help`` imports no loop. :func:`resolve_loop` imports it, when an episode runs or
+``forge scaffold show`` asks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+
+from forge_cli.errors import ForgeError
+from forge_cli.pool.types import Event
+from forge_cli.rollout.context import Messages, context_policy, policy_options
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+    from forge_cli.plugins import Registry
+    from forge_cli.specs import ScaffoldSpec
+
+LOOP_REF = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the task offers: its OpenAI function schema and how to run it (sync or async)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: Callable[[Any], "str | Awaitable[str]"]
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+@dataclass
+class Episode:
+    """One run of a white-box scaffold on one task, as its loop sees it.
+
+    ``options`` is the scaffold's ``[scaffolds.NAME]`` section validated by its options model
+    (``{}`` when it has none); ``policy_options`` the context policy's share of it.
+    """
+
+    scaffold: "ScaffoldSpec"
+    base_url: str
+    api_key: str
+    prompt: str
+    options: Any
+    model: str = "forge"
+    tools: Sequence[Tool] = ()
+    events: list[Event] = field(default_factory=list)
+    policy_options: Any = None
+
+    @property
+    def context_policy(self) -> str:
+        return self.scaffold.context_policy
+
+    @property
+    def tool_format(self) -> str:
+        return self.scaffold.tool_format
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [tool.schema() for tool in self.tools]
+
+    def client(self, **kwargs: Any) -> "AsyncOpenAI":
+        """The official OpenAI client pointed at this trajectory (no retries: a retry would be recorded twice)."""
+        try:
+            from openai import AsyncOpenAI
+        except ImportError:
+            raise ForgeError("white-box loops need the 'openai' package (pip install openai)") from None
+        return AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **{"max_retries": 0, **kwargs})
+
+    def report(self, kind: str, **data: Any) -> Event:
+        """Record something that happened (a context-management action, a tool error) as a trajectory event."""
+        event = Event(kind=kind, at=time.time(), data=data)
+        self.events.append(event)
+        return event
+
+    def manage(self, messages: Messages) -> Messages:
+        """The history to send next, after the scaffold's context policy; a removal is reported as an event."""
+        policy = context_policy(self.context_policy)
+        if policy.apply is None:
+            raise ForgeError(f"context policy {policy.name!r} is not implemented yet")
+        kept, removed = policy.apply(messages, self.policy_options)
+        if removed is not None:
+            self.report(f"context.{policy.name}", **removed)
+        return kept
+
+    async def call_tool(self, name: str, arguments: Any) -> str:
+        """Run one of the task's tools; an unknown tool or one that raises becomes its (reported) result text."""
+        tool = next((t for t in self.tools if t.name == name), None)
+        if tool is None:
+            self.report("tool.unknown", name=name)
+            return f"error: there is no tool named {name!r}"
+        try:
+            result = tool.run(arguments)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:  # a tool's failure is the agent's observation, not a crash
+            self.report("tool.error", name=name, error=f"{type(exc).__name__}: {exc}")
+            return f"error: {type(exc).__name__}: {exc}"
+        return str(result)
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """What a loop returned, and the events it reported (the driver writes them to the pool)."""
+
+    answer: str | None
+    events: list[Event]
+
+
+def check_loop_ref(ref: object) -> None:
+    """Registration-time check of a ``loop`` value: a callable, or ``module:attr`` whose module exists."""
+    if callable(ref) and not isinstance(ref, str):
+        return
+    if not isinstance(ref, str) or not LOOP_REF.match(ref):
+        raise ForgeError(f"loop {ref!r} is not a 'package.module:attribute' reference")
+    module = ref.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise ForgeError(f"loop {ref!r}: module {module!r} cannot be found ({type(exc).__name__}: {exc})") from None
+    if found is None:
+        raise ForgeError(f"loop {ref!r}: no module named {module!r}")
+
+
+def resolve_loop(spec: "ScaffoldSpec") -> Callable[["Episode"], Awaitable[str | None]]:
+    """Import a scaffold's loop and return ``run(episode)``; a clear ForgeError if it cannot."""
+    if spec.kind != "white":
+        raise ForgeError(f"scaffold '{spec.name}' is black-box: it is launched, it has no loop")
+    ref = spec.loop
+    if ref is None:
+        raise ForgeError(f"scaffold '{spec.name}' names no loop (its {spec.family} family has no code yet)")
+    target: Any = ref
+    if isinstance(ref, str):
+        module_name, _, attr = ref.partition(":")
+        try:
+            target = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except Exception as exc:
+            raise ForgeError(f"scaffold '{spec.name}': loop {ref!r} does not resolve ({type(exc).__name__}: {exc})") from None
+    if inspect.isclass(target):
+        method = getattr(target, "run", None)
+        if method is None or not inspect.iscoroutinefunction(method):
+            raise ForgeError(f"scaffold '{spec.name}': loop class {target.__name__} has no 'async def run(self, episode)'")
+        cls = target
+        return lambda episode: cls().run(episode)
+    if not (inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(getattr(target, "__call__", None))):
+        raise ForgeError(f"scaffold '{spec.name}': loop {ref!r} is not an async function or a class with async run()")
+    return target
+
+
+def loop_status(spec: "ScaffoldSpec") -> str | None:
+    """``None`` when the scaffold's loop resolves, else why it cannot run (for ``forge scaffold show``)."""
+    try:
+        resolve_loop(spec)
+    except ForgeError as exc:
+        return str(exc)
+    return None
+
+
+def loop_label(spec: "ScaffoldSpec") -> str | None:
+    ref = spec.loop
+    if ref is None or isinstance(ref, str):
+        return ref
+    return f"{getattr(ref, '__module__', '?')}:{getattr(ref, '__qualname__', repr(ref))}"
+
+
+async def run_episode(
+    scaffold: "str | ScaffoldSpec",
+    *,
+    base_url: str,
+    api_key: str,
+    prompt: str,
+    options: Mapping[str, Any] | Any = None,
+    model: str = "forge",
+    tools: Sequence[Tool] = (),
+    registry: "Registry | None" = None,
+    source: str = "forge.toml",
+) -> EpisodeResult:
+    """Run one episode of a white-box scaffold in a trajectory's gateway session.
+
+    ``base_url`` and ``api_key`` are the session's (``/admin/sessions`` or
+    ``GatewayState.create_session``, opened with the scaffold's tool format). ``options`` is the
+    raw ``[scaffolds.NAME]`` table (validated here by the scaffold's options model; ``source``
+    names it in errors) or an already validated options instance. Exceptions from the loop
+    propagate: the caller fails the trajectory.
+    """
+    if registry is None:
+        from forge_cli.plugins import get_registry
+
+        registry = get_registry()
+    spec = registry.scaffold(scaffold) if isinstance(scaffold, str) else scaffold
+    run = resolve_loop(spec)
+    if options is None or isinstance(options, Mapping):
+        from forge_cli.config import validate_options
+
+        validated = validate_options(spec.options, dict(options or {}), f"{source} [scaffolds.{spec.name}]")
+    elif spec.options is not None and not isinstance(options, spec.options):
+        raise ForgeError(f"scaffold '{spec.name}': options must be a {spec.options.__name__}, not {type(options).__name__}")
+    else:
+        validated = options
+    policy = context_policy(spec.context_policy)
+    if policy.apply is None:
+        raise ForgeError(f"scaffold '{spec.name}': its context policy {policy.name!r} is not implemented yet")
+    episode = Episode(scaffold=spec, base_url=base_url, api_key=api_key, prompt=prompt, options=validated,
+                      model=model, tools=tools, policy_options=policy_options(policy.name, validated))
+    answer = await run(episode)
+    if answer is not None and not isinstance(answer, str):
+        raise ForgeError(f"scaffold '{spec.name}': its loop returned {type(answer).__name__}, not a string or None")
+    return EpisodeResult(answer=answer, events=list(episode.events))
