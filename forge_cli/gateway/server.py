@@ -124,7 +124,7 @@ async def serve_gateway(
     from forge_cli.gateway.listen import open_listeners, socket_path
     from forge_cli.gateway.state import GatewayState
     from forge_cli.pool import open_pool
-    from forge_cli.runs import lock_run, new_run
+    from forge_cli.runs import claim_run
 
     if tool_formats is None:
         from forge_cli.plugins import get_registry
@@ -134,12 +134,11 @@ async def serve_gateway(
         raise ForgeError(f"no tool format named {config.model.tool_format!r} (registered: {', '.join(sorted(tool_formats))})")
     model_path = resolve_model_path(config.model.path) if engine is None else None
     mode = auth_mode(config)
-    run_dir = new_run(config, run, exist_ok=True)
-    fresh = True
+    lock = claim_run(config, run)  # one server per run: refused here, before anything is changed
+    run_dir, started = lock.run_dir, False
     stack = contextlib.AsyncExitStack()
     try:
         async with stack:
-            lock = lock_run(run_dir)
             stack.callback(lock.release)
             unix_path = socket_path(config.gateway.socket, run_dir)
             listeners = open_listeners(config.gateway.host, config.gateway.port, unix_path, listen=False)
@@ -168,11 +167,11 @@ async def serve_gateway(
                 await asyncio.sleep(0.01)
             port = listeners[0].getsockname()[1]  # gateway.port = 0 picks a free one
             host = config.gateway.host if ":" not in config.gateway.host else f"[{config.gateway.host}]"
-            fresh = False
+            started = True
             yield Gateway(state, engine, pool, run_dir, f"http://{host}:{port}", unix_path, mode, interrupted, server, task)
     finally:
-        if fresh and {p.name for p in run_dir.iterdir()} <= {"config.json", ".lock"}:
-            shutil.rmtree(run_dir, ignore_errors=True)  # it never got to record anything
+        if not started and lock.created:
+            shutil.rmtree(run_dir, ignore_errors=True)  # a start that failed on a new run leaves nothing behind
 
 
 async def _stop(server: Any, task: asyncio.Task) -> None:
