@@ -39,9 +39,12 @@ hookspec = pluggy.HookspecMarker("forge")
 def register_scaffolds(register: Callable[["ScaffoldSpec"], None]) -> None:
     """Register agent scaffolds (harnesses) by calling ``register(ScaffoldSpec(...))``.
 
-    A white-box scaffold names its loop ``family``, its ``context_policy`` and its default
-    ``tool_format``; a black-box scaffold carries an :class:`~forge_cli.specs.InstallRecipe` and
-    a :class:`~forge_cli.specs.LaunchSpec`. Names are unique across all plugins.
+    A white-box scaffold names its ``family``, its ``loop`` (``"package.module:attr"``: the code
+    Forge runs, see :mod:`forge_cli.rollout.loop`), its ``context_policy`` (a name from
+    :data:`forge_cli.rollout.context.CONTEXT_POLICIES`) and its default ``tool_format``; a
+    black-box scaffold carries an :class:`~forge_cli.specs.InstallRecipe` and a
+    :class:`~forge_cli.specs.LaunchSpec`. Names are unique across all plugins: the first
+    registration wins.
     """
 
 
