@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         policy: Optional[str] = typer.Option(None, "--policy", help="Scripted engine: a JSON rules/turns file or module:function (model.engine.policy)."),
         auth: Optional[str] = typer.Option(None, "--auth", help="auto, loopback or strict (default gateway.auth)."),
         tool_format: Optional[str] = typer.Option(None, "--tool-format", help="Default tool-call format (default model.tool_format)."),
-        run: Optional[str] = typer.Option(None, "--run", help="Record into the run of this name under run.dir (created if new; default: a new timestamped run)."),
+        run: Optional[str] = typer.Option(None, "--run", help="Name of the run under run.dir (letters, digits, '.', '_', '-'; not a path); created if new; default: a new timestamped run."),
         replicas: Optional[int] = typer.Option(None, "--replicas", help="Engine replicas behind a cache-aware router (default model.replicas, 1)."),
         unix_socket: Optional[str] = typer.Option(None, "--socket", help='Also listen on this unix socket (default gateway.socket: "auto" = RUN/gateway.sock; "" = none).'),
     ) -> None:

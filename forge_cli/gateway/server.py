@@ -136,42 +136,43 @@ async def serve_gateway(
     mode = auth_mode(config)
     lock = claim_run(config, run)  # one server per run: refused here, before anything is changed
     run_dir, started = lock.run_dir, False
-    stack = contextlib.AsyncExitStack()
-    try:
-        async with stack:
-            stack.callback(lock.release)
-            unix_path = socket_path(config.gateway.socket, run_dir)
-            listeners = open_listeners(config.gateway.host, config.gateway.port, unix_path, listen=False)
-            stack.callback(_close_listeners, listeners, unix_path)
-            if engine is None:
-                if on_starting is not None:
-                    on_starting(f"starting {config.model.replicas} {config.model.engine.type} engine(s) on {model_path}…")
-                engine = build_engine(config, model_path)
-                stack.push_async_callback(engine.close)
-            pool = open_pool(config.pool.url, run_dir)
-            stack.callback(pool.close)
-            interrupted = pool.fail_interrupted()
-            state = GatewayState(engine, engine.tokenizer, tool_formats, pool=pool, default_tool_format=config.model.tool_format,
-                                 model_name=getattr(model_path, "name", None) or "forge", auth=mode,
-                                 admin_key="forge-admin-" + secrets.token_urlsafe(16))
-            stack.callback(state.close)
-            server = uvicorn.Server(uvicorn.Config(create_app(state), log_level="warning",
-                                                   timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
-            server.capture_signals = contextlib.nullcontext  # signals are the caller's, not a library's
-            task = asyncio.create_task(server.serve(sockets=listeners))  # asyncio listen()s as it starts serving
-            stack.push_async_callback(_stop, server, task)
-            while not server.started:
-                if task.done():  # it failed to start: say why
-                    task.result()
-                    raise ForgeError("the gateway's HTTP server stopped while starting")
-                await asyncio.sleep(0.01)
-            port = listeners[0].getsockname()[1]  # gateway.port = 0 picks a free one
-            host = config.gateway.host if ":" not in config.gateway.host else f"[{config.gateway.host}]"
-            started = True
-            yield Gateway(state, engine, pool, run_dir, f"http://{host}:{port}", unix_path, mode, interrupted, server, task)
-    finally:
+
+    def forget_failed_start() -> None:  # still under the lock: nobody else can be starting on it
         if not started and lock.created:
             shutil.rmtree(run_dir, ignore_errors=True)  # a start that failed on a new run leaves nothing behind
+
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(lock.release)
+        stack.callback(forget_failed_start)
+        unix_path = socket_path(config.gateway.socket, run_dir)
+        listeners = open_listeners(config.gateway.host, config.gateway.port, unix_path, listen=False)
+        stack.callback(_close_listeners, listeners, unix_path)
+        if engine is None:
+            if on_starting is not None:
+                on_starting(f"starting {config.model.replicas} {config.model.engine.type} engine(s) on {model_path}…")
+            engine = build_engine(config, model_path)
+            stack.push_async_callback(engine.close)
+        pool = open_pool(config.pool.url, run_dir)
+        stack.callback(pool.close)
+        interrupted = pool.fail_interrupted()
+        state = GatewayState(engine, engine.tokenizer, tool_formats, pool=pool, default_tool_format=config.model.tool_format,
+                             model_name=getattr(model_path, "name", None) or "forge", auth=mode,
+                             admin_key="forge-admin-" + secrets.token_urlsafe(16))
+        stack.callback(state.close)
+        server = uvicorn.Server(uvicorn.Config(create_app(state), log_level="warning",
+                                               timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+        server.capture_signals = contextlib.nullcontext  # signals are the caller's, not a library's
+        task = asyncio.create_task(server.serve(sockets=listeners))  # asyncio listen()s as it starts serving
+        stack.push_async_callback(_stop, server, task)
+        while not server.started:
+            if task.done():  # it failed to start: say why
+                task.result()
+                raise ForgeError("the gateway's HTTP server stopped while starting")
+            await asyncio.sleep(0.01)
+        port = listeners[0].getsockname()[1]  # gateway.port = 0 picks a free one
+        host = config.gateway.host if ":" not in config.gateway.host else f"[{config.gateway.host}]"
+        started = True
+        yield Gateway(state, engine, pool, run_dir, f"http://{host}:{port}", unix_path, mode, interrupted, server, task)
 
 
 async def _stop(server: Any, task: asyncio.Task) -> None:
