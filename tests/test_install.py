@@ -81,6 +81,9 @@ def test_add_example_plugin_by_path_then_remove(wheel_venv, tmp_path):
     (tmp_path / "forge.toml").write_text('[scaffolds.example-sexpr]\npersona = "You are terse."\n')
     shown = _forge(wheel_venv, "scaffold", "show", "example-sexpr", home=home, cwd=tmp_path)
     assert shown.returncode == 0 and "You are terse." in shown.stdout
+    # its scaffold points at code that the installed plugin ships
+    shown = _forge(wheel_venv, "scaffold", "show", "example-sexpr", "--json", home=home, cwd=tmp_path)
+    assert json.loads(shown.stdout)["loop"] == "forge_scaffold_example.loop:SexprLoop (resolves)"
     (tmp_path / "forge.toml").write_text("[scaffolds.example-sexpr]\npersona = 3\n")
     bad = _forge(wheel_venv, "scaffold", "show", "example-sexpr", home=home, cwd=tmp_path)
     assert bad.returncode == 1

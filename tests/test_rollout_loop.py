@@ -243,3 +243,21 @@ def test_keep_last_k_keeps_the_head_and_the_last_k_turns(messages, k):
     assert (removed is None) == (kept == messages)
     if removed is not None:
         assert removed == {"removed_messages": len(messages) - len(kept), "removed_turns": len(turns) - k, "kept_turns": k}
+
+
+def test_registering_the_example_imports_neither_its_loop_nor_the_openai_client():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(EXAMPLE_PLUGIN)!r})\n"
+        "import forge_scaffold_example\n"
+        "from forge_cli import plugins\n"
+        "pm, reg = plugins.load_plugins(extra=[('example', forge_scaffold_example)])\n"
+        "plugins.collect(pm, reg)\n"
+        "assert reg.scaffolds['example-sexpr'].plugin == 'example', reg.warnings\n"
+        "print(','.join(m for m in ('forge_scaffold_example.loop', 'openai', 'forge_cli.pool', 'torch') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""

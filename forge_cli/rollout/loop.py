@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool.types import Event
 from forge_cli.rollout.context import Messages, context_policy, policy_options
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
     from forge_cli.plugins import Registry
+    from forge_cli.pool.types import Event
     from forge_cli.specs import ScaffoldSpec
 
 LOOP_REF = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
@@ -96,6 +96,8 @@ class Episode:
 
     def report(self, kind: str, **data: Any) -> Event:
         """Record something that happened (a context-management action, a tool error) as a trajectory event."""
+        from forge_cli.pool.types import Event
+
         event = Event(kind=kind, at=time.time(), data=data)
         self.events.append(event)
         return event
