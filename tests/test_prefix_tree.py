@@ -122,12 +122,12 @@ def test_bad_samples():
 # ---- exactness on a real transformer ------------------------------------------------------------------
 
 
-def tiny_llama(dtype):
+def tiny_llama(dtype, attn_implementation: str = "sdpa"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, attn_implementation="sdpa")
+                      num_key_value_heads=2, max_position_embeddings=256, attn_implementation=attn_implementation)
     model = LlamaForCausalLM(cfg).to(dtype)
     if dtype == torch.float64:
         # transformers' RMSNorm computes in float32 whatever the model's dtype; in float64 that
@@ -166,15 +166,20 @@ def merged_logprobs(model, samples, budget, attention):
     return [torch.stack(x) for x in per_sample]
 
 
-@pytest.mark.parametrize("attention", ["tree", "dense"])
+# the dense path runs the model's own attention, so it must be right on each implementation: eager
+# adds the mask to the scores (a boolean mask would add 1, not mask), SDPA takes it as given
+@pytest.mark.parametrize(("attention", "attn_implementation"), [("tree", "sdpa"), ("dense", "sdpa"), ("dense", "eager")])
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)])
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 10**6), budget=st.sampled_from([None, 12, 24, 64]))
-def test_merged_equals_unmerged(attention, dtype, tol, budget, seed):
+def test_merged_equals_unmerged(attention, attn_implementation, dtype, tol, budget, seed):
     """Random forests (shared system prompts, multi-turn growth, branches, rewrites, duplicates):
     per-token logprobs, the loss and every parameter gradient equal the sample-at-a-time computation."""
     samples = forest(random.Random(seed))
-    model = tiny_llama(dtype)
+    model = tiny_llama(dtype, attn_implementation)
+    assert model.config._attn_implementation == attn_implementation
+    if attn_implementation == "eager" and dtype == torch.float64:
+        tol = 1e-7  # eager attention takes its softmax in float32 whatever the dtype (errors ~1e-8 here)
     loss_of = lambda lps: sum((torch.tensor(s.advantages, dtype=torch.float64) * lp).sum() for s, lp in zip(samples, lps)) / sum(len(lp) for lp in lps)
 
     model.zero_grad()

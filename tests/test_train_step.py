@@ -133,3 +133,66 @@ def test_bf16_gradients_of_a_widely_shared_prefix_accumulate_in_float32():
     assert err(grad_k(tree, torch.float64)) < 1e-12 and err(grad_k(portable, torch.float64)) < 1e-12
     assert err(grad_k(tree, torch.bfloat16)) <= 2 * err(grad_k(dense, torch.bfloat16))
     assert err(grad_k(portable, torch.bfloat16)) <= 2 * err(grad_k(dense, torch.bfloat16))
+
+
+class IgnoresLogitsToKeep(torch.nn.Module):
+    """A causal LM that accepts ``logits_to_keep`` and ignores it (returns logits at every position)."""
+
+    def __init__(self, inner: torch.nn.Module, rows: slice = slice(None)) -> None:
+        super().__init__()
+        self.inner, self.rows = inner, rows
+
+    @property
+    def config(self):
+        return self.inner.config
+
+    def forward(self, logits_to_keep=None, **kw):
+        out = self.inner(**kw)
+        out.logits = out.logits[:, self.rows]
+        return out
+
+
+@pytest.mark.parametrize("attention", ["tree", "dense"])
+def test_a_model_that_ignores_logits_to_keep_gets_the_right_rows(attention):
+    """Two samples [0,1,2] and [0,1,3], prompt length 1: 4 packed tokens and 4 loss terms, so the row
+    count alone used to look honoured and the terms got rows 0..3 instead of their predictors."""
+    from forge_cli.pool.types import Sample
+    from forge_cli.train.prefix_tree import pack
+    from forge_cli.train.step import packed_logprobs
+    from tests.test_prefix_tree import separate_logprobs
+
+    samples = [Sample([0, 1, 2], 1, [-1.0, -1.0], [1.0, 1.0]), Sample([0, 1, 3], 1, [-1.0, -1.0], [1.0, 1.0])]
+    [batch] = pack(samples)
+    assert len(batch.tokens) == len(batch.predictor) == 4  # the case where the counts coincide
+    model = tiny_llama(torch.float64)
+    want = torch.cat(separate_logprobs(model, samples))  # sample 0's terms, then sample 1's
+    got = packed_logprobs(IgnoresLogitsToKeep(model), batch, attention=attention)
+    order = sorted(range(len(got)), key=lambda t: (batch.sample[t], batch.position_ids[batch.predictor[t]]))
+    assert torch.allclose(got[order], want, rtol=1e-10, atol=1e-10)
+    assert torch.allclose(packed_logprobs(model, batch, attention=attention), got, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("attention", ["tree", "dense"])
+def test_ignoring_logits_to_keep_on_random_forests(attention):
+    """The same per-term logprobs whether the model honours logits_to_keep or returns every row."""
+    from forge_cli.train.prefix_tree import pack
+    from forge_cli.train.step import packed_logprobs
+
+    model = tiny_llama(torch.float64)
+    fewer = 0
+    for seed in range(4):
+        for batch in pack(forest(random.Random(seed)), 24):
+            fewer += len(set(batch.predictor)) < len(batch.tokens)  # rows kept < rows returned when ignored
+            honoured = packed_logprobs(model, batch, attention=attention)
+            ignored = packed_logprobs(IgnoresLogitsToKeep(model), batch, attention=attention)
+            assert torch.allclose(honoured, ignored, rtol=1e-12, atol=1e-12)
+    assert fewer > 0
+
+
+def test_a_model_returning_neither_the_kept_rows_nor_all_is_refused():
+    from forge_cli.train.prefix_tree import pack
+    from forge_cli.train.step import packed_logprobs
+
+    [batch] = pack(forest(random.Random(0)))
+    with pytest.raises(ForgeError, match="logit rows"):
+        packed_logprobs(IgnoresLogitsToKeep(tiny_llama(torch.float32), rows=slice(1, None)), batch, attention="dense")

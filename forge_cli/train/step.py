@@ -3,8 +3,8 @@
     terms  = pack(samples, budget)                   # micro-batches of packed trees
     N      = Σ_i |o_i|                               # logical output tokens, whole batch
     for each micro-batch:
-        logits = model(tokens, tree, depth)[predictor]   # [n_terms, V]; attention over ancestors only
-        logp   = log_softmax(logits / T)[target]     # [n_terms]
+        logits = model(tokens, tree, depth)[keep]    # [K, V], keep = the distinct predictors; ancestors only
+        logp   = log_softmax(logits / T)[row, target]   # [n_terms], row = each term's predictor in keep
         loss   = Σ LOSS(logp, old_logp, Â) · weight / N           # the same sum as unmerged
         loss.backward()                              # gradients accumulate across micro-batches
     optimizer.step()
@@ -29,7 +29,10 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
 
     ``attention`` (see :func:`attention_mode`): ``"tree"`` — ancestor pairs only
     (:mod:`.tree_attention`); ``"flex"`` — FlexAttention's block-sparse mask (CUDA); ``"dense"`` —
-    a ``[1, 1, T, T]`` boolean mask through the model's own attention (any model, every pair computed).
+    a ``[1, 1, T, T]`` additive float mask (0 or the dtype's minimum) through the model's own
+    attention (any model and attention implementation, eager included; every pair computed).
+    Logits are asked for (``logits_to_keep``) at the distinct predictor positions only; a model
+    that ignores that and returns all ``T`` rows is detected by its row count and indexed here.
     Tree attention only: ``prefix_kv`` holds, per layer, the keys/values of ``batch.prefix``;
     ``capture`` (a dict) receives this batch's own per-layer keys/values.
     """
@@ -39,9 +42,12 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
     predictor = torch.tensor(batch.predictor, device=device, dtype=torch.long)
     target = torch.tensor(batch.target, device=device, dtype=torch.long)
     mode = attention_mode(model, attention)
-    # logits only at the predictor rows: T × V shrinks to n_terms × V before the lm_head
+    # logits only at the distinct predictor rows: T × V shrinks to K × V before the lm_head. A model
+    # that honours this returns K rows; one that ignores it returns T, and K == T only when every
+    # position is kept (keep = 0 … T−1), where both are the same rows — the two cannot be confused
+    keep, row = torch.unique(predictor, sorted=True, return_inverse=True)
     # no KV cache: nothing decodes after this forward, and the cache would hold every layer's K/V
-    kw = dict(input_ids=ids, position_ids=positions, logits_to_keep=predictor, use_cache=False)
+    kw = dict(input_ids=ids, position_ids=positions, logits_to_keep=keep, use_cache=False)
     if mode == "tree":
         from forge_cli.train.tree_attention import TreePlan, tree_attention
 
@@ -51,7 +57,7 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
         plan = TreePlan.from_subtree_end(batch.subtree_end, device, batch.prefix_len)
         plan.prefix_kv, plan.capture = prefix_kv, capture
         with tree_attention(model):
-            logits = model(**kw, tree_plan=plan).logits[0]  # [n_terms, V]
+            logits = model(**kw, tree_plan=plan).logits[0]  # [K, V]
         layers = getattr(model.config, "num_hidden_layers", None)
         if not plan.calls or (layers is not None and plan.calls != layers):
             raise ForgeError(f"{type(model).__name__} did not route every layer's attention through transformers' "
@@ -64,12 +70,29 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
                              "use 'tree' or 'auto'")
         logits = model(**kw, attention_mask=flex_block_mask(batch, device)).logits[0]
     else:
-        logits = model(**kw, attention_mask=batch.attention_mask().to(device)).logits[0]  # ancestors-or-self, causal
-    if logits.shape[0] != len(batch.predictor):  # a model that ignores a tensor logits_to_keep: [T, V]
-        logits = logits.index_select(0, predictor)
+        logits = model(**kw, attention_mask=additive_mask(batch, model)).logits[0]  # ancestors-or-self, causal
+    T = len(batch.tokens)
+    if logits.shape[0] != len(keep):
+        if logits.shape[0] != T:
+            raise ForgeError(f"{type(model).__name__} returned {logits.shape[0]} logit rows for a {T}-token micro-batch "
+                             f"asked for {len(keep)} (logits_to_keep): expected {len(keep)} or {T}")
+        logits = logits.index_select(0, keep)  # a model that ignores a tensor logits_to_keep: [T, V] → [K, V]
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
-    return torch.log_softmax(logits / temperature, dim=-1).gather(-1, target[:, None])[:, 0]
+    return torch.log_softmax(logits / temperature, dim=-1)[row, target]
+
+
+def additive_mask(batch: Packed, model: Any) -> torch.Tensor:
+    """The tree mask as the model's attention adds it to the scores: ``[1, 1, T, T]`` in the model's
+    dtype, 0 where ``k <= q < subtree_end[k]`` and the dtype's minimum elsewhere.
+
+    A boolean mask is right for SDPA only: eager attention adds the mask to the scores, so a
+    boolean one would add 1 to the allowed pairs and mask nothing. An additive float mask means the
+    same to every implementation (SDPA adds a float mask too)."""
+    parameter = next(model.parameters())
+    dtype = parameter.dtype if parameter.dtype.is_floating_point else torch.float32
+    allowed = batch.attention_mask().to(parameter.device)
+    return torch.zeros(allowed.shape, dtype=dtype, device=parameter.device).masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
 def attention_mode(model: Any, attention: str = "auto") -> str:
