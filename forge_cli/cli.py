@@ -89,7 +89,7 @@ def build_app() -> typer.Typer:
         ),
         set_: list[str] = typer.Option(
             [], "--set", "-s", metavar="KEY=VALUE",
-            help="Override a config key: --set pool.window_fraction=0.5 (repeatable; before the command).",
+            help="Override a config key: --set pool.max_active_groups=32 (repeatable; before the command).",
         ),
         version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
     ) -> None:

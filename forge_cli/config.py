@@ -21,7 +21,10 @@ from typing import Any, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from forge_cli.engine import EngineConfig, VLLMEngineConfig
+from forge_cli.engine.router import ROUTING_POLICIES
 from forge_cli.errors import ForgeError
+from forge_cli.pool.scheduler import SchedulerConfig, WindowedFIFOScheduler
+from forge_cli.train.config import ATTENTION_MODES, SPLITS, CISPOLoss, LossConfig, TorchTrainEngine, TrainEngineConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,9 +60,11 @@ class ModelConfig(Section):
         description='Rollout engine: [model.engine] with type = "vllm" | "hf" | "scripted" and that engine\'s fields '
                     '(model.engine = "hf" is short for type = "hf").')
     tool_format: str = Field("hermes", description="Tool-call format for sessions that do not choose one.")
-    max_model_len: int = Field(4096, gt=0, description="Longest prompt + output, in tokens.")
+    max_model_len: int | None = Field(None, gt=1, description="Longest prompt + output, in tokens, for every engine; "
+                                      "default: the model's own limit (max_position_embeddings).")
     replicas: int = Field(1, ge=1, le=64, description="Engine replicas behind the gateway's router.")
-    routing: Literal["cache_aware", "round_robin"] = Field("cache_aware", description="How the router picks a replica.")
+    routing: Literal[tuple(ROUTING_POLICIES)] = Field(  # type: ignore[valid-type]
+        "cache_aware", description="How the router picks a replica: " + "; ".join(f"{k}: {v}" for k, v in ROUTING_POLICIES.items()) + ".")
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -92,10 +97,9 @@ class PoolConfig(Section):
     """The data pool and the scheduler that feeds the trainer (DESIGN.md §4)."""
 
     url: str = Field("sqlite", description='"sqlite" (a file in the run folder) or "postgresql://…".')
-    scheduler: Literal["windowed_fifo", "fifo", "greedy"] = Field("windowed_fifo", description="Scheduler.")
-    window_fraction: float = Field(
-        0.3, gt=0.0, le=1.0, description="W = ceil(window_fraction · max_active_groups) for windowed_fifo."
-    )
+    scheduler: SchedulerConfig = Field(default_factory=WindowedFIFOScheduler, description=(
+        'Which finished groups the trainer may take: [pool.scheduler] with type = "windowed_fifo" (and window_fraction) '
+        '| "fifo" (W = 1) | "greedy" (W = ∞).'))
     max_active_groups: int = Field(16, gt=0, description="N: groups submitted and not yet consumed.")
     group_timeout_s: float = Field(1800.0, gt=0, description="A head group older than this is marked timed out.")
     on_timeout: Literal["drop", "train"] = Field(
@@ -103,33 +107,26 @@ class PoolConfig(Section):
     )
 
 
-class LossConfig(Section):
-    """The policy-gradient loss (DESIGN.md §5)."""
-
-    type: Literal["cispo", "ppo_clip", "grpo", "reinforce"] = Field("cispo", description="Loss function.")
-    eps_low: float = Field(1e6, ge=0, description="Lower clip of the IS weight (large = no lower bound).")
-    eps_high: float = Field(0.28, ge=0, description="Upper clip of the IS weight.")
-    token_mask: bool = Field(False, description="CISPO: the token mask of MiniMax-M1 eq. 6–7.")
-
-
 class TrainConfig(Section):
     """The trainer."""
 
-    engine: Literal["torch", "deepspeed"] = Field("torch", description="Train engine.")
+    engine: TrainEngineConfig = Field(default_factory=TorchTrainEngine, description=(
+        'Train engine: [train.engine] with type = "torch" | "deepspeed" (and zero_stage); train.engine = "deepspeed" '
+        'is short for its table.'))
     lr: float = Field(5e-5, gt=0, description="Learning rate (AdamW).")
     groups_per_step: int = Field(4, gt=0, description="P: groups consumed per train step.")
     group_size: int = Field(8, gt=0, description="n: trajectories sampled per task.")
     micro_batch_tokens: int = Field(8192, gt=0, description="Token budget of one packed micro-batch.")
-    attention: Literal["auto", "tree", "flex", "dense"] = Field(
-        "auto", description="Prefix-tree attention: tree (ancestor pairs only), flex (FlexAttention block mask, CUDA), "
-        "dense (a [T, T] mask, any model); auto picks flex for FlexAttention models, else tree, else dense.")
-    split: Literal["auto", "reuse", "recompute"] = Field(
-        "auto", description="A tree over micro_batch_tokens: reuse (its shared part's keys/values are computed once "
-        "and reused, with gradients; tree attention only) or recompute (each part recomputes the shared chain); "
-        "auto: reuse where the attention allows.")
+    attention: Literal[tuple(ATTENTION_MODES)] = Field(  # type: ignore[valid-type]
+        "auto", description="Prefix-tree attention: " + "; ".join(f"{k}: {v}" for k, v in ATTENTION_MODES.items()) + ".")
+    split: Literal[tuple(SPLITS)] = Field(  # type: ignore[valid-type]
+        "auto", description="A tree over micro_batch_tokens: " + "; ".join(f"{k}: {v}" for k, v in SPLITS.items()) + ".")
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="auto: bf16 mixed precision on a GPU that supports it, float32 otherwise.")
-    loss: LossConfig = Field(default_factory=LossConfig)
+    loss: LossConfig = Field(default_factory=CISPOLoss, description=(
+        'The policy-gradient loss: [train.loss] with type = "cispo" | "ppo_clip" | "grpo" | "reinforce" and its fields.'))
+
+    _names_are_tables = field_validator("engine", "loss", mode="before")(lambda cls, v: {"type": v} if isinstance(v, str) else v)
 
 
 class ForgeConfig(Section):
@@ -191,6 +188,23 @@ def _as_union_tables(tree: Any, unions: set[str], prefix: str = "") -> Any:
             value = {"type": value}
         out[key] = _as_union_tables(value, unions, dotted + ".")
     return out
+
+
+def _with_default_types(tree: dict[str, Any], unions: set[str]) -> dict[str, Any]:
+    """A union's table that names no ``type`` (``[model.engine]`` with a field or two) is of the
+    default type."""
+    defaults = ForgeConfig()
+    for dotted in unions:
+        *parents, key = dotted.split(".")
+        node: Any = tree
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(key), dict) and "type" not in node[key]:
+            default: Any = defaults
+            for part in dotted.split("."):
+                default = getattr(default, part)
+            node[key] = {"type": default.type, **node[key]}
+    return tree
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -335,7 +349,7 @@ def load_config(
 
     unions = _union_paths()
     file_tree, env_tree, flag_tree = (_as_union_tables(t, unions) for t in (file_tree, env_tree, flag_tree))
-    merged = _merge(_merge(file_tree, env_tree), flag_tree)
+    merged = _with_default_types(_merge(_merge(file_tree, env_tree), flag_tree), unions)
     try:
         return ForgeConfig.model_validate(merged)
     except ValidationError as exc:

@@ -133,7 +133,7 @@ def run_checks(config: Any, registry: Any, quick: bool = False) -> list[Check]:
         _import_check("torch", "torch", True, torch_extra, quick),
         _import_check("transformers", "transformers", True, quick=quick),
         _import_check("vllm", "vllm", config.model.engine.type == "vllm", quick=quick),
-        _import_check("deepspeed", "deepspeed", config.train.engine == "deepspeed", quick=quick),
+        _import_check("deepspeed", "deepspeed", config.train.engine.type == "deepspeed", quick=quick),
         _import_check("ray", "ray", False, quick=quick),
         _import_check("fastapi", "fastapi", True, quick=quick),
         _import_check("uvicorn", "uvicorn", True, quick=quick),

@@ -14,22 +14,22 @@ from forge_cli.errors import ForgeError
 def test_defaults_need_no_file():
     config = load_config(env={})
     assert config == ForgeConfig()
-    assert config.pool.window_fraction == 0.3
-    assert config.pool.scheduler == "windowed_fifo"
+    assert config.pool.scheduler.window_fraction == 0.3
+    assert config.pool.scheduler.type == "windowed_fifo"
     assert config.train.loss.type == "cispo"
 
 
 def test_precedence(tmp_path):
-    (tmp_path / "forge.toml").write_text("[pool]\nwindow_fraction = 0.5\nmax_active_groups = 8\n[train]\nlr = 1e-4\n")
+    (tmp_path / "forge.toml").write_text("[pool]\nmax_active_groups = 8\n[pool.scheduler]\nwindow_fraction = 0.5\n[train]\nlr = 1e-4\n")
     from_file = load_config(env={})
-    assert (from_file.pool.window_fraction, from_file.pool.max_active_groups) == (0.5, 8)
-    env = {"FORGE_POOL__WINDOW_FRACTION": "0.6", "FORGE_TRAIN__LOSS__EPS_HIGH": "0.2", "FORGE_HOME": "/x"}
+    assert (from_file.pool.scheduler.window_fraction, from_file.pool.max_active_groups) == (0.5, 8)
+    env = {"FORGE_POOL__SCHEDULER__WINDOW_FRACTION": "0.6", "FORGE_TRAIN__LOSS__EPS_HIGH": "0.2", "FORGE_HOME": "/x"}
     from_env = load_config(env=env)
-    assert from_env.pool.window_fraction == 0.6
+    assert from_env.pool.scheduler.window_fraction == 0.6
     assert from_env.pool.max_active_groups == 8  # the file's value survives a partial override
     assert from_env.train.loss.eps_high == 0.2
-    from_flag = load_config(env=env, overrides={"pool.window_fraction": 0.7})
-    assert from_flag.pool.window_fraction == 0.7
+    from_flag = load_config(env=env, overrides={"pool.scheduler.window_fraction": 0.7})
+    assert from_flag.pool.scheduler.window_fraction == 0.7
     assert from_flag.train.lr == 1e-4
 
 
@@ -44,10 +44,11 @@ def test_explicit_config_path(tmp_path):
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ("[pool]\nwindow_fraction = 1.5\n", "pool.window_fraction: Input should be less than or equal to 1"),
+        ("[pool.scheduler]\nwindow_fraction = 1.5\n", "pool.scheduler.window_fraction: Input should be less than or equal to 1"),
         ("[pool]\nwindow_fractio = 0.5\n", "pool.window_fractio: unknown key"),
-        ("[pool]\nwindow_fraction = 'abc'\n", "pool.window_fraction: Input should be a valid number"),
-        ("[train]\nengine = 'jax'\n", "train.engine: Input should be 'torch' or 'deepspeed'"),
+        ("[pool.scheduler]\nwindow_fraction = 'abc'\n", "pool.scheduler.window_fraction: Input should be a valid number"),
+        ("[pool]\nwindow_fraction = 0.5\n", "pool.window_fraction: unknown key"),
+        ("[train]\nengine = 'jax'\n", "train.engine: type must be one of 'torch', 'deepspeed' (got 'jax')"),
         ("[gateway]\nsocket = 'none'\n", "gateway.socket: Value error, 'none' is neither \"auto\", \"\" (no socket) nor a path"),
         ("[nonsense]\nx = 1\n", "nonsense: unknown key"),
         ("[pool\n", "not valid TOML"),
@@ -64,8 +65,8 @@ def test_file_errors_name_key_and_file(tmp_path, toml, message):
 
 
 def test_env_and_flag_errors_name_their_source():
-    with pytest.raises(ForgeError, match=r"^environment variable FORGE_POOL__WINDOW_FRACTION: pool.window_fraction"):
-        load_config(env={"FORGE_POOL__WINDOW_FRACTION": "7"})
+    with pytest.raises(ForgeError, match=r"^environment variable FORGE_POOL__SCHEDULER__WINDOW_FRACTION: pool.scheduler.window_fraction"):
+        load_config(env={"FORGE_POOL__SCHEDULER__WINDOW_FRACTION": "7"})
     with pytest.raises(ForgeError, match=r"^command-line flag --set pool.bogus: pool.bogus: unknown key"):
         load_config(env={}, overrides={"pool.bogus": 1})
     with pytest.raises(ForgeError, match="expects KEY=VALUE"):
@@ -76,7 +77,7 @@ def test_env_and_flag_errors_name_their_source():
     with pytest.raises(ForgeError, match=r"^environment variable FORGE_NOPE__X: nope: unknown key"):
         load_config(env={"FORGE_NOPE__X": "1"})
     with pytest.raises(ForgeError, match=r"^command-line flag --engine: model.engine"):
-        load_config(env={}, overrides={"model.engine": "foo"}, flag_names={"model.engine": "--engine"})
+        load_config(env={}, overrides={"model.engine.type": "foo"}, flag_names={"model.engine.type": "--engine"})
 
 
 def test_set_values_use_toml_syntax():
@@ -89,10 +90,10 @@ def test_set_values_use_toml_syntax():
 
 
 def test_resolved_config_written_as_json(tmp_path):
-    config = load_config(env={}, overrides={"pool.window_fraction": 0.25, "scaffolds.react.max_turns": 3})
+    config = load_config(env={}, overrides={"pool.scheduler.window_fraction": 0.25, "scaffolds.react.max_turns": 3})
     out = write_resolved(config, tmp_path / "runs" / "r1")
     data = json.loads(out.read_text())
-    assert data["pool"]["window_fraction"] == 0.25
+    assert data["pool"]["scheduler"]["window_fraction"] == 0.25
     assert data["scaffolds"] == {"react": {"max_turns": 3}}
     assert ForgeConfig.model_validate(data) == config
 

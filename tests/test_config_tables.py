@@ -96,3 +96,36 @@ def test_the_cli_prints_bad_config_files_as_one_red_line(cli, tmp_path):
     assert result.exit_code == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith("Error: ")
     result = cli("--config", ".", "config", "show")
     assert result.exit_code == 1 and "is a folder" in result.stderr
+
+
+def test_every_union_section_is_its_own_name_table():
+    """Loss, scheduler and train engine: the config's members are the names the code dispatches on."""
+    from forge_cli.pool.scheduler import SCHEDULER_CONFIGS, Scheduler
+    from forge_cli.train import loss
+    from forge_cli.train.config import LOSS_CONFIGS, TRAIN_ENGINE_CONFIGS, loss_function
+
+    for name in LOSS_CONFIGS:
+        cfg = load_config(env={}, overrides={"train.loss": name}).train.loss
+        assert cfg.type == name and loss_function(cfg) is getattr(loss, {"grpo": "ppo_clip"}.get(name, name))
+    for name in SCHEDULER_CONFIGS:
+        pool = load_config(env={}, overrides={"pool.scheduler": name, "pool.max_active_groups": 10}).pool
+        assert Scheduler.from_config(pool, 2).window == {"fifo": 1, "greedy": None, "windowed_fifo": 3}[name]
+    for name in TRAIN_ENGINE_CONFIGS:
+        assert load_config(env={}, overrides={"train.engine": name}).train.engine.type == name
+    engine = load_config(env={}, overrides={"train.engine.type": "deepspeed", "train.engine.zero_stage": 3}).train.engine
+    assert engine.zero_stage == 3
+    with pytest.raises(ForgeError, match="train.engine.zero_stage: unknown key for type = 'torch'"):
+        load_config(env={}, overrides={"train.engine.zero_stage": 3})
+    with pytest.raises(ForgeError, match="pool.window_fraction: unknown key"):  # it is windowed_fifo's own field now
+        load_config(env={}, overrides={"pool.window_fraction": 0.5})
+
+
+def test_attention_and_split_names_come_from_the_trainer_table():
+    from forge_cli.train.config import ATTENTION_MODES, SPLITS
+
+    for name in ATTENTION_MODES:
+        assert load_config(env={}, overrides={"train.attention": name}).train.attention == name
+    for name in SPLITS:
+        assert load_config(env={}, overrides={"train.split": name}).train.split == name
+    with pytest.raises(ForgeError, match="train.attention: Input should be 'auto', 'tree', 'flex' or 'dense'"):
+        load_config(env={}, overrides={"train.attention": "sparse"})

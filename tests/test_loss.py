@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from forge_cli.train.loss import LOSSES, cispo, ppo_clip
+from forge_cli.train.config import LOSS_CONFIGS, loss_function
+from forge_cli.train.loss import cispo, ppo_clip
 from forge_cli.train.step import policy_loss_backward
 from tests.test_prefix_tree import forest, tiny_llama
 
@@ -43,7 +44,7 @@ def test_cispo_by_hand():
 
 
 def separate_backward(model, samples, loss_cfg):
-    fn = LOSSES[loss_cfg.type]
+    fn = loss_function(loss_cfg)
     n = sum(len(s.tokens) - s.prompt_len for s in samples)
     total = 0.0
     for s in samples:
@@ -57,7 +58,7 @@ def separate_backward(model, samples, loss_cfg):
     return total
 
 
-@pytest.mark.parametrize("loss_type", sorted(LOSSES))
+@pytest.mark.parametrize("loss_type", sorted(LOSS_CONFIGS))
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-10), (torch.float32, 1e-5)])
 @pytest.mark.parametrize(("budget", "attention", "split"), [
     (None, "dense", "auto"), (20, "dense", "recompute"), (None, "tree", "auto"), (20, "tree", "reuse"), (20, "tree", "recompute"),

@@ -234,7 +234,7 @@ def test_scheduler_from_config_drives_the_pool(pool):
     from forge_cli.config import load_config
     from forge_cli.pool.scheduler import Scheduler
 
-    config = load_config(env={}, overrides={"pool.max_active_groups": 4, "pool.window_fraction": 0.5, "pool.group_timeout_s": 30})
+    config = load_config(env={}, overrides={"pool.max_active_groups": 4, "pool.scheduler.window_fraction": 0.5, "pool.group_timeout_s": 30})
     s = Scheduler.from_config(config.pool, groups_per_step=2)
     assert (s.name, s.window, s.on_timeout) == ("windowed_fifo", 2, "drop")
     groups = [s.submit(pool, f"t{i}", 1, "react") for i in range(4)]

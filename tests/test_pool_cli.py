@@ -15,7 +15,7 @@ from forge_cli.runs import new_run
 @pytest.fixture(params=["sqlite", "postgres"])
 def run(request, tmp_path):
     url = "sqlite" if request.param == "sqlite" else request.getfixturevalue("pg_url")
-    config = load_config(env={}, overrides={"pool.url": url, "pool.max_active_groups": 10, "pool.window_fraction": 0.3})
+    config = load_config(env={}, overrides={"pool.url": url, "pool.max_active_groups": 10, "pool.scheduler.window_fraction": 0.3})
     run_dir = new_run(config, name=f"r-{request.param}-{uuid.uuid4().hex[:10]}")
     pool = open_pool(url, run_dir)
     groups = [pool.submit_group(f"task-{i}", 2, "truncate-bc") for i in range(3)]

@@ -129,14 +129,14 @@ def test_a_second_server_on_a_run_is_refused_until_the_first_is_gone(tmp_path):
 
 
 def test_claim_run_locks_before_it_writes(tmp_path):
-    config = _config(tmp_path / "runs", **{"pool.window_fraction": 0.5})
+    config = _config(tmp_path / "runs", **{"pool.scheduler.window_fraction": 0.5})
     with claim_run(config, "r") as lock:
         assert lock.held and lock.created and lock.run_dir == tmp_path / "runs" / "r"
         saved = (lock.run_dir / "config.json").read_bytes()
-        assert json.loads(saved)["pool"]["window_fraction"] == 0.5
-        other = _config(tmp_path / "runs", **{"pool.window_fraction": 0.25})
+        assert json.loads(saved)["pool"]["scheduler"]["window_fraction"] == 0.5
+        other = _config(tmp_path / "runs", **{"pool.scheduler.window_fraction": 0.25})
         code = ("import sys\nfrom forge_cli.config import load_config\nfrom forge_cli.runs import claim_run\n"
-                "claim_run(load_config(env={}, overrides={'run.dir': sys.argv[1], 'pool.window_fraction': 0.25}), 'r')\n")
+                "claim_run(load_config(env={}, overrides={'run.dir': sys.argv[1], 'pool.scheduler.window_fraction': 0.25}), 'r')\n")
         refused = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True)
         assert refused.returncode != 0 and f"already being served by process {os.getpid()} " in refused.stderr
         with pytest.raises(ForgeError, match="already being served"):
@@ -144,7 +144,7 @@ def test_claim_run_locks_before_it_writes(tmp_path):
         assert (lock.run_dir / "config.json").read_bytes() == saved  # the refused servers changed nothing
     with claim_run(other, "r") as again:  # continuing the run: not created, its config rewritten
         assert not again.created
-        assert json.loads((again.run_dir / "config.json").read_text())["pool"]["window_fraction"] == 0.25
+        assert json.loads((again.run_dir / "config.json").read_text())["pool"]["scheduler"]["window_fraction"] == 0.25
     with pytest.raises(ForgeError, match="is not a plain name"):
         claim_run(config, "../x")
     assert not (tmp_path / "x").exists()

@@ -8,16 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forge_cli.pool.scheduler import Decision, QueueEntry, select, window_size
+from forge_cli.pool.scheduler import SCHEDULER_CONFIGS, Decision, FIFOScheduler, GreedyScheduler, QueueEntry, WindowedFIFOScheduler, select
 
 
 def test_window_size():
-    assert window_size("fifo", 0.3, 16) == 1
-    assert window_size("greedy", 0.3, 16) is None
-    assert window_size("windowed_fifo", 0.3, 16) == 5  # ceil(4.8)
-    assert window_size("windowed_fifo", 0.01, 16) == 1
-    with pytest.raises(ValueError):
-        window_size("lifo", 0.3, 16)
+    assert FIFOScheduler().window(16) == 1
+    assert GreedyScheduler().window(16) is None
+    assert WindowedFIFOScheduler(window_fraction=0.3).window(16) == 5  # ceil(4.8)
+    assert WindowedFIFOScheduler(window_fraction=0.01).window(16) == 1
+    assert set(SCHEDULER_CONFIGS) == {"windowed_fifo", "fifo", "greedy"}
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        WindowedFIFOScheduler(window_fraction=0)
 
 
 class Queue:

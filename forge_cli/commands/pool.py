@@ -54,13 +54,11 @@ def register(app: typer.Typer) -> None:
 
         from forge_cli.commands._common import print_json
         from forge_cli.console import console
-        from forge_cli.pool.scheduler import window_size
-
         pool, cfg, run_dir = _open(run)
+        window = cfg.pool.scheduler.window(cfg.pool.max_active_groups)
         with pool:
-            window = window_size(cfg.pool.scheduler, cfg.pool.window_fraction, cfg.pool.max_active_groups)
             data = pool.stats(window=window)
-        data["scheduler"] = cfg.pool.scheduler
+        data["scheduler"] = cfg.pool.scheduler.type
         if as_json:
             print_json(data)
             return
@@ -72,7 +70,7 @@ def register(app: typer.Typer) -> None:
         q = data["queue"]
         w = "∞" if window is None else str(window)
         span = "" if q["head"] is None or window is None else f"  window [{q['head']}, {q['head'] + window - 1}]"
-        table.add_row("queue", f"head {q['head']}  next index {q['next_index']}  {cfg.pool.scheduler} W={w}{span}")
+        table.add_row("queue", f"head {q['head']}  next index {q['next_index']}  {cfg.pool.scheduler.type} W={w}{span}")
         table.add_row("completions", f"{data['completions']}  tokens: prompt {data['tokens']['prompt']}, output {data['tokens']['output']}")
         table.add_row("storage", f"{data['bytes_per_token']} token bytes/token" + (
             f", {data['file_bytes_per_token']} file bytes/token" if data["file_bytes_per_token"] else ""))

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class _EngineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    def build(self, model_path: str | Path, max_model_len: int) -> Any:  # pragma: no cover - abstract
+    def build(self, model_path: str | Path, max_model_len: int | None) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -29,7 +29,7 @@ class VLLMEngineConfig(_EngineConfig):
     kv_cache_bytes: int = Field(256 * 1024 * 1024, gt=0, description="CPU: bytes of KV cache.")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prompt prefixes.")
 
-    def build(self, model_path: str | Path, max_model_len: int) -> Any:
+    def build(self, model_path: str | Path, max_model_len: int | None) -> Any:
         from forge_cli.engine.vllm import VLLMEngine
 
         return VLLMEngine(model_path, max_model_len=max_model_len, kv_cache_bytes=self.kv_cache_bytes,
@@ -44,7 +44,7 @@ class HFEngineConfig(_EngineConfig):
     device: str = Field("cpu", description='torch device ("cpu", "cuda", "cuda:1").')
     max_batch: int = Field(32, ge=1, le=1024, description="Most rows sampled together.")
 
-    def build(self, model_path: str | Path, max_model_len: int) -> Any:
+    def build(self, model_path: str | Path, max_model_len: int | None) -> Any:
         from forge_cli.engine.hf import HFEngine
 
         return HFEngine(model_path, device=self.device, max_batch=self.max_batch, max_model_len=max_model_len)
@@ -58,7 +58,7 @@ class ScriptedEngineConfig(_EngineConfig):
     policy: str | None = Field(None, description="A rules/turns JSON file, or module:function (see README).")
     device: str = Field("cpu", description="torch device of the scoring model.")
 
-    def build(self, model_path: str | Path, max_model_len: int) -> Any:
+    def build(self, model_path: str | Path, max_model_len: int | None) -> Any:
         from forge_cli.engine.scripted import ScriptedEngine
         from forge_cli.errors import ForgeError
 
@@ -75,7 +75,7 @@ ENGINE_CONFIGS: dict[str, type[_EngineConfig]] = {
 ENGINES = tuple(ENGINE_CONFIGS)
 
 
-def make_engine(config: _EngineConfig | str, model_path: str | Path, *, max_model_len: int = 4096) -> Any:
+def make_engine(config: _EngineConfig | str, model_path: str | Path, *, max_model_len: int | None = None) -> Any:
     """Build an engine from its config (or from a name, with that engine's defaults)."""
     from forge_cli.errors import ForgeError
 

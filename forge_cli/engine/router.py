@@ -18,6 +18,12 @@ from typing import Any
 
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams
 
+# ``model.routing``: the one table of routing policy names
+ROUTING_POLICIES: dict[str, str] = {
+    "cache_aware": "the replica holding the longest prefix of the prompt, unless load is imbalanced",
+    "round_robin": "each replica in turn",
+}
+
 
 class PrefixTree:
     """Token-id trie with a node budget; past it, the tree starts over (approximate, like SGLang's)."""
@@ -69,8 +75,8 @@ class Router(Engine):
     ) -> None:
         if not replicas:
             raise ValueError("a router needs at least one replica")
-        if policy not in ("cache_aware", "round_robin"):
-            raise ValueError(f"unknown routing policy {policy!r}")
+        if policy not in ROUTING_POLICIES:
+            raise ValueError(f"unknown routing policy {policy!r}: choose one of {', '.join(ROUTING_POLICIES)}")
         super().__init__(min(r.max_model_len for r in replicas))
         self.replicas = replicas
         self.policy = policy

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-SchedulerName = Literal["windowed_fifo", "fifo", "greedy"]
+from pydantic import BaseModel, ConfigDict, Field
+
 OnTimeout = Literal["drop", "train"]
 
 
@@ -46,15 +47,46 @@ class Decision:
     head_before: int | None = None
 
 
-def window_size(scheduler: SchedulerName, window_fraction: float, max_active_groups: int) -> int | None:
-    """``W`` for a scheduler: 1 for fifo, None (∞) for greedy, ``ceil(fraction · N)`` (≥ 1) otherwise."""
-    if scheduler == "fifo":
+class _SchedulerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def window(self, max_active_groups: int) -> int | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class WindowedFIFOScheduler(_SchedulerConfig):
+    """The default: any complete group among the ``W`` oldest active ones."""
+
+    type: Literal["windowed_fifo"] = "windowed_fifo"
+    window_fraction: float = Field(0.3, gt=0.0, le=1.0, description="W = ceil(window_fraction · max_active_groups).")
+
+    def window(self, max_active_groups: int) -> int:
+        return max(1, math.ceil(self.window_fraction * max_active_groups))
+
+
+class FIFOScheduler(_SchedulerConfig):
+    """Strict FIFO (W = 1): only the head, ever."""
+
+    type: Literal["fifo"] = "fifo"
+
+    def window(self, max_active_groups: int) -> int:
         return 1
-    if scheduler == "greedy":
+
+
+class GreedyScheduler(_SchedulerConfig):
+    """Greedy (W = ∞): any complete group — fast, easy tasks skew the data; for comparison."""
+
+    type: Literal["greedy"] = "greedy"
+
+    def window(self, max_active_groups: int) -> None:
         return None
-    if scheduler == "windowed_fifo":
-        return max(1, math.ceil(window_fraction * max_active_groups))
-    raise ValueError(f"unknown scheduler {scheduler!r}")
+
+
+# ``[pool.scheduler]``: the one table of scheduler names, each member with its own fields
+SchedulerConfig = Annotated[Union[WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler], Field(discriminator="type")]
+SCHEDULER_CONFIGS: dict[str, type[_SchedulerConfig]] = {
+    c.model_fields["type"].default: c for c in (WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler)
+}
 
 
 def select(
@@ -115,7 +147,7 @@ class Scheduler:
     keeps the staleness bound), after timing out a stalled head.
     """
 
-    name: SchedulerName
+    name: str  # a type in SCHEDULER_CONFIGS
     window: int | None
     groups_per_step: int
     on_timeout: OnTimeout
@@ -124,10 +156,9 @@ class Scheduler:
 
     @classmethod
     def from_config(cls, pool: Any, groups_per_step: int) -> "Scheduler":
-        name = pool.scheduler
         return cls(
-            name=name,
-            window=window_size(name, pool.window_fraction, pool.max_active_groups),
+            name=pool.scheduler.type,
+            window=pool.scheduler.window(pool.max_active_groups),
             groups_per_step=groups_per_step,
             on_timeout=pool.on_timeout,
             group_timeout_s=pool.group_timeout_s,

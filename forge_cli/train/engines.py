@@ -181,10 +181,15 @@ class DeepSpeedEngine(_Closing):
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
 
-def make_train_engine(kind: str, model: Any, lr: float, **kw: Any) -> Any:
-    if kind == "torch":
-        kw.pop("zero_stage", None)
-        return TorchEngine(model, lr, **kw)
-    if kind == "deepspeed":
-        return DeepSpeedEngine(model, lr, **kw)
-    raise ForgeError(f"unknown train engine {kind!r}: choose torch or deepspeed")
+def make_train_engine(config: Any, model: Any, lr: float, **kw: Any) -> Any:
+    """A train engine from its ``[train.engine]`` config, or from its name (``zero_stage`` is then
+    taken from ``kw`` for DeepSpeed)."""
+    from forge_cli.train.config import TRAIN_ENGINE_CONFIGS
+
+    if isinstance(config, str):
+        member = TRAIN_ENGINE_CONFIGS.get(config)
+        if member is None:
+            raise ForgeError(f"unknown train engine {config!r}: choose one of {', '.join(TRAIN_ENGINE_CONFIGS)}")
+        stage = kw.pop("zero_stage", None)
+        config = member(**({"zero_stage": stage} if stage is not None and "zero_stage" in member.model_fields else {}))
+    return config.build(model, lr, **kw)

@@ -6,7 +6,8 @@ engine's at sampling time — to per-token losses ``[n_tokens]``. The caller sum
 term's weight) and divides by the number of logical output tokens of the whole global batch,
 counted before micro-batching, so packing and gradient accumulation change nothing.
 
-``LOSSES`` maps ``train.loss.type`` to the function: one table, no parallel if/elif chains.
+``[train.loss]``'s union in :mod:`forge_cli.train.config` is the one table of loss names; each
+member names its function here (:func:`forge_cli.train.config.loss_function`).
 """
 
 from __future__ import annotations
@@ -49,5 +50,3 @@ def reinforce(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, cfg
     """REINFORCE (Williams 1992) with advantages: ``−Â · log π``; ignores ``old_logp``."""
     return -adv * logp
 
-
-LOSSES: dict[str, LossFn] = {"cispo": cispo, "ppo_clip": ppo_clip, "grpo": ppo_clip, "reinforce": reinforce}

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from forge_cli.errors import ForgeError
-from forge_cli.train.loss import LOSSES
+from forge_cli.train.config import ATTENTION_MODES, SPLITS, loss_function, names_in
 from forge_cli.pool.types import Sample
 from forge_cli.train.prefix_tree import Packed, pack
 
@@ -99,8 +99,8 @@ def attention_mode(model: Any, attention: str = "auto") -> str:
     """``"auto"`` → ``"flex"`` for a model loaded with FlexAttention on CUDA (it has no backward on
     CPU), else ``"tree"`` where the model dispatches through transformers' AttentionInterface, else
     ``"dense"``."""
-    if attention not in ("auto", "tree", "flex", "dense"):
-        raise ForgeError(f"unknown attention mode {attention!r}: choose auto, tree, flex or dense")
+    if attention not in ATTENTION_MODES:
+        raise ForgeError(f"unknown attention mode {attention!r}: choose {names_in(ATTENTION_MODES)}")
     if attention != "auto":
         return attention
     on_cuda = next(model.parameters()).device.type == "cuda"
@@ -180,13 +180,13 @@ def policy_loss_backward(
     count of micro-batches to the number of forward/backward passes to run; the extra ones are
     empty (zero loss) — for ranks that must stay in step.
     """
-    if split not in ("auto", "reuse", "recompute"):
-        raise ForgeError(f"unknown split {split!r}: choose auto, reuse or recompute")
+    if split not in SPLITS:
+        raise ForgeError(f"unknown split {split!r}: choose {names_in(SPLITS)}")
     mode = attention_mode(model, attention)
     reuse = split == "reuse" or (split == "auto" and mode == "tree")
     if reuse and mode != "tree":
         raise ForgeError(f"split = 'reuse' needs tree attention, not {mode!r}")
-    fn = LOSSES[loss_cfg.type]
+    fn = loss_function(loss_cfg)
     n_out = sum(len(s.tokens) - s.prompt_len for s in samples)  # logical output tokens of the whole batch
     n = max(n_out, 1)
     total, ratio_sum, packed_tokens = 0.0, 0.0, 0

@@ -1,0 +1,115 @@
+"""The trainer's name tables, torch-free so that ``forge.toml`` validates against them.
+
+Each concept is defined once, here: ``[train.loss]`` and ``[train.engine]`` are discriminated
+unions (``type`` names the member; each member has its own documented fields and knows the code
+it selects), and the attention modes and split policies are tables of names with what each means.
+``forge_cli.config`` builds its sections from these; the trainer dispatches through them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Callable, ClassVar, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ATTENTION_MODES: dict[str, str] = {
+    "auto": "flex for FlexAttention models on CUDA, else tree where the model dispatches through transformers' "
+            "AttentionInterface, else dense",
+    "tree": "only ancestor pairs are computed (any AttentionInterface model; CPU and GPU)",
+    "flex": "FlexAttention's block-sparse mask (CUDA: it has no CPU backward)",
+    "dense": "a [T, T] additive mask, for any model and attention implementation",
+}
+SPLITS: dict[str, str] = {
+    "auto": "reuse where the attention allows (tree), else recompute",
+    "reuse": "a tree over the budget: its shared part's keys/values are computed once and reused, with gradients "
+             "(tree attention only)",
+    "recompute": "a tree over the budget: each part recomputes the shared chain",
+}
+
+
+def names_in(table: dict[str, str]) -> str:
+    return ", ".join(table)
+
+
+class _Member(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ---- losses (forge_cli/train/loss.py holds the functions) ---------------------------------------------
+
+
+class CISPOLoss(_Member):
+    """CISPO (MiniMax-M1, eq. 4–5): a clipped, detached importance weight on every token's ``log π``."""
+
+    type: Literal["cispo"] = "cispo"
+    eps_low: float = Field(1e6, ge=0, description="Lower clip of the IS weight (large = no lower bound).")
+    eps_high: float = Field(0.28, ge=0, description="Upper clip of the IS weight.")
+    token_mask: bool = Field(False, description="The token mask of MiniMax-M1 eq. 6–7.")
+    function_name: ClassVar[str] = "cispo"  # in forge_cli.train.loss
+
+
+class PPOClipLoss(_Member):
+    """PPO's clipped surrogate, token level (clipped tokens get no gradient)."""
+
+    type: Literal["ppo_clip"] = "ppo_clip"
+    eps_low: float = Field(0.2, ge=0, description="Lower clip of the ratio.")
+    eps_high: float = Field(0.28, ge=0, description="Upper clip of the ratio.")
+    function_name: ClassVar[str] = "ppo_clip"  # in forge_cli.train.loss
+
+
+class GRPOLoss(PPOClipLoss):
+    """GRPO (DeepSeekMath eq. 3 without the KL term): PPO's clip on group-normalised advantages."""
+
+    type: Literal["grpo"] = "grpo"  # type: ignore[assignment]
+
+
+class ReinforceLoss(_Member):
+    """REINFORCE with advantages: ``−Â · log π`` (ignores the behaviour logprobs)."""
+
+    type: Literal["reinforce"] = "reinforce"
+    function_name: ClassVar[str] = "reinforce"  # in forge_cli.train.loss
+
+
+LossConfig = Annotated[Union[CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss], Field(discriminator="type")]
+LOSS_CONFIGS: dict[str, type[_Member]] = {c.model_fields["type"].default: c for c in (CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss)}
+
+
+def loss_function(cfg: Any) -> Callable[..., Any]:
+    """The per-token loss of ``cfg`` (a member above, or anything with its ``type`` and fields)."""
+    from forge_cli.errors import ForgeError
+    from forge_cli.train import loss
+
+    member = LOSS_CONFIGS.get(getattr(cfg, "type", None))
+    if member is None:
+        raise ForgeError(f"unknown loss {getattr(cfg, 'type', None)!r}: choose one of {', '.join(LOSS_CONFIGS)}")
+    return getattr(loss, member.function_name)
+
+
+# ---- train engines (forge_cli/train/engines.py) -------------------------------------------------------
+
+
+class TorchTrainEngine(_Member):
+    """One process, CPU or GPU: the embedded default."""
+
+    type: Literal["torch"] = "torch"
+
+    def build(self, model: Any, lr: float, **kw: Any) -> Any:
+        from forge_cli.train.engines import TorchEngine
+
+        return TorchEngine(model, lr, **kw)
+
+
+class DeepSpeedTrainEngine(_Member):
+    """DeepSpeed ZeRO, one process or several (DeepSpeed's launcher), CPU (gloo) or GPU (NCCL)."""
+
+    type: Literal["deepspeed"] = "deepspeed"
+    zero_stage: Literal[1, 2, 3] = Field(1, description="ZeRO stage: 1 optimizer states, 2 + gradients, 3 + parameters.")
+
+    def build(self, model: Any, lr: float, **kw: Any) -> Any:
+        from forge_cli.train.engines import DeepSpeedEngine
+
+        return DeepSpeedEngine(model, lr, zero_stage=self.zero_stage, **kw)
+
+
+TrainEngineConfig = Annotated[Union[TorchTrainEngine, DeepSpeedTrainEngine], Field(discriminator="type")]
+TRAIN_ENGINE_CONFIGS: dict[str, type[_Member]] = {c.model_fields["type"].default: c for c in (TorchTrainEngine, DeepSpeedTrainEngine)}
