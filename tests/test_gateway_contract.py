@@ -124,6 +124,9 @@ def test_admin_bodies_are_strict(stack):
                         ({"status": "done"}, "status")):
         r = httpx.post(f"{live.url}/admin/sessions/{made['session']}/finish", headers=admin, json=body)
         assert r.status_code == 400 and r.json()["error"]["message"].startswith(field), r.text
+    for body, field in (({"task_id": ""}, "task_id"), ({"scaffold": ""}, "scaffold"), ({"task_id": 7}, "task_id")):
+        r = httpx.post(f"{live.url}/admin/sessions", headers=admin, json=body)  # an empty task_id was a 500 (the pool refused it)
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(field), r.text
     r = httpx.post(f"{live.url}/admin/sessions/{made['session']}/finish", headers=admin, json={"rewards": {"r": 1}})
     assert r.status_code == 200 and live.state.pool.trajectory(made["trajectory_id"]).rewards == {"r": 1.0}
 

@@ -43,11 +43,14 @@ def describe_validation(exc: ValidationError, prefix: str = "") -> tuple[str, st
     return f"{loc}: {what}{shown}{more}", loc or None
 
 
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
 def _loc(prefix: str, parts: tuple[Any, ...]) -> str:
     loc = prefix
     for part in parts:
-        if isinstance(part, str) and ("[" in part or part[:1].isupper()):
-            continue  # pydantic's tag for one member of a union (literal[...], a model's class name)
+        if isinstance(part, str) and ("[" in part or part[:1].isupper() or part in _TYPE_TAGS):
+            continue  # pydantic's tag for one member of a union (literal[...], a model's class name, str)
         loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
     return loc
 

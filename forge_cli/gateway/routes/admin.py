@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError
@@ -20,8 +20,8 @@ router = APIRouter()
 class NewSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    task_id: str = "adhoc"
-    scaffold: str = "external"
+    task_id: str = Field("adhoc", min_length=1, max_length=512)
+    scaffold: str = Field("external", min_length=1, max_length=128)
     tool_format: Optional[str] = None
     trajectory_id: Optional[str] = None
 
@@ -32,8 +32,11 @@ async def create_session(request: Request):
     state = state_of(request)
     state.check_admin(api_key(request))
     body = validate(NewSession, await read_json(request, optional=True))
-    session = await state.create_session(task_id=body.task_id, scaffold=body.scaffold, tool_format=body.tool_format,
-                                         trajectory_id=body.trajectory_id)
+    try:
+        session = await state.create_session(task_id=body.task_id, scaffold=body.scaffold, tool_format=body.tool_format,
+                                             trajectory_id=body.trajectory_id)
+    except ForgeError as exc:  # the pool refused what the client asked for
+        raise APIError(400, str(exc)) from None
     base = str(request.base_url).rstrip("/")
     return {"session": session.id, "api_key": session.api_key, "trajectory_id": session.trajectory_id,
             "base_url": f"{base}/s/{session.id}/v1", "tool_format": session.tool_format or state.default_tool_format}
