@@ -55,8 +55,8 @@ def test_masked_ids_in_top_logprobs_do_not_break_the_response(tok):
     live = LiveGateway(GatewayState(Masked(4096), tok, tool_formats()))
     try:
         chat = httpx.post(f"{live.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                                  "logprobs": True, "top_logprobs": 3})
-        legacy = httpx.post(f"{live.url}/v1/completions", json={"prompt": "x", "logprobs": 3})
+                                                                  "logprobs": True, "top_logprobs": 3}, headers={"Authorization": "Bearer t"})
+        legacy = httpx.post(f"{live.url}/v1/completions", json={"prompt": "x", "logprobs": 3}, headers={"Authorization": "Bearer t"})
     finally:
         live.stop()
     assert chat.status_code == 200, chat.text
