@@ -12,8 +12,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, ChatMessage, NamedToolChoice
-from forge_cli.gateway.render import Tool, Turn, arguments_json
 from forge_cli.gateway.protocol.types import output_format
+from forge_cli.gateway.render import Tool, Turn, arguments_json
 from forge_cli.gateway.routes.common import Generated, commit, finish_reason, generate, prepare, read_json, sampling, stream, validate
 from forge_cli.gateway.token_text import json_logprob, token_bytes
 from forge_cli.specs import ToolCall

@@ -117,15 +117,17 @@ async def prepare(
     raw: dict[str, Any] | None = None,
     prompt: str | list[int] | None = None,
     output_format: dict[str, Any] | None = None,
+    turns_param: str = "messages",
 ) -> Prepared:
     """Everything that can fail on the client's input, before any response starts.
 
     ``prompt`` (``/v1/completions``) skips the chat template: text is encoded as it is, ids are used as given.
+    ``turns_param`` names the field the turns came from, for the 400 when there is nothing to answer.
     """
     state = state_of(request)
     tok, engine = state.tokenizer, state.engine
     if prompt is None:
-        check_conversation(turns, "input" if request.url.path.endswith("/responses") else "messages")
+        check_conversation(turns, turns_param)
     session = await session_of(request)
     await state.check_recording(session)
     fmt = state.tool_format_for(session)

@@ -8,10 +8,9 @@ from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-
-from forge_cli.gateway.errors import APIError, sse
 from starlette.concurrency import run_in_threadpool
 
+from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.anthropic import Block, CountTokensRequest, MessagesRequest
 from forge_cli.gateway.protocol.types import output_format

@@ -178,7 +178,8 @@ async def responses(request: Request):
         if not isinstance(forced, str) or forced not in {t.name for t in tools}:
             raise APIError(400, f"tool_choice: names {forced!r}, which is not in tools", param="tool_choice")
     params = sampling(max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, stop=None, seed=None)
-    kw: dict[str, Any] = {"tool_choice": choice, "forced_tool": forced, "raw": raw, "output_format": _output_format(req)}
+    kw: dict[str, Any] = {"tool_choice": choice, "forced_tool": forced, "raw": raw, "output_format": _output_format(req),
+                          "turns_param": "input"}
     if req.stream:
         prepared = await prepare(request, to_turns(req), tools, params, **kw)
         return StreamingResponse(_live(request, prepared, req, namespace_of, freeform), media_type="text/event-stream")
