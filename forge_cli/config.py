@@ -85,6 +85,9 @@ class GatewayConfig(Section):
                             '"auto" = gateway.sock in the run folder, "" = TCP only, else a path.'
     )
 
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Larger request bodies get a 413.")
+    body_timeout_s: float = Field(30.0, gt=0, description="A request body not fully received by then gets a 408.")
+
     @field_validator("socket")
     @classmethod
     def _socket_is_auto_none_or_a_path(cls, value: str) -> str:

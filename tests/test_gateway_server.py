@@ -177,3 +177,26 @@ def test_an_injected_engine_is_served_and_not_closed(tmp_path, tiny_model):
                 return r.json()["choices"][0]["message"]["content"]
 
     assert asyncio.run(main()) == "pong!" and closed == []
+
+
+def test_body_limits_come_from_the_config(tmp_path, tiny_model):
+    from forge_cli.gateway.server import serve_gateway
+
+    config = _config(tmp_path, tiny_model, **{"gateway.max_body_bytes": 2048, "gateway.body_timeout_s": 0.5})
+
+    async def main():
+        async with serve_gateway(config, "limits") as gw:
+            async with httpx.AsyncClient(timeout=30) as client:
+                big = {"messages": [{"role": "user", "content": "x" * 4096}]}
+                r = await client.post(gw.url + "/v1/chat/completions", json=big, headers={"Authorization": "Bearer k"})
+                assert r.status_code == 413
+            host, port = gw.url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\"")
+            await writer.drain()
+            head = await asyncio.wait_for(reader.read(200), timeout=10)  # answered, not hanging
+            writer.close()
+            assert head.startswith(b"HTTP/1.1 408")
+
+    asyncio.run(main())

@@ -159,7 +159,8 @@ async def serve_gateway(
                              model_name=getattr(model_path, "name", None) or "forge", auth=mode,
                              admin_key="forge-admin-" + secrets.token_urlsafe(16))
         stack.callback(state.close)
-        server = uvicorn.Server(uvicorn.Config(create_app(state), log_level="warning",
+        app = create_app(state, max_body_bytes=config.gateway.max_body_bytes, body_timeout_s=config.gateway.body_timeout_s)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning",
                                                timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
         server.capture_signals = contextlib.nullcontext  # signals are the caller's, not a library's
         task = asyncio.create_task(server.serve(sockets=listeners))  # asyncio listen()s as it starts serving
