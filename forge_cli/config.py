@@ -1,8 +1,8 @@
 """``forge.toml``: typed configuration with documented defaults.
 
 Precedence, lowest first: the defaults below < ``forge.toml`` (the working directory's, or
-``--config``) < environment variables ``FORGE_<SECTION>__<KEY>`` (``FORGE_POOL__WINDOW_FRACTION=0.5``)
-< CLI flags (``--set pool.window_fraction=0.5`` and each command's own options).
+``--config``) < environment variables ``FORGE_<SECTION>__<KEY>`` (``FORGE_POOL__MAX_ACTIVE_GROUPS=32``)
+< CLI flags (``--set pool.max_active_groups=32`` and each command's own options).
 
 Any unknown key, wrong type or out-of-range value is a :class:`ForgeError` whose one line names
 the key and where it came from. Plugin sections (``[scaffolds.NAME]``, ``[sandboxes.NAME]``) are
@@ -66,12 +66,6 @@ class ModelConfig(Section):
     routing: Literal[tuple(ROUTING_POLICIES)] = Field(  # type: ignore[valid-type]
         "cache_aware", description="How the router picks a replica: " + "; ".join(f"{k}: {v}" for k, v in ROUTING_POLICIES.items()) + ".")
 
-    @field_validator("engine", mode="before")
-    @classmethod
-    def _engine_name_is_short_for_its_type(cls, value: Any) -> Any:
-        return {"type": value} if isinstance(value, str) else value
-
-
 class GatewayConfig(Section):
     """The OpenAI/Anthropic-compatible HTTP server agents talk to."""
 
@@ -129,9 +123,6 @@ class TrainConfig(Section):
     loss: LossConfig = Field(default_factory=CISPOLoss, description=(
         'The policy-gradient loss: [train.loss] with type = "cispo" | "ppo_clip" | "grpo" | "reinforce" and its fields.'))
 
-    _names_are_tables = field_validator("engine", "loss", mode="before")(lambda cls, v: {"type": v} if isinstance(v, str) else v)
-
-
 class ForgeConfig(Section):
     """The whole configuration. Every field has a default; ``forge.toml`` may be empty."""
 
@@ -158,7 +149,7 @@ class ForgeConfig(Section):
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, origin: str) -> None:
     parts = [p for p in dotted.split(".")]
     if not all(parts):
-        raise ForgeError(f"{origin}: '{dotted}' is not a dotted config key like pool.window_fraction")
+        raise ForgeError(f"{origin}: '{dotted}' is not a dotted config key like pool.max_active_groups")
     node = tree
     for part in parts[:-1]:
         child = node.setdefault(part, {})
@@ -352,6 +343,9 @@ def load_config(
 
     unions = _union_paths()
     file_tree, env_tree, flag_tree = (_as_union_tables(t, unions) for t in (file_tree, env_tree, flag_tree))
+    # the file is the lowest layer written by hand: a table of its that names no type is of the default
+    # type (so another layer naming a type replaces it); a variable's or flag's adds to what is below
+    file_tree = _with_default_types(file_tree, unions)
     merged = _with_default_types(_merge(_merge(file_tree, env_tree), flag_tree), unions)
     try:
         return ForgeConfig.model_validate(merged)
@@ -365,9 +359,25 @@ def parse_set_flags(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ForgeError(f"--set expects KEY=VALUE (like pool.window_fraction=0.5), got {item!r}")
+            raise ForgeError(f"--set expects KEY=VALUE (like pool.max_active_groups=32), got {item!r}")
         out[key.strip()] = parse_value(raw.strip())
     return out
+
+
+def upgrade_saved(data: Any) -> Any:
+    """A run's saved ``config.json`` from an older Forge, in today's shape: ``pool.window_fraction``
+    became the windowed-FIFO scheduler's own field (the bare names of the union sections are
+    read as they are)."""
+    pool = data.get("pool") if isinstance(data, dict) else None
+    if isinstance(pool, dict) and "window_fraction" in pool:
+        pool = dict(pool)
+        fraction = pool.pop("window_fraction")
+        scheduler = pool.get("scheduler", "windowed_fifo")
+        if scheduler == "windowed_fifo":
+            scheduler = {"type": "windowed_fifo", "window_fraction": fraction}
+        pool["scheduler"] = scheduler
+        data = {**data, "pool": pool}
+    return data
 
 
 def write_resolved(config: ForgeConfig, run_dir: Path) -> Path:

@@ -75,7 +75,7 @@ def run_config(config: Any, run_dir: Path) -> Any:
     """The run's own resolved configuration if it wrote one, else the current one."""
     from pydantic import ValidationError
 
-    from forge_cli.config import ForgeConfig, _describe_error
+    from forge_cli.config import ForgeConfig, _describe_error, upgrade_saved
 
     saved = run_dir / "config.json"
     if not saved.is_file():
@@ -85,7 +85,7 @@ def run_config(config: Any, run_dir: Path) -> Any:
     except ValueError as exc:
         raise ForgeError(f"{saved}: not valid JSON ({exc})") from None
     try:
-        return ForgeConfig.model_validate(data)
+        return ForgeConfig.model_validate(upgrade_saved(data))
     except ValidationError as exc:
         raise ForgeError(_describe_error(exc, lambda _key: str(saved))) from None
 
@@ -109,7 +109,11 @@ class RunLock:
     def release(self) -> None:
         """Give the run up (the lock file goes with it); a second call does nothing."""
         if self._fd is not None:
-            self.path.unlink(missing_ok=True)  # while still locked: the next holder makes a new file
+            try:  # while still locked, and only our own file: the run may have been removed and claimed anew
+                if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                    self.path.unlink()
+            except FileNotFoundError:
+                pass
             os.close(self._fd)
             self._fd = None
 

@@ -129,9 +129,10 @@ def tiny_model(tmp_path_factory):
 
 
 class LiveGateway:
-    """A gateway served by uvicorn on a free loopback port, in a background thread."""
+    """A gateway served by uvicorn on a free loopback port, in a background thread (``app``: serve
+    that app instead of the gateway's own)."""
 
-    def __init__(self, state) -> None:
+    def __init__(self, state, app=None) -> None:
         import socket
         import threading
         import time
@@ -145,7 +146,7 @@ class LiveGateway:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=self.port, log_level="error"))
+        self.server = uvicorn.Server(uvicorn.Config(app or create_app(state), host="127.0.0.1", port=self.port, log_level="critical"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30

@@ -129,3 +129,39 @@ def test_attention_and_split_names_come_from_the_trainer_table():
         assert load_config(env={}, overrides={"train.split": name}).train.split == name
     with pytest.raises(ForgeError, match="train.attention: Input should be 'auto', 'tree', 'flex' or 'dense'"):
         load_config(env={}, overrides={"train.attention": "sparse"})
+
+
+def test_the_shipped_forge_toml_gives_way_to_a_layer_that_names_another_type(tmp_path):
+    """forge.toml's [pool.scheduler] names no type but sets window_fraction: it is windowed_fifo's,
+    and choosing fifo or greedy elsewhere replaces it rather than failing on it."""
+    import shutil
+
+    from tests.conftest import ROOT
+
+    shutil.copy(ROOT / "forge.toml", tmp_path / "forge.toml")
+    assert load_config(env={}).pool.scheduler.window_fraction == 0.3
+    assert load_config(env={}, overrides={"pool.scheduler.type": "fifo"}).pool.scheduler.type == "fifo"
+    assert load_config(env={"FORGE_POOL__SCHEDULER": "greedy"}).pool.scheduler.type == "greedy"
+    (tmp_path / "forge.toml").write_text("[model.engine]\ngpu_memory_utilization = 0.4\n")
+    assert load_config(env={}, overrides={"model.engine.type": "hf"}).model.engine == HFEngineConfig()
+    # a variable or flag without a type adds to the table below it
+    engine = load_config(env={"FORGE_MODEL__ENGINE__KV_CACHE_BYTES": "4096"}).model.engine
+    assert (engine.type, engine.gpu_memory_utilization, engine.kv_cache_bytes) == ("vllm", 0.4, 4096)
+
+
+def test_a_run_saved_by_an_older_forge_still_reads(tmp_path):
+    """config.json from before the union sections: bare names, and window_fraction on [pool]."""
+    import json
+
+    from forge_cli.runs import run_config
+
+    saved = json.loads(load_config(env={}).to_json())
+    saved["model"]["engine"], saved["train"]["engine"], saved["train"]["loss"] = "hf", "torch", {"type": "cispo"}
+    saved["pool"] = {**{k: v for k, v in saved["pool"].items() if k != "scheduler"}, "scheduler": "windowed_fifo",
+                     "window_fraction": 0.5}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    old = run_config(None, tmp_path)
+    assert old.pool.scheduler.window_fraction == 0.5 and old.model.engine.type == "hf"
+    saved["pool"]["scheduler"] = "greedy"
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert run_config(None, tmp_path).pool.scheduler.type == "greedy"

@@ -22,34 +22,11 @@ from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.limits import token_floor
 from forge_cli.gateway.state import GatewayState
 from forge_cli.pool import DataPool
-from tests.conftest import tool_formats
+from tests.conftest import LiveGateway, tool_formats
 
 MSG = [{"role": "user", "content": "hi"}]
 GENERATION = ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/completions"]
 ADMIN_POSTS = ["/admin/sessions", "/admin/sessions/x/finish", "/admin/weights"]
-
-
-class Served:
-    """An app served by uvicorn on a free loopback port, in a background thread."""
-
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="critical"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 class Policy:
@@ -108,8 +85,8 @@ def gw(engine, tmp_path):
             await request.body()
         raise RuntimeError("a bug in the gateway")
 
-    served = Served(app)
-    served.state, served.pool, served.spy, served.policy = state, pool, spy, engine.policy
+    served = LiveGateway(state, app=app)
+    served.pool, served.spy, served.policy = pool, spy, engine.policy
     yield served
     served.stop()
     pool.close()

@@ -200,3 +200,64 @@ def test_body_limits_come_from_the_config(tmp_path, tiny_model):
             assert head.startswith(b"HTTP/1.1 408")
 
     asyncio.run(main())
+
+
+def test_a_replica_that_fails_to_start_leaves_none_running(tmp_path, tiny_model, monkeypatch):
+    import forge_cli.engine as engines
+    from forge_cli.gateway.server import serve_gateway
+
+    config = _config(tmp_path, tiny_model, **{"model.replicas": 3})
+    built, closed, real = [], [], engines.make_engine
+
+    def make(*args, **kw):
+        if len(built) == 2:
+            raise ForgeError("replica 3 ran out of memory")
+        engine = real(*args, **kw)
+        engine.close = lambda e=engine: closed.append(e) or asyncio.sleep(0)
+        built.append(engine)
+        return engine
+
+    monkeypatch.setattr(engines, "make_engine", make)
+
+    async def main():
+        async with serve_gateway(config, "replicas"):
+            pass
+
+    with pytest.raises(ForgeError, match="replica 3"):
+        asyncio.run(main())
+    assert len(built) == 2 and sorted(map(id, closed)) == sorted(map(id, built))
+    assert not (tmp_path / "runs" / "replicas").exists()
+
+
+def test_in_process_callers_get_forge_errors_and_ended_sessions_are_dropped(tmp_path, tiny_model):
+    from forge_cli.gateway.server import serve_gateway
+
+    config = _config(tmp_path, tiny_model)
+
+    async def main():
+        async with serve_gateway(config, "errs") as gw:
+            with pytest.raises(ForgeError, match="no tool format named 'nope'"):
+                await gw.open_session(tool_format="nope")
+            info = await gw.open_session()
+            gw.pool.fail_trajectory(info.trajectory_id, "timed out elsewhere")
+            with pytest.raises(ForgeError, match="failed"):
+                await gw.finish_session(info.id)
+            assert info.id not in gw.state.sessions  # nothing of it is kept
+
+    asyncio.run(main())
+
+
+def test_releasing_a_lock_never_removes_a_newer_holders_file(tmp_path):
+    import shutil
+
+    from forge_cli.runs import claim_run
+
+    config = load_config(env={}, overrides={"run.dir": str(tmp_path / "runs")})
+    first = claim_run(config, "r")
+    shutil.rmtree(first.run_dir)  # a failed start removed its new run …
+    second = claim_run(config, "r")  # … and another server claimed it anew before the release
+    first.release()
+    assert second.path.exists()
+    with pytest.raises(ForgeError, match="already being served"):
+        claim_run(config, "r")
+    second.release()

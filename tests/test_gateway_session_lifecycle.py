@@ -75,21 +75,23 @@ def test_ended_sessions_are_forgotten_over_2000_trajectories(engine, tmp_path):
         assert state.sessions[session].history  # remembered while the trajectory runs (prefix reuse)
         r = await client.post(f"/admin/sessions/{session}/finish", json={"rewards": {"outcome": 1.0}}, headers=admin)
         assert r.status_code == 200
-        return key
+        return session, key
 
     async def main():
         async with _client(state) as client:
             for i in range(2000):
-                key = await one(client, i)
+                session, key = await one(client, i)
                 if i in (199, 1999):
                     rss.append(_rss_kib())
-            # an ended session's key cannot record again
+            # an ended session cannot record again, by its key or by its URL
             r = await client.post("/v1/chat/completions", json=PING, headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 409
+            r = await client.post(f"/s/{session}/v1/chat/completions", json=PING)
             assert r.status_code == 409
 
     asyncio.run(main())
     assert state.sessions == {} and state.by_key == {} and not state._opened
-    assert len(state.ended_keys) == 2000
+    assert len(state.ended) == 2 * 2000
     assert pool.stats()["trajectories"]["completed"] == 2000
     assert rss[1] - rss[0] < 64 * 1024, rss  # KiB: flat, within allocator noise
     pool.close()

@@ -9,9 +9,11 @@ heavy modules (torch, transformers, vLLM) are imported only by :meth:`build`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from forge_cli.unions import name_table, tagged_union
 
 
 class _EngineConfig(BaseModel):
@@ -68,10 +70,8 @@ class ScriptedEngineConfig(_EngineConfig):
         return ScriptedEngine(model_path, self.policy, device=self.device, max_model_len=max_model_len)
 
 
-EngineConfig = Annotated[Union[VLLMEngineConfig, HFEngineConfig, ScriptedEngineConfig], Field(discriminator="type")]
-ENGINE_CONFIGS: dict[str, type[_EngineConfig]] = {
-    cls.model_fields["type"].default: cls for cls in (VLLMEngineConfig, HFEngineConfig, ScriptedEngineConfig)
-}
+EngineConfig = tagged_union(VLLMEngineConfig, HFEngineConfig, ScriptedEngineConfig)
+ENGINE_CONFIGS: dict[str, type[_EngineConfig]] = name_table(VLLMEngineConfig, HFEngineConfig, ScriptedEngineConfig)
 ENGINES = tuple(ENGINE_CONFIGS)
 
 

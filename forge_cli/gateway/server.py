@@ -61,15 +61,17 @@ class Gateway:
     async def open_session(self, *, task_id: str = "adhoc", scaffold: str = "external", tool_format: str | None = None,
                            trajectory_id: str | None = None) -> SessionInfo:
         """Open a trajectory's session in-process (what ``POST /admin/sessions`` does over HTTP)."""
-        session = await self.state.create_session(task_id=task_id, scaffold=scaffold, tool_format=tool_format,
-                                                  trajectory_id=trajectory_id)
+        with _as_forge_error():
+            session = await self.state.create_session(task_id=task_id, scaffold=scaffold, tool_format=tool_format,
+                                                      trajectory_id=trajectory_id)
         return SessionInfo(session.id, session.api_key, f"{self.url}/s/{session.id}/v1", session.trajectory_id,
                            session.tool_format or self.state.default_tool_format)
 
     async def finish_session(self, session_id: str, *, status: str = "completed", rewards: dict[str, float] | None = None,
                              error: str | None = None) -> None:
         """End a session's trajectory (``completed`` or ``failed``) and forget the session."""
-        await self.state.finish_session(session_id, status=status, rewards=rewards, error=error)
+        with _as_forge_error():
+            await self.state.finish_session(session_id, status=status, rewards=rewards, error=error)
 
     async def wait(self) -> None:
         """Until the server stops (``stop()``, or uvicorn's own exit)."""
@@ -88,12 +90,16 @@ def auth_mode(config: Any) -> str:
     return ("loopback" if config.gateway.host in LOOPBACK else "strict") if mode == "auto" else mode
 
 
-def build_engine(config: Any, model_path: Path) -> Any:
-    """``model.replicas`` engines of ``[model.engine]``, behind the router when there are several."""
+async def build_engine(config: Any, model_path: Path, stack: contextlib.AsyncExitStack) -> Any:
+    """``model.replicas`` engines of ``[model.engine]``, behind the router when there are several;
+    each is closed by ``stack``, so a replica that fails to start leaves none of the others running."""
     from forge_cli.engine import make_engine
 
-    engines = [make_engine(config.model.engine, model_path, max_model_len=config.model.max_model_len)
-               for _ in range(config.model.replicas)]
+    engines = []
+    for _ in range(config.model.replicas):
+        engine = make_engine(config.model.engine, model_path, max_model_len=config.model.max_model_len)
+        stack.push_async_callback(engine.close)
+        engines.append(engine)
     if len(engines) == 1:
         return engines[0]
     from forge_cli.engine.router import Router
@@ -150,8 +156,7 @@ async def serve_gateway(
         if engine is None:
             if on_starting is not None:
                 on_starting(f"starting {config.model.replicas} {config.model.engine.type} engine(s) on {model_path}…")
-            engine = build_engine(config, model_path)
-            stack.push_async_callback(engine.close)
+            engine = await build_engine(config, model_path, stack)
         pool = open_pool(config.pool.url, run_dir)
         stack.callback(pool.close)
         interrupted = pool.fail_interrupted()
@@ -174,6 +179,17 @@ async def serve_gateway(
         host = config.gateway.host if ":" not in config.gateway.host else f"[{config.gateway.host}]"
         started = True
         yield Gateway(state, engine, pool, run_dir, f"http://{host}:{port}", unix_path, mode, interrupted, server, task)
+
+
+@contextlib.contextmanager
+def _as_forge_error() -> Any:
+    """In-process callers get the library's error, not the HTTP one."""
+    from forge_cli.gateway.errors import APIError
+
+    try:
+        yield
+    except APIError as exc:
+        raise ForgeError(exc.message) from None
 
 
 async def _stop(server: Any, task: asyncio.Task) -> None:

@@ -24,7 +24,7 @@ from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.metrics import Metrics
 from forge_cli.specs import ToolFormat
 
-MAX_ENDED_KEYS = 65536  # ended sessions' keys kept to answer 409 (a few MB at most)
+MAX_ENDED = 65536  # ended sessions whose key and id are kept to answer 409 (a few MB at most)
 
 
 @dataclass
@@ -78,7 +78,7 @@ class GatewayState:
         self.metrics = Metrics()
         self.sessions: dict[str, Session] = {}
         self.by_key: dict[str, str] = {}
-        self.ended_keys: OrderedDict[str, None] = OrderedDict()  # keys of ended sessions, newest last
+        self.ended: OrderedDict[str, None] = OrderedDict()  # "key:K" and "session:ID" of ended sessions, newest last
         self._lock = asyncio.Lock()
 
     # ---- sessions ---------------------------------------------------------------------------------
@@ -113,6 +113,8 @@ class GatewayState:
         """The session a request belongs to (from its /s/<session> URL, else its key)."""
         if path_session is not None:
             session = self.sessions.get(path_session)
+            if session is None and "session:" + path_session in self.ended:
+                raise APIError(409, "this session's trajectory has ended; it can no longer record", kind="invalid_request_error")
             if session is None:
                 raise APIError(401, f"unknown session {path_session!r}", kind="authentication_error")
             if api_key in self.by_key and self.by_key[api_key] != path_session:
@@ -120,7 +122,7 @@ class GatewayState:
             return session
         if api_key and api_key in self.by_key:
             return self.sessions[self.by_key[api_key]]
-        if api_key and api_key in self.ended_keys:
+        if api_key and "key:" + api_key in self.ended:
             raise APIError(409, "this API key's trajectory has ended; it can no longer record", kind="invalid_request_error")
         if self.auth == "strict":
             what = "missing API key" if not api_key else "unknown API key"
@@ -150,21 +152,22 @@ class GatewayState:
                 await run_in_threadpool(lambda: self.pool.finish_trajectory(session.trajectory_id, rewards=rewards))
             else:
                 await run_in_threadpool(lambda: self.pool.fail_trajectory(session.trajectory_id, error or "failed", rewards=rewards))
-        except ForgeError as exc:
+        except ForgeError as exc:  # it had ended already (timed out, failed): nothing left to keep either
+            self.forget(session)
             raise APIError(409, str(exc)) from None
         self.forget(session)
         return session
 
     def forget(self, session: Session) -> None:
         """Drop an ended session (its decoded history above all): memory stays flat over a long
-        rollout. Its key is remembered, a bounded number of them, so that it answers 409."""
+        rollout. Its key and id are remembered, a bounded number of them, so that they answer 409."""
         self.sessions.pop(session.id, None)
         self.by_key.pop(session.api_key, None)
         session.history.clear()
         self._opened.discard(session.trajectory_id)
-        self.ended_keys[session.api_key] = None
-        while len(self.ended_keys) > MAX_ENDED_KEYS:
-            self.ended_keys.popitem(last=False)
+        self.ended["key:" + session.api_key] = self.ended["session:" + session.id] = None
+        while len(self.ended) > 2 * MAX_ENDED:
+            self.ended.popitem(last=False)
 
     def close(self) -> int:
         """On shutdown: the trajectories this gateway opened and nobody finished fail ("a crashing

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from forge_cli.unions import name_table, tagged_union
 
 OnTimeout = Literal["drop", "train"]
 
@@ -83,10 +85,8 @@ class GreedyScheduler(_SchedulerConfig):
 
 
 # ``[pool.scheduler]``: the one table of scheduler names, each member with its own fields
-SchedulerConfig = Annotated[Union[WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler], Field(discriminator="type")]
-SCHEDULER_CONFIGS: dict[str, type[_SchedulerConfig]] = {
-    c.model_fields["type"].default: c for c in (WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler)
-}
+SchedulerConfig = tagged_union(WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler)
+SCHEDULER_CONFIGS: dict[str, type[_SchedulerConfig]] = name_table(WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler)
 
 
 def select(

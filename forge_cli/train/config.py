@@ -8,9 +8,11 @@ it selects), and the attention modes and split policies are tables of names with
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, ClassVar, Literal, Union
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from forge_cli.unions import name_table, tagged_union
 
 ATTENTION_MODES: dict[str, str] = {
     "auto": "flex for FlexAttention models on CUDA, else tree where the model dispatches through transformers' "
@@ -70,8 +72,8 @@ class ReinforceLoss(_Member):
     function_name: ClassVar[str] = "reinforce"  # in forge_cli.train.loss
 
 
-LossConfig = Annotated[Union[CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss], Field(discriminator="type")]
-LOSS_CONFIGS: dict[str, type[_Member]] = {c.model_fields["type"].default: c for c in (CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss)}
+LossConfig = tagged_union(CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss)
+LOSS_CONFIGS: dict[str, type[_Member]] = name_table(CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss)
 
 
 def loss_function(cfg: Any) -> Callable[..., Any]:
@@ -111,5 +113,5 @@ class DeepSpeedTrainEngine(_Member):
         return DeepSpeedEngine(model, lr, zero_stage=self.zero_stage, **kw)
 
 
-TrainEngineConfig = Annotated[Union[TorchTrainEngine, DeepSpeedTrainEngine], Field(discriminator="type")]
-TRAIN_ENGINE_CONFIGS: dict[str, type[_Member]] = {c.model_fields["type"].default: c for c in (TorchTrainEngine, DeepSpeedTrainEngine)}
+TrainEngineConfig = tagged_union(TorchTrainEngine, DeepSpeedTrainEngine)
+TRAIN_ENGINE_CONFIGS: dict[str, type[_Member]] = name_table(TorchTrainEngine, DeepSpeedTrainEngine)
