@@ -107,17 +107,19 @@ def test_a_pool_from_before_owners_is_migrated_on_open(pool_spec):
     pool = open_spec(pool_spec)
     ids = [t.id for t in pool.submit_group("t", 2, "react").trajectories]
     pool.start_trajectory(ids[0])
-    # make it a version-1 pool: no owner column
-    _execute(pool, "ALTER TABLE trajectories DROP COLUMN owner", "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    # make it a version-1 pool: no owner column, none of version 3's completion columns
+    v3 = ("agent", "reward", "reward_to_go", "advantage", "reward_components")
+    _execute(pool, "ALTER TABLE trajectories DROP COLUMN owner", *(f"ALTER TABLE completions DROP COLUMN {c}" for c in v3),
+             "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     pool.close()
     old = open_spec(pool_spec)
     with old._read() as cur:
-        assert cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0] == "2"
+        assert cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0] == "3"
     assert old.trajectory(ids[0]).owner is None and old.trajectory(ids[0]).status is TrajectoryStatus.RUNNING
     assert old.fail_interrupted() == 0  # no recorded owner: nothing to tell it by, left alone
     old.start_trajectory(ids[1])
     assert old.trajectory(ids[1]).owner == owners.this_process()
-    _execute(old, "UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    _execute(old, "UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     old.close()
-    with pytest.raises(ForgeError, match="has schema version 3; this Forge reads 2"):
+    with pytest.raises(ForgeError, match="has schema version 4; this Forge reads 3"):
         open_spec(pool_spec)

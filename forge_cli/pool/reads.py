@@ -14,6 +14,7 @@ from typing import Any
 from forge_cli.errors import ForgeError
 from forge_cli.pool.schema import (
     COMPLETION_COLS,
+    COMPLETION_REWARD_COLS,
     GROUP_COLS,
     SQLITE,
     TRAJ_COLS,
@@ -51,9 +52,13 @@ class PoolReads:
         completions = [
             Completion(
                 r[0], r[1], r[2], unpack_ints(r[3]), unpack_ints(r[4]), unpack_floats(r[5]), r[6], json.loads(r[7]),
-                r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None,
+                r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None, r[14],
+                r[15], r[16], r[17], json.loads(r[18]) if r[18] is not None else {},
             )
-            for r in cur.all(f"SELECT {COMPLETION_COLS} FROM completions WHERE trajectory_id = ? ORDER BY seq", (trajectory_id,))
+            for r in cur.all(
+                f"SELECT {COMPLETION_COLS}, {COMPLETION_REWARD_COLS} FROM completions WHERE trajectory_id = ? ORDER BY seq",
+                (trajectory_id,),
+            )
         ]
         events = [
             Event(kind=r[1], at=r[0], data=json.loads(r[2]))

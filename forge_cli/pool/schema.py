@@ -15,7 +15,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -68,6 +68,11 @@ CREATE TABLE IF NOT EXISTS completions (
     tool_format TEXT,
     parse_errors TEXT NOT NULL,
     request TEXT,
+    agent TEXT,
+    reward {real},
+    reward_to_go {real},
+    advantage {real},
+    reward_components TEXT,
     UNIQUE (trajectory_id, seq)
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -90,13 +95,26 @@ MIGRATIONS: dict[int, list[str]] = {
     # 1 → 2: which process started a running trajectory (forge_cli.pool.owners), so that the
     # trajectories of a process that died can be failed (DataPool.fail_interrupted)
     1: ["ALTER TABLE trajectories ADD COLUMN owner TEXT"],
+    # 2 → 3: which agent of a trajectory made a completion (an orchestrator's workers, a request's
+    # agent header), and the per-completion rewards: the reward credited to the completion, its
+    # discounted reward-to-go, its group-normalised advantage, and the named components credited to
+    # it (JSON); all NULL until :meth:`DataPool.set_completion_rewards` writes them for the group
+    2: [
+        "ALTER TABLE completions ADD COLUMN agent TEXT",
+        "ALTER TABLE completions ADD COLUMN reward {real}",
+        "ALTER TABLE completions ADD COLUMN reward_to_go {real}",
+        "ALTER TABLE completions ADD COLUMN advantage {real}",
+        "ALTER TABLE completions ADD COLUMN reward_components TEXT",
+    ],
 }
 
 # the columns a record is read (and, for groups and completions, written) with
 COMPLETION_COLS = (
     "id, trajectory_id, seq, prompt_ids, output_ids, output_logprobs, policy_version, sampling, "
-    "finish_reason, started_at, finished_at, tool_format, parse_errors, request"
+    "finish_reason, started_at, finished_at, tool_format, parse_errors, request, agent"
 )
+# the per-completion reward columns, read after COMPLETION_COLS
+COMPLETION_REWARD_COLS = "reward, reward_to_go, advantage, reward_components"
 TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error, owner"
 GROUP_COLS = "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step"
 
@@ -115,6 +133,10 @@ class Dialect:
     def ddl(self) -> list[str]:
         text = TABLES.format(blob=self.blob, real=self.real, serial=self.serial)
         return [s.strip() for s in text.split(";") if s.strip()]
+
+    def migration(self, old: int) -> list[str]:
+        """The statements that turn a pool of schema version ``old`` into ``old + 1``."""
+        return [s.format(blob=self.blob, real=self.real, serial=self.serial) for s in MIGRATIONS[old]]
 
 
 SQLITE = Dialect("sqlite", "?", "BLOB", "REAL", "INTEGER PRIMARY KEY AUTOINCREMENT")

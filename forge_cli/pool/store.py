@@ -35,7 +35,6 @@ from forge_cli.pool.reads import PoolReads
 from forge_cli.pool.schema import (
     COMPLETION_COLS,
     GROUP_COLS,
-    MIGRATIONS,
     POSTGRES,
     SCHEMA_VERSION,
     SQLITE,
@@ -197,7 +196,7 @@ class DataPool(PoolReads):
             if version > SCHEMA_VERSION:
                 raise ForgeError(f"the pool at {self.location} has schema version {version}; this Forge reads {SCHEMA_VERSION}")
             for old in range(version, SCHEMA_VERSION):  # an older pool: brought up to date, in this transaction
-                for statement in MIGRATIONS[old]:
+                for statement in self.dialect.migration(old):
                     cur.execute(statement)
             if version < SCHEMA_VERSION:
                 cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
@@ -351,8 +350,14 @@ class DataPool(PoolReads):
         tool_format: str | None = None,
         parse_errors: list[dict[str, Any]] | None = None,
         request: dict[str, Any] | None = None,
+        agent: str | None = None,
     ) -> Completion:
-        """Record one LLM call of a running trajectory; its ``seq`` is the next in the trajectory."""
+        """Record one LLM call of a running trajectory; its ``seq`` is the next in the trajectory.
+
+        ``agent`` names the agent of the trajectory that made it (None: not told).
+        """
+        if agent is not None and (not isinstance(agent, str) or not agent or len(agent) > 200):
+            raise ForgeError(f"a completion's agent must be a name of 1 to 200 characters, got {agent!r}"[:300])
         prompt_ids = _check_ids("prompt_ids", prompt_ids)
         output_ids = _check_ids("output_ids", output_ids)
         if not isinstance(output_logprobs, (list, tuple)) or len(output_logprobs) != len(output_ids):
@@ -386,11 +391,11 @@ class DataPool(PoolReads):
             seq = int(row[0])
             cur.execute(
                 f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     cid, trajectory_id, seq, pack_ints(prompt_ids), pack_ints(output_ids), pack_floats(list(output_logprobs)),
                     policy_version, sampling_json, finish_reason, started_at if started_at is not None else now,
-                    finished_at if finished_at is not None else now, tool_format, errors_json, request_json,
+                    finished_at if finished_at is not None else now, tool_format, errors_json, request_json, agent,
                     len(prompt_ids), len(output_ids),
                 ),
             )
@@ -398,7 +403,7 @@ class DataPool(PoolReads):
         return Completion(
             cid, trajectory_id, seq, prompt_ids, output_ids, stored, policy_version, sampling or {}, finish_reason,
             started_at if started_at is not None else now, finished_at if finished_at is not None else now,
-            tool_format, parse_errors or [], request,
+            tool_format, parse_errors or [], request, agent,
         )
 
     def append_events(self, trajectory_id: str, events: list[Event | dict[str, Any]]) -> None:

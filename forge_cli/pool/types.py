@@ -40,6 +40,11 @@ class Completion:
 
     ``output_logprobs[i]`` is the engine's log-probability of ``output_ids[i]`` under the
     sampling temperature it used; ``policy_version`` is the weights version that sampled it.
+    ``agent`` names which agent of the trajectory made the call (an orchestrator's worker, a
+    request's agent header), None when not told. ``reward`` (the reward credited to this call),
+    ``reward_to_go`` (its discounted return) and ``advantage`` (group-normalised) stay None until
+    the group's rewards are written (:meth:`DataPool.set_completion_rewards`);
+    ``reward_components`` are the named parts of ``reward``.
     """
 
     id: str
@@ -56,6 +61,11 @@ class Completion:
     tool_format: str | None = None
     parse_errors: list[dict[str, Any]] = field(default_factory=list)
     request: dict[str, Any] | None = None
+    agent: str | None = None
+    reward: float | None = None
+    reward_to_go: float | None = None
+    advantage: float | None = None
+    reward_components: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
