@@ -33,6 +33,7 @@ class Session:
     api_key: str
     trajectory_id: str | None
     tool_format: str | None = None
+    training: bool = False  # sampled for training: top_p = 1, no top_k, no penalties (see routes.common.training_params)
     created_at: float = field(default_factory=time.time)
     requests: int = 0
     reused: int = 0  # requests whose prompt began with an earlier completion's exact ids
@@ -85,8 +86,12 @@ class GatewayState:
 
     async def create_session(
         self, *, task_id: str = "adhoc", scaffold: str = "external", tool_format: str | None = None,
-        trajectory_id: str | None = None, api_key: str | None = None,
+        trajectory_id: str | None = None, api_key: str | None = None, training: bool = False,
     ) -> Session:
+        """Open a session (one trajectory: its own, new in the pool, unless ``trajectory_id`` names a
+        driver's). ``training``: its calls are sampled as the trainer computes logprobs (top_p = 1,
+        no top_k, no penalties, whatever the agent asks); otherwise they are ad hoc and every
+        completion is marked ``sampling["training"] = False``, which the trainer refuses."""
         if tool_format is not None and tool_format not in self.tool_formats:
             raise APIError(400, f"tool_format: no tool format named {tool_format!r} (registered: {', '.join(sorted(self.tool_formats))})", param="tool_format")
         if trajectory_id is None and self.pool is not None:
@@ -104,7 +109,7 @@ class GatewayState:
                 raise APIError(409, f"trajectory_id: trajectory {trajectory_id} is {status}; it can no longer record", param="trajectory_id")
         # the session id is a credential too (the /s/<session>/v1 URL): as long as a key
         session = Session(id=secrets.token_urlsafe(24), api_key=api_key or "forge-" + secrets.token_urlsafe(24),
-                          trajectory_id=trajectory_id, tool_format=tool_format)
+                          trajectory_id=trajectory_id, tool_format=tool_format, training=bool(training))
         self.sessions[session.id] = session
         self.by_key[session.api_key] = session.id
         return session
@@ -232,13 +237,17 @@ class GatewayState:
     async def record(
         self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], *, sampling: dict[str, Any],
         started_at: float, tool_format: str, parse_errors: list[list[dict[str, Any]]], request: dict[str, Any] | None,
+        agent: str | None = None,
     ) -> None:
+        """Append each output as one completion of the session's trajectory (``agent``: which of the
+        trajectory's agents made the call, from the ``x-forge-agent`` header)."""
         session.requests += 1
         if self.pool is None or session.trajectory_id is None:
             return
         finished = time.time()
         from forge_cli.errors import ForgeError
 
+        extra: dict[str, Any] = {"agent": agent} if agent is not None else {}
         for out, errors in zip(outputs, parse_errors):
             try:
                 await run_in_threadpool(
@@ -246,7 +255,7 @@ class GatewayState:
                     session.trajectory_id, prompt_ids=prompt_ids, output_ids=o.output_ids, output_logprobs=o.logprobs,
                     policy_version=o.policy_version, sampling=sampling, finish_reason=o.finish_reason,
                     started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=e,
-                    request=request if self.record_requests else None,
+                    request=request if self.record_requests else None, **extra,
                 )
                 )
             except ForgeError as exc:  # e.g. the group timed out while this call was generating

@@ -11,19 +11,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.openapi import body_schema
-from forge_cli.gateway.protocol.types import Float
+from forge_cli.gateway.protocol.types import Bool, Float
 from forge_cli.gateway.routes.common import api_key, read_json, state_of, validate
 
 router = APIRouter()
 
 
 class NewSession(BaseModel):
+    """``POST /admin/sessions``. ``training: true``: the session samples as the trainer computes
+    logprobs (top_p = 1, no top_k, no penalties, whatever the agent asks); without it the session is
+    ad hoc and its completions are marked not for training."""
+
     model_config = ConfigDict(extra="forbid")
 
     task_id: str = Field("adhoc", min_length=1, max_length=512)
     scaffold: str = Field("external", min_length=1, max_length=128)
     tool_format: Optional[str] = None
     trajectory_id: Optional[str] = None
+    training: Bool = False
 
 
 @router.post("/admin/sessions", openapi_extra=body_schema(NewSession, required=False))
@@ -34,12 +39,13 @@ async def create_session(request: Request):
     body = validate(NewSession, await read_json(request, optional=True))
     try:
         session = await state.create_session(task_id=body.task_id, scaffold=body.scaffold, tool_format=body.tool_format,
-                                             trajectory_id=body.trajectory_id)
+                                             trajectory_id=body.trajectory_id, training=body.training)
     except ForgeError as exc:  # the pool refused what the client asked for
         raise APIError(400, str(exc)) from None
     base = str(request.base_url).rstrip("/")
     return {"session": session.id, "api_key": session.api_key, "trajectory_id": session.trajectory_id,
-            "base_url": f"{base}/s/{session.id}/v1", "tool_format": session.tool_format or state.default_tool_format}
+            "base_url": f"{base}/s/{session.id}/v1", "tool_format": session.tool_format or state.default_tool_format,
+            "training": session.training}
 
 
 @router.get("/admin/sessions")
@@ -47,7 +53,8 @@ async def list_sessions(request: Request):
     state = state_of(request)
     state.check_admin(api_key(request))
     return {"data": [{"session": s.id, "trajectory_id": s.trajectory_id, "requests": s.requests, "reused_prefix": s.reused,
-                      "tool_format": s.tool_format or state.default_tool_format} for s in state.sessions.values()]}
+                      "tool_format": s.tool_format or state.default_tool_format, "training": s.training}
+                     for s in state.sessions.values()]}
 
 
 class FinishSession(BaseModel):

@@ -4,10 +4,23 @@ Rendering and tokenising run in a worker thread (a long prompt must not stall ot
 ``/health``), after a bound that needs no tokenising has refused a prompt that cannot fit. A
 non-streamed call is recorded only once its response body is made (:func:`commit`), so nothing is
 recorded that the client is never answered.
+
+What a completion's ``sampling`` records (:func:`sampling_record`): at the top level, what the
+engine used (``max_tokens``, ``temperature``, ``top_p``, ``stop``, ``stop_token_ids``, ``seed``,
+``n``, ``top_logprobs``); ``training``, whether the session was opened for training; ``asked``, the
+request's own sampling fields exactly as sent (``top_k``, penalties, … included: a field in
+``asked`` with no top-level counterpart was not applied); ``output_format`` when one was asked for.
+A training session samples with ``top_p = 1`` and no ``top_k`` or penalties whatever was asked
+(:func:`training_params`), so that the recorded logprobs are ``log_softmax(logits / T)`` over the
+whole vocabulary, as the trainer computes them.
+
+The ``x-forge-agent`` header (:func:`agent_of`) names which agent of a trajectory made a call
+(``orchestrator``, ``worker-2``); it is recorded as the completion's ``agent``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
@@ -27,6 +40,13 @@ from forge_cli.specs import ParsedOutput
 
 DEFAULT_MAX_TOKENS = 1024
 INLINE_BYTES = 64 * 1024  # smaller bodies are parsed on the event loop (a thread hop costs more)
+AGENT_HEADER = "x-forge-agent"
+MAX_AGENT_LEN = 64
+# the request fields (of any API) that shape sampling: recorded verbatim as what was asked
+SAMPLING_FIELDS = (
+    "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+    "logit_bias", "seed", "n", "max_tokens", "max_completion_tokens", "max_output_tokens", "stop", "stop_sequences",
+)
 
 
 async def read_json(request: Request, *, optional: bool = False) -> dict[str, Any]:
@@ -69,6 +89,37 @@ def state_of(request: Request) -> GatewayState:
     return request.app.state.gateway
 
 
+def agent_of(request: Request) -> str | None:
+    """The ``x-forge-agent`` header: which agent of the trajectory makes this call (None: not told).
+    1 to 64 printable ASCII characters, else a 400."""
+    values = request.headers.getlist(AGENT_HEADER)
+    if not values:
+        return None
+    agent = values[0].strip()
+    if len(values) > 1 or not 1 <= len(agent) <= MAX_AGENT_LEN or not all(" " <= ch <= "~" for ch in agent):
+        raise APIError(400, f"{AGENT_HEADER}: must be one name of 1 to {MAX_AGENT_LEN} printable ASCII characters "
+                            f"(such as 'orchestrator' or 'worker-2')", param=AGENT_HEADER)
+    return agent
+
+
+def training_params(params: SamplingParams) -> SamplingParams:
+    """How a training session samples: as asked, but over the whole vocabulary (``top_p = 1``; the
+    engines apply no top_k or penalties), so the engine's logprobs are the trainer's."""
+    return params if params.top_p == 1.0 else dataclasses.replace(params, top_p=1.0)
+
+
+def sampling_record(params: SamplingParams, *, training: bool, raw: dict[str, Any] | None,
+                    output_format: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A completion's ``sampling``: what was used (top level), ``training``, what was ``asked``
+    (the request's sampling fields as sent) and ``output_format`` (see the module's docstring)."""
+    record = params.as_dict()
+    record["training"] = training
+    record["asked"] = {k: raw[k] for k in SAMPLING_FIELDS if raw and raw.get(k) is not None}
+    if output_format is not None:  # recorded as asked, whether or not the engine could enforce it
+        record["output_format"] = output_format
+    return record
+
+
 async def session_of(request: Request) -> Session:
     return await state_of(request).resolve(api_key(request), request.path_params.get("session"))
 
@@ -82,7 +133,9 @@ def check_conversation(turns: list[Turn], param: str = "messages") -> None:
 @dataclass
 class Prepared:
     """A request ready for the engine: its session, format, rendered prompt and checked params.
-    ``output_format``: the structured output asked for (see ``protocol.types.output_format``)."""
+    ``output_format``: the structured output asked for (see ``protocol.types.output_format``);
+    ``params`` are the ones the engine uses (a training session's, :func:`training_params`);
+    ``agent``: the ``x-forge-agent`` header."""
 
     session: Session
     fmt: Any
@@ -92,6 +145,7 @@ class Prepared:
     turns: list[Turn]
     raw: dict[str, Any] | None
     output_format: dict[str, Any] | None = None
+    agent: str | None = None
 
 
 @dataclass
@@ -128,8 +182,11 @@ async def prepare(
     tok, engine = state.tokenizer, state.engine
     if prompt is None:
         check_conversation(turns, turns_param)
+    agent = agent_of(request)
     session = await session_of(request)
     await state.check_recording(session)
+    if session.training:
+        params = training_params(params)
     fmt = state.tool_format_for(session)
 
     def render() -> Rendered:  # in a worker thread: slow on long prompts
@@ -146,7 +203,7 @@ async def prepare(
 
     rendered = await run_in_threadpool(render)
     params = _check(engine, rendered.prompt_ids, params)
-    return Prepared(session, fmt, rendered, params, tools, turns, raw, output_format)
+    return Prepared(session, fmt, rendered, params, tools, turns, raw, output_format, agent)
 
 
 def _check(engine: Any, prompt_ids: list[int], params: SamplingParams) -> SamplingParams:
@@ -170,6 +227,7 @@ def _context(p: Prepared) -> dict[str, Any]:
         "tools": [t.schema() for t in p.tools],
         "output_format": p.output_format,
         "session": p.session.id,
+        "agent": p.agent,
         "prompt_text": p.rendered.text,
     }
 
@@ -189,12 +247,10 @@ async def commit(request: Request, gen: Generated) -> None:
     """Record a call into its session's trajectory: once its response is ready to send."""
     p = gen.prepared
     assert p is not None
-    sampling = p.params.as_dict()
-    if p.output_format is not None:  # recorded as asked, whether or not the engine could enforce it
-        sampling["output_format"] = p.output_format
+    sampling = sampling_record(p.params, training=p.session.training, raw=p.raw, output_format=p.output_format)
     errors = [[{"text": e.text, "reason": e.reason} for e in x.errors] for x in gen.parsed]
     await state_of(request).record(p.session, p.rendered.prompt_ids, gen.outputs, sampling=sampling, started_at=gen.started,
-                                   tool_format=p.fmt.name, parse_errors=errors, request=p.raw)
+                                   tool_format=p.fmt.name, parse_errors=errors, request=p.raw, agent=p.agent)
 
 
 async def generate(request: Request, turns: list[Turn], tools: list[Tool], params: SamplingParams, **kw: Any) -> Generated:
