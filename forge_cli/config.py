@@ -123,6 +123,18 @@ class TrainConfig(Section):
     loss: LossConfig = Field(default_factory=CISPOLoss, description=(
         'The policy-gradient loss: [train.loss] with type = "cispo" | "ppo_clip" | "grpo" | "reinforce" and its fields.'))
 
+class RolloutConfig(Section):
+    """``forge rollout``: what runs on which tasks (each flag of the command overrides its key)."""
+
+    scaffold: str = Field("react", description="The scaffold to run (forge scaffold list).")
+    task: str = Field("calc", description="A registered task suite, or a JSONL file of tasks (then verifier is required).")
+    verifier: str | None = Field(None, description="For a JSONL task file: module:function that verifies a task.")
+    split: Literal["train", "heldout"] = Field("train", description="Which split of the suite.")
+    groups: int = Field(4, ge=1, description="Tasks (groups) to run; each runs train.group_size trajectories.")
+    concurrency: int = Field(8, ge=1, description="Trajectories running at once.")
+    trajectory_timeout_s: float = Field(600.0, gt=0, description="A trajectory running longer is ended as timed out.")
+
+
 class ForgeConfig(Section):
     """The whole configuration. Every field has a default; ``forge.toml`` may be empty."""
 
@@ -131,6 +143,7 @@ class ForgeConfig(Section):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     pool: PoolConfig = Field(default_factory=PoolConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     scaffolds: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[scaffolds.NAME]: options handed to the plugin that registered NAME."
     )

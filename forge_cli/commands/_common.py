@@ -21,3 +21,23 @@ def print_json(data: Any) -> None:
     from forge_cli.console import console
 
     console.print_json(json.dumps(data, default=str))
+
+
+def config_with(flags: list[tuple[str, str, Any]]) -> Any:
+    """The resolved config with each command flag ``(dotted key, flag name, value)`` that was given
+    (``None`` = not given) on top, errors naming the flag the user typed."""
+    from forge_cli.cli import get_state
+    from forge_cli.config import load_config
+
+    state = get_state()
+    overrides, flag_names = dict(state.overrides), {}
+    for key, flag, value in flags:
+        if value is not None:
+            overrides[key], flag_names[key] = value, flag
+    return load_config(state.config_path, overrides=overrides, flag_names=flag_names)
+
+
+def engine_flags(model: Any, engine: Any, policy: Any) -> list[tuple[str, str, Any]]:
+    """The model/engine flags ``gateway serve`` and ``rollout`` share."""
+    return [("model.path", "--model", str(model) if model else None), ("model.engine.type", "--engine", engine),
+            ("model.engine.policy", "--policy", policy)]

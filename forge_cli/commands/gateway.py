@@ -29,19 +29,12 @@ def register(app: typer.Typer) -> None:
         at the same time, on a unix socket (sandboxed agents reach it through that)."""
         import asyncio
 
-        from forge_cli.cli import get_state
-        from forge_cli.config import load_config
+        from forge_cli.commands._common import config_with, engine_flags
 
-        state = get_state()
-        overrides, flag_names = dict(state.overrides), {}
-        for key, flag, value in (("gateway.host", "--host", host), ("gateway.port", "--port", port),
-                                 ("model.path", "--model", str(model) if model else None), ("model.engine.type", "--engine", engine),
-                                 ("model.engine.policy", "--policy", policy),
-                                 ("gateway.auth", "--auth", auth), ("model.tool_format", "--tool-format", tool_format),
-                                 ("model.replicas", "--replicas", replicas), ("gateway.socket", "--socket", unix_socket)):
-            if value is not None:
-                overrides[key], flag_names[key] = value, flag
-        config = load_config(state.config_path, overrides=overrides, flag_names=flag_names)
+        config = config_with([("gateway.host", "--host", host), ("gateway.port", "--port", port),
+                              *engine_flags(model, engine, policy),
+                              ("gateway.auth", "--auth", auth), ("model.tool_format", "--tool-format", tool_format),
+                              ("model.replicas", "--replicas", replicas), ("gateway.socket", "--socket", unix_socket)])
         try:
             asyncio.run(_serve_until_stopped(config, run))
         except (KeyboardInterrupt, asyncio.CancelledError):

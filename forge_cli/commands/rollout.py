@@ -1,0 +1,91 @@
+"""``forge rollout``: a thin caller of :func:`forge_cli.rollout.driver.rollout`, with a live display."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("rollout")
+    def rollout_command(
+        scaffold: Optional[str] = typer.Option(None, "--scaffold", help="Scaffold to run (default rollout.scaffold; forge scaffold list)."),
+        task: Optional[str] = typer.Option(None, "--task", help="Task suite (calc, kv-search, files, reasoning, qa, …) or a JSONL file of tasks."),
+        verifier: Optional[str] = typer.Option(None, "--verifier", help="For a JSONL task file: module:function that verifies a task."),
+        split: Optional[str] = typer.Option(None, "--split", help="train or heldout (default rollout.split)."),
+        groups: Optional[int] = typer.Option(None, "--groups", help="Tasks to run, one group each (default rollout.groups)."),
+        n: Optional[int] = typer.Option(None, "--n", help="Trajectories per group (default train.group_size)."),
+        concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Trajectories running at once (default rollout.concurrency)."),
+        timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds a trajectory may run (default rollout.trajectory_timeout_s)."),
+        run: Optional[str] = typer.Option(None, "--run", help="Name of the run under run.dir to record into (created if new; default: a timestamped one)."),
+        model: Optional[Path] = typer.Option(None, "--model", help="HF model folder (default model.path or the default model)."),
+        engine: Optional[str] = typer.Option(None, "--engine", help="vllm, hf or scripted (default model.engine.type)."),
+        policy: Optional[str] = typer.Option(None, "--policy", help="Scripted engine: a JSON rules/turns file or module:function."),
+    ) -> None:
+        """Run a scaffold on tasks: every call recorded, every trajectory verified and rewarded, into
+        the run's pool (then `forge pool stats RUN`). Ends with a summary table."""
+        import asyncio
+
+        from forge_cli.commands._common import config_with, engine_flags
+        from forge_cli.rollout.driver import RolloutRequest
+
+        config = config_with([("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
+                              ("rollout.verifier", "--verifier", verifier), ("rollout.split", "--split", split),
+                              ("rollout.groups", "--groups", groups), ("train.group_size", "--n", n),
+                              ("rollout.concurrency", "--concurrency", concurrency),
+                              ("rollout.trajectory_timeout_s", "--timeout", timeout), *engine_flags(model, engine, policy)])
+        r = config.rollout
+        request = RolloutRequest(scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups,
+                                 n=config.train.group_size, concurrency=r.concurrency,
+                                 trajectory_timeout_s=r.trajectory_timeout_s, seed=config.run.seed)
+        try:
+            summary = asyncio.run(_with_display(config, request, run))
+        except KeyboardInterrupt:
+            from forge_cli.console import err_console
+
+            err_console.print("rollout interrupted: its unfinished trajectories were failed (interrupted)")
+            raise typer.Exit(130) from None
+        _print_summary(summary)
+
+
+async def _with_display(config: Any, request: Any, run: str | None) -> Any:
+    import asyncio
+    import signal
+    import time
+
+    from rich.live import Live
+    from rich.table import Table
+
+    from forge_cli.console import err_console
+    from forge_cli.rollout.driver import rollout
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+
+    def table(p: Any) -> Table:
+        t = Table(title=f"forge rollout: {request.scaffold} on {request.suite}", title_justify="left")
+        for column in ("running", "finished", "failed", "timed out", "success", "elapsed"):
+            t.add_column(column, justify="right")
+        success = f"{p.solved}/{p.finished}" if p.finished else "—"
+        t.add_row(str(p.running), f"{p.finished}/{p.total}", str(p.failed), str(p.timed_out), success,
+                  f"{time.monotonic() - p.started_at:.0f} s")
+        return t
+
+    with Live(console=err_console, refresh_per_second=4, transient=False) as live:
+        summary = await rollout(config, request, run=run, on_progress=lambda p: live.update(table(p)))
+    return summary
+
+
+def _print_summary(summary: Any) -> None:
+    from rich.table import Table
+
+    from forge_cli.console import console
+
+    t = Table(title="rollout summary", title_justify="left", show_header=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    for label, value in summary.rows():
+        t.add_row(label, value)
+    console.print(t)
+    console.print(f"run: {summary.run_dir}  (forge pool stats {summary.run_dir.name})", highlight=False)

@@ -1,0 +1,105 @@
+"""A rollout's summary: success, rewards by component, tokens and time per trajectory, the
+prefix-share ratio of what was recorded, and context-management events per trajectory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from forge_cli.rollout.driver import RolloutRequest, TrajectoryResult
+
+
+def unique_tokens(sequences: Iterable[Sequence[int]]) -> int:
+    """Tokens in the trie of ``sequences`` (each shared prefix counted once): what the prefix tree
+    will compute."""
+    root: dict[int, Any] = {}
+    count = 0
+    for seq in sequences:
+        node = root
+        for token in seq:
+            child = node.get(token)
+            if child is None:
+                child = node[token] = {}
+                count += 1
+            node = child
+    return count
+
+
+def prefix_share(sequences: Sequence[Sequence[int]]) -> float | None:
+    """tokens / unique tokens of their trie (1.0: nothing shared); ``None`` for no tokens."""
+    total = sum(len(s) for s in sequences)
+    return total / unique_tokens(sequences) if total else None
+
+
+@dataclass(frozen=True)
+class RolloutSummary:
+    scaffold: str
+    suite: str
+    run_dir: Path | None
+    trajectories: int
+    by_status: dict[str, int]
+    success_rate: float
+    mean_reward: float | None
+    mean_components: dict[str, float]
+    completions_per_trajectory: float
+    tokens_per_trajectory: float  # prompt + output tokens of all its completions
+    output_tokens: int
+    wall_s: float
+    wall_s_per_trajectory: float
+    prefix_share: float | None
+    context_events_per_trajectory: float
+    by_difficulty: dict[str, float] = field(default_factory=dict)  # success rate per task difficulty
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The summary as (label, value) rows, for a table."""
+        def num(x: float | None, fmt: str = ".3f") -> str:
+            return "—" if x is None else format(x, fmt)
+
+        rows = [("trajectories", f"{self.trajectories}  (" + ", ".join(f"{k} {v}" for k, v in self.by_status.items()) + ")"),
+                ("success rate", num(self.success_rate, ".1%")), ("mean reward", num(self.mean_reward))]
+        rows += [(f"  {name}", num(value)) for name, value in self.mean_components.items()]
+        rows += [("completions / trajectory", num(self.completions_per_trajectory, ".1f")),
+                 ("tokens / trajectory", num(self.tokens_per_trajectory, ".0f")),
+                 ("output tokens/s", num(self.output_tokens / self.wall_s if self.wall_s else None, ".1f")),
+                 ("wall time / trajectory", num(self.wall_s_per_trajectory, ".2f") + " s"),
+                 ("prefix share (tokens / unique)", num(self.prefix_share, ".2f")),
+                 ("context events / trajectory", num(self.context_events_per_trajectory, ".2f"))]
+        rows += [(f"success at difficulty {d}", num(rate, ".1%")) for d, rate in sorted(self.by_difficulty.items())]
+        return rows
+
+
+def summarize(pool: Any, results: Sequence["TrajectoryResult"], wall_s: float, request: "RolloutRequest",
+              run_dir: Path | None = None, difficulty: dict[str, str] | None = None) -> RolloutSummary:
+    """The summary of ``results``, with token counts read back from the pool."""
+    by_status: dict[str, int] = {}
+    for r in results:
+        by_status[r.status] = by_status.get(r.status, 0) + 1
+    sequences: list[list[int]] = []
+    completions, output, events = 0, 0, 0
+    for r in results:
+        trajectory = pool.trajectory(r.trajectory_id)
+        completions += len(trajectory.completions)
+        for c in trajectory.completions:
+            sequences.append(list(c.prompt_ids) + list(c.output_ids))
+            output += len(c.output_ids)
+        events += sum(1 for e in trajectory.events if e.kind.startswith("context."))
+    n = len(results) or 1
+    names = sorted({k for r in results for k in r.rewards})
+    rewards = [sum(r.rewards.values()) for r in results if r.rewards]
+    per_difficulty: dict[str, list[bool]] = {}
+    for r in results:
+        if difficulty and r.task_id in difficulty:
+            per_difficulty.setdefault(difficulty[r.task_id], []).append(r.score is not None and r.score >= 1.0)
+    return RolloutSummary(
+        scaffold=request.scaffold, suite=request.suite, run_dir=run_dir, trajectories=len(results), by_status=by_status,
+        success_rate=sum(1 for r in results if r.score is not None and r.score >= 1.0) / n,
+        mean_reward=fmean(rewards) if rewards else None,
+        mean_components={k: fmean(r.rewards.get(k, 0.0) for r in results) for k in names},
+        completions_per_trajectory=completions / n, tokens_per_trajectory=sum(map(len, sequences)) / n,
+        output_tokens=output, wall_s=wall_s, wall_s_per_trajectory=fmean(r.wall_s for r in results) if results else 0.0,
+        prefix_share=prefix_share(sequences), context_events_per_trajectory=events / n,
+        by_difficulty={d: sum(v) / len(v) for d, v in per_difficulty.items()},
+    )

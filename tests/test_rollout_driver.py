@@ -1,0 +1,145 @@
+"""The rollout driver: tasks through a real in-process gateway into the pool, verified, rewarded;
+crashing and hanging scaffolds become failed and timed-out trajectories; a cancel leaves nothing running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from forge_cli import plugins
+from forge_cli.config import load_config
+from forge_cli.rollout import driver
+from forge_cli.rollout.driver import RolloutRequest, rollout
+from forge_cli.tasks.types import Outcome, Task, TaskSuite
+
+LOOP = '''
+import asyncio
+
+async def run(episode):
+    """One call; then, by what the task asks: answer, crash, or hang."""
+    client = episode.client()
+    async with client:
+        reply = await client.chat.completions.create(model=episode.model, messages=[{"role": "user", "content": episode.prompt}],
+                                                     max_tokens=8)
+    text = reply.choices[0].message.content
+    if "crash" in episode.prompt:
+        raise RuntimeError("the agent fell over")
+    if "hang" in episode.prompt:
+        await asyncio.sleep(3600)
+    episode.report("context.none", note="nothing removed")
+    return text
+'''
+PLUGIN = '''
+from forge_cli import hookimpl
+from forge_cli.specs import ScaffoldSpec
+
+@hookimpl
+def register_scaffolds(register):
+    register(ScaffoldSpec(name="one-call", kind="white", family="test", loop="driver_test_loop:run", description="one call"))
+'''
+
+
+class Exact:
+    def verify(self, task, workdir, transcript):
+        ok = (transcript.answer or "").strip() == task.answer
+        assert (workdir / "seed.txt").read_text() == task.id  # the task's files were laid out
+        return Outcome(1.0 if ok else 0.0, "exact" if ok else f"got {transcript.answer!r}")
+
+
+def _suite(prompts):
+    def make(split, n, seed):
+        return [Task(id=f"t{i}", suite="inline", prompt=p, answer="four", difficulty=str(i % 2), files={"seed.txt": f"t{i}"})
+                for i, p in enumerate(prompts[:n])]
+
+    return TaskSuite("inline", "inline tasks", make, Exact())
+
+
+@pytest.fixture
+def setup(fake_dist, tiny_model, tmp_path, monkeypatch):
+    fake_dist("driver-test", {"driver_test_plugin": PLUGIN, "driver_test_loop": LOOP}, {"dt": "driver_test_plugin"})
+    plugins.reset()
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"rules": [{"when": "two plus two", "reply": "four"}], "turns": ["five"]}))
+
+    def configure(prompts, **more):
+        monkeypatch.setattr(driver, "resolve_suite", lambda name, verifier, registry: _suite(prompts))  # the seam: tasks
+        return load_config(env={}, overrides={"model.path": str(tiny_model), "model.engine.type": "scripted",
+                                              "model.engine.policy": str(policy), "gateway.port": 0, "gateway.socket": "",
+                                              "run.dir": str(tmp_path / "runs"), **more})
+
+    return configure
+
+
+def test_groups_run_verified_and_recorded(setup, tmp_path):
+    config = setup(["what is two plus two?", "and two plus two again?", "what is two times three?"])
+    seen = []
+    request = RolloutRequest(scaffold="one-call", suite="inline", groups=3, n=2, concurrency=3)
+    summary = asyncio.run(rollout(config, request, run="r", on_progress=lambda p: seen.append((p.running, p.finished))))
+    from forge_cli.pool import DataPool
+
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    groups = pool.groups()
+    assert [g.task_id for g in sorted(groups, key=lambda g: g.queue_index)] == ["t0", "t1", "t2"]  # the queue is in task order
+    trajectories = [t for g in groups for t in g.trajectories]
+    assert len(trajectories) == 6 and all(t.status == "completed" for t in trajectories)
+    full = [pool.trajectory(t.id) for t in trajectories]
+    assert all(len(t.completions) == 1 and t.scaffold == "one-call" for t in full)
+    assert sorted(t.rewards["outcome"] for t in full) == [0, 0, 1, 1, 1, 1]
+    assert all(any(e.kind == "context.none" for e in t.events) for t in full)
+    assert max(r for r, _ in seen) <= 3 and seen[-1] == (0, 6)  # never over the concurrency
+    assert summary.trajectories == 6 and summary.success_rate == pytest.approx(4 / 6)
+    assert summary.completions_per_trajectory == 1 and summary.context_events_per_trajectory == 1
+    assert summary.by_difficulty == {"0": 0.5, "1": 1.0}
+    assert summary.prefix_share > 1.0  # the two samples of a task share their prompt
+    pool.close()
+
+
+def test_crashing_and_hanging_scaffolds_end_their_trajectories_and_the_rollout_goes_on(setup, tmp_path):
+    config = setup(["two plus two, then crash", "two plus two, then hang", "two plus two"])
+    request = RolloutRequest(scaffold="one-call", suite="inline", groups=3, n=1, trajectory_timeout_s=2.0)
+    summary = asyncio.run(rollout(config, request, run="r"))
+    from forge_cli.pool import DataPool
+
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    by_task = {g.task_id: pool.trajectory(g.trajectories[0].id) for g in pool.groups()}
+    assert by_task["t0"].status == "failed" and "the agent fell over" in by_task["t0"].error
+    assert by_task["t1"].status == "timed_out"
+    assert by_task["t2"].status == "completed" and by_task["t2"].rewards == {"outcome": 1.0}
+    assert all(len(t.completions) == 1 for t in by_task.values())  # partial work is kept
+    assert summary.by_status == {"failed": 1, "timed_out": 1, "completed": 1}
+    pool.close()
+
+
+def test_a_cancelled_rollout_leaves_nothing_running(setup, tmp_path):
+    config = setup(["two plus two, then hang"] * 3)
+    request = RolloutRequest(scaffold="one-call", suite="inline", groups=3, n=2, concurrency=2)
+
+    async def main():
+        task = asyncio.create_task(rollout(config, request, run="r"))
+        await asyncio.sleep(0.5)
+        while not (tmp_path / "runs" / "r" / "pool.sqlite").exists():
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    from forge_cli.pool import DataPool
+
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    trajectories = [pool.trajectory(t.id) for g in pool.groups() for t in g.trajectories]
+    assert trajectories and all(t.status == "failed" and t.error == "interrupted" for t in trajectories)
+    pool.close()
+
+
+def test_unknown_scaffold_and_bad_counts_are_clear_errors(setup):
+    from forge_cli.errors import ForgeError
+
+    config = setup(["x"])
+    with pytest.raises(ForgeError, match="no scaffold named 'nope'"):
+        asyncio.run(rollout(config, RolloutRequest(scaffold="nope", suite="inline")))
+    with pytest.raises(ForgeError, match="at least 1"):
+        asyncio.run(rollout(config, RolloutRequest(scaffold="one-call", suite="inline", groups=0)))
