@@ -86,6 +86,7 @@ def test_groups_run_verified_and_recorded(setup, tmp_path):
     assert len(trajectories) == 6 and all(t.status == "completed" for t in trajectories)
     full = [pool.trajectory(t.id) for t in trajectories]
     assert all(len(t.completions) == 1 and t.scaffold == "one-call" for t in full)
+    assert all(c.sampling["training"] and c.sampling["top_p"] == 1.0 for t in full for c in t.completions)  # trainable
     assert sorted(t.rewards["outcome"] for t in full) == [0, 0, 1, 1, 1, 1]
     assert all(any(e.kind == "context.none" for e in t.events) for t in full)
     assert max(r for r, _ in seen) <= 3 and seen[-1] == (0, 6)  # never over the concurrency

@@ -110,7 +110,7 @@ class _Run:
             status, outcome, reason, events = "failed", None, "", []
             try:
                 session = await self.gw.open_session(task_id=task.id, scaffold=self.spec.name, trajectory_id=trajectory_id,
-                                                      tool_format=self.spec.tool_format)
+                                                      tool_format=self.spec.tool_format, training=True)
                 # a black-box program is killed at the budget by its sandbox; this is the backstop
                 budget = self.request.trajectory_timeout_s + (0 if self.spec.kind == "white" else 15)
                 transcript, events = await asyncio.wait_for(self.run_scaffold(task, workdir, session), timeout=budget)
