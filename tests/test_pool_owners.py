@@ -110,7 +110,7 @@ def test_a_pool_from_before_owners_is_migrated_on_open(pool_spec):
     # make it a version-1 pool: no owner column, none of version 3's completion columns
     v3 = ("agent", "reward", "reward_to_go", "advantage", "reward_components")
     _execute(pool, "ALTER TABLE trajectories DROP COLUMN owner", *(f"ALTER TABLE completions DROP COLUMN {c}" for c in v3),
-             "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+             "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     pool.close()
     old = open_spec(pool_spec)
     with old._read() as cur:

@@ -4,10 +4,13 @@ migrated on open, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool import TrajectoryStatus
+from forge_cli.pool import CompletionReward, TrajectoryStatus
 from tests.conftest import open_spec
 
 V3_COLUMNS = ("agent", "reward", "reward_to_go", "advantage", "reward_components")
@@ -45,7 +48,7 @@ def test_a_version_2_pool_is_migrated_on_open(pool_spec):
     _complete(pool, tid)
     # make it a version-2 pool: completions without the version-3 columns
     _execute(pool, *(f"ALTER TABLE completions DROP COLUMN {c}" for c in V3_COLUMNS),
-             "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+             "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     pool.close()
     old = open_spec(pool_spec)
     try:
@@ -61,3 +64,79 @@ def test_a_version_2_pool_is_migrated_on_open(pool_spec):
     again = open_spec(pool_spec)  # a version-3 pool opens as it is
     assert [c.agent for c in again.trajectory(tid).completions] == [None, "worker"]
     again.close()
+
+
+def _finished_group(pool, turns=(2, 0, 1), pending=True):
+    group = pool.submit_group("t", len(turns), "react", rewards_pending=pending)
+    for t, k in zip(group.trajectories, turns):
+        pool.start_trajectory(t.id)
+        for _ in range(k):
+            _complete(pool, t.id, "main")
+        pool.finish_trajectory(t.id, rewards={"outcome": 1.0})
+    return pool.group(group.id)
+
+
+def test_per_completion_rewards_are_written_for_a_group_and_read_back(pool):
+    group = _finished_group(pool)
+    assert group.rewards_pending
+    ids = [c.id for t in group.trajectories for c in t.completions]
+    written = [
+        CompletionReward(cid, reward=-0.1 * i, reward_to_go=0.5 + i, advantage=1.25 - i, components={"process": -0.1 * i})
+        for i, cid in enumerate(ids)
+    ]
+    pool.set_completion_rewards(group.id, written)
+    again = pool.group(group.id)
+    assert not again.rewards_pending
+    read = {c.id: c for t in again.trajectories for c in t.completions}
+    for w in written:
+        c = read[w.completion_id]
+        # stored as doubles: exactly what was written
+        assert (c.reward, c.reward_to_go, c.advantage, c.reward_components) == (w.reward, w.reward_to_go, w.advantage, w.components)
+        assert c.agent == "main"
+    # exported with the completions
+    out = io.StringIO()
+    pool.export_jsonl(out)
+    exported = [c for line in out.getvalue().splitlines() for c in json.loads(line)["completions"]]
+    assert {c["id"]: c["advantage"] for c in exported} == {w.completion_id: w.advantage for w in written}
+
+
+def test_a_group_awaiting_its_rewards_is_not_taken_until_they_are_written(pool):
+    waiting = _finished_group(pool, pending=True)
+    plain = _finished_group(pool, pending=False)
+    batch = pool.take_batch(2, 0, window=None)
+    assert [g.id for g in batch.groups] == [plain.id]  # the pending one is finished but not complete
+    pool.set_completion_rewards(waiting.id, [])  # a group with no completions to reward: only cleared
+    assert [g.id for g in pool.take_batch(2, 0, window=None).groups] == [waiting.id]
+
+
+def test_bad_completion_rewards_are_refused_and_change_nothing(pool):
+    group = _finished_group(pool)
+    ids = [c.id for t in group.trajectories for c in t.completions]
+    other = _finished_group(pool)
+    other_id = other.trajectories[0].completions[0].id
+    good = CompletionReward(ids[0], 0.0, 1.0, 0.5)
+    cases = [
+        ([good, good], "listed twice"),
+        ([CompletionReward(ids[0], 0.0, float("nan"), 0.5)], "reward_to_go must be a finite number"),
+        ([CompletionReward(ids[0], 0.0, 1.0, float("inf"))], "advantage must be a finite number"),
+        ([CompletionReward(ids[0], True, 1.0, 0.5)], "reward must be a finite number"),
+        ([CompletionReward(ids[0], 0.0, 1.0, 0.5, {"": 1.0})], "names must be non-empty"),
+        ([good, CompletionReward(other_id, 0.0, 1.0, 0.5)], "is not a completion of group"),
+        ([(ids[0], 0.0, 1.0, 0.5)], "takes CompletionReward records"),
+    ]
+    for rewards, message in cases:
+        with pytest.raises(ForgeError, match=message):
+            pool.set_completion_rewards(group.id, rewards)
+    with pytest.raises(ForgeError, match="unknown group"):
+        pool.set_completion_rewards("nope", [good])
+    after = pool.group(group.id)
+    assert after.rewards_pending and all(c.advantage is None for t in after.trajectories for c in t.completions)
+    # a group with a running member cannot be rewarded yet; a consumed one no longer
+    live = pool.submit_group("t", 1, "react", rewards_pending=True)
+    pool.start_trajectory(live.trajectories[0].id)
+    with pytest.raises(ForgeError, match="1 trajectories still queued or running"):
+        pool.set_completion_rewards(live.id, [])
+    pool.set_completion_rewards(other.id, [])
+    pool.take_batch(1, 0, window=None)
+    with pytest.raises(ForgeError, match="is consumed: its rewards can no longer change"):
+        pool.set_completion_rewards(other.id, [])

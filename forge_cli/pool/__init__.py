@@ -6,6 +6,7 @@ from forge_cli.pool.store import DataPool, NoPool, PoolFull, open_pool
 from forge_cli.pool.types import (
     Batch,
     Completion,
+    CompletionReward,
     Event,
     Group,
     GroupStatus,
@@ -15,6 +16,6 @@ from forge_cli.pool.types import (
 )
 
 __all__ = [
-    "Batch", "Completion", "DataPool", "Event", "Group", "GroupStatus", "NoPool", "PoolFull", "Sample",
+    "Batch", "Completion", "CompletionReward", "DataPool", "Event", "Group", "GroupStatus", "NoPool", "PoolFull", "Sample",
     "Trajectory", "TrajectoryStatus", "open_pool",
 ]

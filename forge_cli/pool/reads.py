@@ -42,7 +42,7 @@ class PoolReads:
         tids = [r[0] for r in cur.all("SELECT id FROM trajectories WHERE group_id = ? ORDER BY member", (group_id,))]
         return Group(
             row[0], row[1], row[2], row[3], GroupStatus(row[4]), row[5], row[6], bool(row[7]), row[8], row[9],
-            trajectories=[self._load_trajectory(cur, tid) for tid in tids],
+            trajectories=[self._load_trajectory(cur, tid) for tid in tids], rewards_pending=bool(row[10]),
         )
 
     def _load_trajectory(self, cur: Cursor, trajectory_id: str) -> Trajectory:

@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS groups (
     timeout_s {real},
     timed_out INTEGER NOT NULL DEFAULT 0,
     consumed_at {real},
-    consumed_step BIGINT
+    consumed_step BIGINT,
+    rewards_pending INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS groups_status ON groups (status, queue_index);
 CREATE TABLE IF NOT EXISTS trajectories (
@@ -98,8 +99,10 @@ MIGRATIONS: dict[int, list[str]] = {
     # 2 → 3: which agent of a trajectory made a completion (an orchestrator's workers, a request's
     # agent header), and the per-completion rewards: the reward credited to the completion, its
     # discounted reward-to-go, its group-normalised advantage, and the named components credited to
-    # it (JSON); all NULL until :meth:`DataPool.set_completion_rewards` writes them for the group
+    # it (JSON); all NULL until :meth:`DataPool.set_completion_rewards` writes them for the group;
+    # a group submitted with rewards_pending is not handed out before they are written
     2: [
+        "ALTER TABLE groups ADD COLUMN rewards_pending INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE completions ADD COLUMN agent TEXT",
         "ALTER TABLE completions ADD COLUMN reward {real}",
         "ALTER TABLE completions ADD COLUMN reward_to_go {real}",
@@ -116,7 +119,9 @@ COMPLETION_COLS = (
 # the per-completion reward columns, read after COMPLETION_COLS
 COMPLETION_REWARD_COLS = "reward, reward_to_go, advantage, reward_components"
 TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error, owner"
-GROUP_COLS = "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step"
+GROUP_COLS = (
+    "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step, rewards_pending"
+)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from forge_cli.pool.schema import (
 from forge_cli.pool.types import (
     Batch,
     Completion,
+    CompletionReward,
     Event,
     Group,
     GroupStatus,
@@ -212,6 +213,7 @@ class DataPool(PoolReads):
         max_active: int | None = None,
         timeout_s: float | None = None,
         group_id: str | None = None,
+        rewards_pending: bool = False,
     ) -> Group:
         """Append a group of ``n`` queued trajectories to the generation queue.
 
@@ -220,6 +222,10 @@ class DataPool(PoolReads):
         consumed by a train step whose weights are not yet published (:meth:`publish_version`):
         a slot frees only when the rollout engine has the weights trained on it, which is what
         keeps strict FIFO within S = N/P − 1 versions (DESIGN.md §4).
+
+        ``rewards_pending``: the caller will write the group's per-completion rewards once every
+        member is terminal (:meth:`set_completion_rewards`); until then the group is not complete
+        for the scheduler (a head that outlives its budget still times out).
         """
         if not isinstance(n, int) or n < 1:
             raise ForgeError(f"a group needs n >= 1 trajectories, got {n!r}")
@@ -241,8 +247,8 @@ class DataPool(PoolReads):
             index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
             cur.execute("UPDATE meta SET value = ? WHERE key = 'next_queue_index'", (str(index + 1),))
             cur.execute(
-                f"INSERT INTO groups ({GROUP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL)",
-                (group_id, index, task_id, n, GroupStatus.ACTIVE.value, now, timeout_s),
+                f"INSERT INTO groups ({GROUP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, ?)",
+                (group_id, index, task_id, n, GroupStatus.ACTIVE.value, now, timeout_s, int(bool(rewards_pending))),
             )
             trajectories = []
             for member in range(n):
@@ -253,7 +259,8 @@ class DataPool(PoolReads):
                     (tid, group_id, member, task_id, scaffold, index, TrajectoryStatus.QUEUED.value),
                 )
                 trajectories.append(Trajectory(tid, group_id, task_id, scaffold, index, TrajectoryStatus.QUEUED))
-        return Group(group_id, index, task_id, n, GroupStatus.ACTIVE, now, timeout_s, trajectories=trajectories)
+        return Group(group_id, index, task_id, n, GroupStatus.ACTIVE, now, timeout_s, trajectories=trajectories,
+                     rewards_pending=bool(rewards_pending))
 
     def start_trajectory(self, trajectory_id: str, *, owner: str | None = None) -> None:
         """queued → running, owned by the calling process (or by ``owner``, a
@@ -443,6 +450,59 @@ class DataPool(PoolReads):
                 raise ForgeError(f"trajectory {trajectory_id} belongs to a {row[0]} group: its reward can no longer change")
             return self._write_rewards(cur, trajectory_id, components)
 
+    def set_completion_rewards(self, group_id: str, rewards: list[CompletionReward]) -> None:
+        """Write the per-completion rewards of a group (one :class:`CompletionReward` per completion
+        of its members, the :mod:`forge_cli.rewards` result) in one transaction, and clear the
+        group's ``rewards_pending``: the scheduler may hand it out from then on.
+
+        Only while the group is active and every member is terminal (the rewards of a group are a
+        function of all its members); each completion must belong to the group, once; values must be
+        finite. Completions not listed keep what they had (None for a fresh one).
+        """
+        rows, seen = [], set()
+        for item in rewards:
+            if not isinstance(item, CompletionReward):
+                raise ForgeError(f"set_completion_rewards takes CompletionReward records, got {type(item).__name__}")
+            if item.completion_id in seen:
+                raise ForgeError(f"completion {item.completion_id} is listed twice")
+            seen.add(item.completion_id)
+            for what, value in (("reward", item.reward), ("reward_to_go", item.reward_to_go), ("advantage", item.advantage)):
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                    raise ForgeError(f"completion {item.completion_id}: {what} must be a finite number, got {value!r}")
+            if item.components:
+                _check_rewards(item.components)
+            rows.append((float(item.reward), float(item.reward_to_go), float(item.advantage),
+                         json.dumps({k: float(v) for k, v in item.components.items()}), item.completion_id))
+        with self._tx() as cur:
+            lock = " FOR UPDATE" if self.dialect is POSTGRES else ""  # against a concurrent take_batch
+            row = cur.one(f"SELECT status FROM groups WHERE id = ?{lock}", (group_id,))
+            if row is None:
+                raise ForgeError(f"unknown group {group_id!r}")
+            if row[0] != GroupStatus.ACTIVE.value:
+                raise ForgeError(f"group {group_id} is {row[0]}: its rewards can no longer change")
+            running = cur.one(
+                f"SELECT COUNT(*) FROM trajectories WHERE group_id = ? AND status NOT IN ({', '.join('?' * len(TERMINAL))})",
+                (group_id, *TERMINAL),
+            )[0]
+            if running:
+                raise ForgeError(f"group {group_id} has {running} trajectories still queued or running")
+            members = {
+                r[0]
+                for r in cur.all(
+                    "SELECT c.id FROM completions c JOIN trajectories t ON t.id = c.trajectory_id WHERE t.group_id = ?",
+                    (group_id,),
+                )
+            }
+            stray = sorted(seen - members)
+            if stray:
+                raise ForgeError(f"completion {stray[0]} is not a completion of group {group_id}")
+            for args in rows:
+                cur.execute(
+                    "UPDATE completions SET reward = ?, reward_to_go = ?, advantage = ?, reward_components = ? WHERE id = ?",
+                    args,
+                )
+            cur.execute("UPDATE groups SET rewards_pending = 0 WHERE id = ?", (group_id,))
+
     @staticmethod
     def _write_rewards(cur: Cursor, trajectory_id: str, components: dict[str, float]) -> float:
         for name, value in components.items():
@@ -478,12 +538,13 @@ class DataPool(PoolReads):
         with self._tx(queue_lock=True) as cur:
             rows = cur.all(
                 "SELECT g.id, g.queue_index, g.submitted_at, g.timeout_s, "
-                "SUM(CASE WHEN t.status IN (?, ?, ?) THEN 0 ELSE 1 END) "
+                "SUM(CASE WHEN t.status IN (?, ?, ?) THEN 0 ELSE 1 END), g.rewards_pending "
                 "FROM groups g JOIN trajectories t ON t.group_id = g.id WHERE g.status = ? "
-                "GROUP BY g.id, g.queue_index, g.submitted_at, g.timeout_s ORDER BY g.queue_index",
+                "GROUP BY g.id, g.queue_index, g.submitted_at, g.timeout_s, g.rewards_pending ORDER BY g.queue_index",
                 (*TERMINAL, GroupStatus.ACTIVE.value),
             )
-            active = [sched.QueueEntry(r[1], r[0], int(r[4]) == 0, r[2], r[3]) for r in rows]
+            # complete: every member terminal and, if the driver said so, the per-completion rewards written
+            active = [sched.QueueEntry(r[1], r[0], int(r[4]) == 0 and not r[5], r[2], r[3]) for r in rows]
             decision = sched.select(active, max_groups, window, now, on_timeout, min_groups)
             for gid in decision.timed_out:
                 cur.execute(

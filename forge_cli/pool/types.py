@@ -69,6 +69,18 @@ class Completion:
 
 
 @dataclass(frozen=True)
+class CompletionReward:
+    """What the rewards write for one completion: the reward credited to it (``components`` are
+    its named parts), its discounted reward-to-go and its group-normalised advantage."""
+
+    completion_id: str
+    reward: float
+    reward_to_go: float
+    advantage: float
+    components: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Event:
     """Something that happened in a trajectory: a context-management action, a tool error, …"""
 
@@ -100,7 +112,11 @@ class Trajectory:
 
 @dataclass(frozen=True)
 class Group:
-    """The n trajectories of one task sampled together; the scheduler's unit."""
+    """The n trajectories of one task sampled together; the scheduler's unit.
+
+    ``rewards_pending``: submitted by a driver that writes per-completion rewards
+    (:meth:`DataPool.set_completion_rewards`); the scheduler hands it out only once they are written.
+    """
 
     id: str
     queue_index: int
@@ -113,6 +129,7 @@ class Group:
     consumed_at: float | None = None
     consumed_step: int | None = None
     trajectories: list[Trajectory] = field(default_factory=list)
+    rewards_pending: bool = False
 
 
 @dataclass(frozen=True)
