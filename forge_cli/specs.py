@@ -67,12 +67,16 @@ class LaunchSpec:
     folder, for runner scripts), ``$workdir`` (the agent's working folder), ``$base_url``
     (``http://127.0.0.1:PORT/v1``), ``$gateway_url`` (the same without ``/v1``), ``$api_key``
     (the trajectory's key), ``$model`` and ``$prompt`` (the task text); ``$$`` is a dollar sign.
-    ``files`` are written into the working folder before launch (config files).
+    ``files`` are written into the working folder before launch (config files). ``answer`` says
+    where the agent's final answer is once it exits: ``"stdout"`` (the default: the tail of its
+    output), ``"last-line"`` (the last non-empty line of its output) or ``"file:NAME"`` (a file in
+    the working folder); :mod:`forge_cli.rollout.blackbox` reads it.
     """
 
     command: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    answer: str = "stdout"
 
     def render(self, values: dict[str, str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
         def fill(text: str) -> str:
@@ -147,6 +151,10 @@ class ScaffoldSpec:
         check_context_policy(self.name, self.kind, self.context_policy)
         if self.kind == "black" and (self.install is None or self.launch is None):
             raise ForgeError(f"scaffold '{self.name}': a black-box scaffold needs an install recipe and a launch")
+        if self.launch is not None:
+            from forge_cli.rollout.blackbox import check_answer_rule
+
+            check_answer_rule(self.name, self.launch.answer)
         if self.options is not None and not (isinstance(self.options, type) and issubclass(self.options, BaseModel)):
             raise ForgeError(f"scaffold '{self.name}': options must be a pydantic model class")
 
@@ -165,7 +173,8 @@ class ScaffoldSpec:
                 if install
                 else None,
                 launch=LaunchSpec(
-                    command=tuple(launch["command"]), env=launch.get("env", {}), files=launch.get("files", {})
+                    command=tuple(launch["command"]), env=launch.get("env", {}), files=launch.get("files", {}),
+                    answer=launch.get("answer", "stdout"),
                 )
                 if launch
                 else None,
@@ -253,17 +262,25 @@ class ToolFormat:
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """A place where agents run. ``check`` returns ``None`` when usable here, else why not."""
+    """A place where agents run. ``check`` returns ``None`` when usable here, else why not.
+
+    ``open(workdir, options)`` makes one trajectory's :class:`forge_cli.sandbox.base.Sandbox` on the
+    host folder ``workdir`` (``options``: the validated ``[sandboxes.NAME]`` section, an instance of
+    ``options``, or ``None``); a sandbox without ``open`` is listed but cannot run agents yet.
+    """
 
     name: str
     description: str
     check: Callable[[], str | None]
     options: type[BaseModel] | None = None
+    open: Callable[[Path, Any], Any] | None = None
 
     def validate(self) -> None:
         check_name("sandbox", self.name)
         if not callable(self.check):
             raise ForgeError(f"sandbox '{self.name}': check must be callable")
+        if self.open is not None and not callable(self.open):
+            raise ForgeError(f"sandbox '{self.name}': open must be callable")
 
 
 @dataclass(frozen=True)
@@ -281,12 +298,33 @@ class TaskSetSpec:
 
 
 @dataclass(frozen=True)
+class RewardValue:
+    """What a reward component gives one trajectory: a trajectory-level ``value`` (credited to its
+    last completion: an outcome, a time bonus) and/or ``per_completion`` values, one per completion
+    in ``seq`` order (credited to the completion that earned it: a parse error). The component's
+    logged value is ``value + sum(per_completion)``."""
+
+    value: float = 0.0
+    per_completion: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
 class RewardSpec:
-    """A named reward component: ``compute(trajectory, **context) -> float``."""
+    """A named reward component: ``compute(trajectory, **context) -> float | RewardValue``.
+
+    ``trajectory`` is the pool's :class:`~forge_cli.pool.types.Trajectory` (its completions, events,
+    times and status). ``compute`` gets only the context arguments it declares (all of them with
+    ``**context``): ``group`` (every trajectory of its group, itself included), ``outcome`` (its
+    verifier's :class:`~forge_cli.tasks.types.Outcome`, None if not verified), ``outcomes``
+    (trajectory id → Outcome or None, for the group), ``texts`` (each completion's output text, or
+    None where not decoded), ``tools`` (the tool schemas the task offered) and ``settings`` (the
+    :class:`~forge_cli.rewards.config.RewardsConfig`). A float is a trajectory-level value. See
+    :mod:`forge_cli.rewards`.
+    """
 
     name: str
     description: str
-    compute: Callable[..., float]
+    compute: Callable[..., "float | RewardValue"]
 
     def validate(self) -> None:
         check_name("reward", self.name)

@@ -1,0 +1,115 @@
+"""The sandbox contract: what every backend (``local`` now, ``docker`` later) offers a caller.
+
+A :class:`Sandbox` is one trajectory's place to run programs. Its *work directory* is where the
+agent works (the task's files, the agent's edits; the verifier inspects it afterwards); paths given
+to :meth:`Sandbox.write_file`, :meth:`Sandbox.read_file`, :meth:`Sandbox.copy_in` and
+:meth:`Sandbox.copy_out` are relative to it and may not leave it. :meth:`Sandbox.exec` runs a
+command there and always returns an :class:`ExecResult` — a program that crashes, hangs past its
+deadline, runs out of memory or cannot start is a result, never an exception. :meth:`Sandbox.close`
+ends whatever the sandbox still runs; the work directory itself belongs to the caller and stays.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Mapping, Protocol, Sequence, runtime_checkable
+
+from forge_cli.errors import ForgeError
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """How one command ended.
+
+    ``exit_code`` is the program's exit status, or ``-N`` when signal ``N`` killed it (as
+    :attr:`subprocess.Popen.returncode`), or ``None`` when it never started. ``stdout`` and
+    ``stderr`` are the *tails* of its output (the last bytes the sandbox keeps, decoded as UTF-8
+    with replacement). ``timed_out`` means the wall-time limit was reached and the sandbox killed
+    it; ``memory_exceeded`` / ``cpu_exceeded`` mean it ended, by all signs, on its memory or
+    CPU-time limit. ``reason`` says all of that in one line.
+    """
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+    reason: str
+    started: bool = True
+    timed_out: bool = False
+    memory_exceeded: bool = False
+    cpu_exceeded: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """It started, finished on its own within its limits, and exited 0."""
+        return self.started and not self.timed_out and self.exit_code == 0
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended it, if one did."""
+        return -self.exit_code if self.exit_code is not None and self.exit_code < 0 else None
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One trajectory's place to run programs (see the module's docstring)."""
+
+    @property
+    def workdir(self) -> Path:
+        """The work directory on the host (for the verifier); programs run with it as their cwd."""
+        ...
+
+    async def exec(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        memory_bytes: int | None = None,
+        cpu_time_s: float | None = None,
+    ) -> ExecResult:
+        """Run ``command`` (an argv list, no shell) in the work directory with ``env`` added to the
+        sandbox's clean environment; kill it and everything it started after ``timeout_s`` seconds
+        of wall time. ``memory_bytes`` / ``cpu_time_s`` override the sandbox's own limits."""
+        ...
+
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        """Write ``data`` to ``path`` in the work directory (parents made as needed)."""
+        ...
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of ``path`` in the work directory."""
+        ...
+
+    async def copy_in(self, src: Path, dest: str) -> None:
+        """Copy a host file or folder ``src`` to ``dest`` in the work directory."""
+        ...
+
+    async def copy_out(self, src: str, dest: Path) -> None:
+        """Copy ``src`` (a file or folder in the work directory) to the host path ``dest``."""
+        ...
+
+    async def close(self) -> None:
+        """Kill whatever still runs in the sandbox and free what it holds (not the work directory)."""
+        ...
+
+
+def inside(workdir: Path, path: str) -> Path:
+    """``path`` (relative, POSIX-style) resolved inside ``workdir``; a ForgeError if it would leave it."""
+    rel = PurePosixPath(path)
+    if not path or rel.is_absolute() or ".." in rel.parts:
+        raise ForgeError(f"sandbox path {path!r} must be relative to the work directory and stay inside it")
+    target = (workdir / rel).resolve()
+    if not target.is_relative_to(workdir.resolve()):
+        raise ForgeError(f"sandbox path {path!r} leaves the work directory {workdir} (through a link)")
+    return target
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9, and so on (``signal N`` for numbers Python does not name)."""
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
