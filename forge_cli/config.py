@@ -24,6 +24,8 @@ from forge_cli.engine import EngineConfig, VLLMEngineConfig
 from forge_cli.engine.router import ROUTING_POLICIES
 from forge_cli.errors import ForgeError
 from forge_cli.pool.scheduler import SchedulerConfig, WindowedFIFOScheduler
+from forge_cli.rollout.executors import EXECUTORS
+from forge_cli.rewards.config import RewardsConfig
 from forge_cli.train.config import ATTENTION_MODES, SPLITS, CISPOLoss, LossConfig, TorchTrainEngine, TrainEngineConfig
 
 if sys.version_info >= (3, 11):
@@ -133,6 +135,9 @@ class RolloutConfig(Section):
     groups: int = Field(4, ge=1, description="Tasks (groups) to run; each runs train.group_size trajectories.")
     concurrency: int = Field(8, ge=1, description="Trajectories running at once.")
     trajectory_timeout_s: float = Field(600.0, gt=0, description="A trajectory running longer is ended as timed out.")
+    executor: Literal[tuple(EXECUTORS)] = Field(  # type: ignore[valid-type]
+        "local", description="Where scaffolds run: local (the driver's process) or ray (Ray tasks).")
+    ray_address: str | None = Field(None, description="executor = ray: a Ray cluster's address (default: a local Ray).")
 
 
 class ForgeConfig(Section):
@@ -144,6 +149,7 @@ class ForgeConfig(Section):
     pool: PoolConfig = Field(default_factory=PoolConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     scaffolds: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[scaffolds.NAME]: options handed to the plugin that registered NAME."
     )

@@ -23,6 +23,8 @@ def register(app: typer.Typer) -> None:
         model: Optional[Path] = typer.Option(None, "--model", help="HF model folder (default model.path or the default model)."),
         engine: Optional[str] = typer.Option(None, "--engine", help="vllm, hf or scripted (default model.engine.type)."),
         policy: Optional[str] = typer.Option(None, "--policy", help="Scripted engine: a JSON rules/turns file or module:function."),
+        executor: Optional[str] = typer.Option(None, "--executor", help="local or ray (default rollout.executor)."),
+        ray_address: Optional[str] = typer.Option(None, "--ray-address", help="executor ray: a cluster's address (default: a local Ray)."),
     ) -> None:
         """Run a scaffold on tasks: every call recorded, every trajectory verified and rewarded, into
         the run's pool (then `forge pool stats RUN`). Ends with a summary table."""
@@ -35,11 +37,13 @@ def register(app: typer.Typer) -> None:
                               ("rollout.verifier", "--verifier", verifier), ("rollout.split", "--split", split),
                               ("rollout.groups", "--groups", groups), ("train.group_size", "--n", n),
                               ("rollout.concurrency", "--concurrency", concurrency),
-                              ("rollout.trajectory_timeout_s", "--timeout", timeout), *engine_flags(model, engine, policy)])
+                              ("rollout.trajectory_timeout_s", "--timeout", timeout), ("rollout.executor", "--executor", executor),
+                              ("rollout.ray_address", "--ray-address", ray_address), *engine_flags(model, engine, policy)])
         r = config.rollout
         request = RolloutRequest(scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups,
                                  n=config.train.group_size, concurrency=r.concurrency,
-                                 trajectory_timeout_s=r.trajectory_timeout_s, seed=config.run.seed)
+                                 trajectory_timeout_s=r.trajectory_timeout_s, seed=config.run.seed, executor=r.executor,
+                                 ray_address=r.ray_address)
         try:
             summary = asyncio.run(_with_display(config, request, run))
         except KeyboardInterrupt:

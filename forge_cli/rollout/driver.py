@@ -37,6 +37,8 @@ class RolloutRequest:
     concurrency: int = 8
     trajectory_timeout_s: float = 600.0
     seed: int = 0
+    executor: str = "local"  # a name in forge_cli.rollout.executors.EXECUTORS
+    ray_address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class _Run:
         self.admitted = asyncio.Semaphore(config.pool.max_active_groups)
         self.submitting = asyncio.Lock()  # one at a time, in task order: the queue's order is the tasks'
         self.mine: set[str] = set()  # trajectories this driver submitted and has not ended
+        from forge_cli.rollout.executors import make_executor
+
+        self.executor = make_executor(request.executor, spec, suite, address=request.ray_address)
 
     def tell(self) -> None:
         if self.on_progress is not None:
@@ -132,27 +137,13 @@ class _Run:
             return result
 
     async def run_scaffold(self, task: "Task", workdir: Path, session: Any) -> tuple[Any, list[Any]]:
-        """Run the scaffold in the trajectory's session: ``(Transcript, events)``."""
-        from forge_cli.tasks.types import Transcript
+        """Run the scaffold in the trajectory's session, on the executor: ``(Transcript, events)``."""
+        from forge_cli.rollout.executors import Job
 
-        workdir.mkdir(parents=True, exist_ok=True)
-        for name, text in task.files.items():
-            (workdir / name).parent.mkdir(parents=True, exist_ok=True)
-            (workdir / name).write_text(text)
-        if self.spec.kind == "white":
-            from forge_cli.rollout.loop import run_episode
-
-            result = await run_episode(self.spec, base_url=session.base_url, api_key=session.api_key, prompt=task.prompt,
-                                       options=self.options, model=self.gw.state.model_name,
-                                       tools=self.suite.tools(task, workdir))
-            return Transcript(answer=result.answer), result.events
-        from forge_cli.rollout.blackbox import run_blackbox
-
-        ran = await run_blackbox(self.spec, base_url=session.base_url, api_key=session.api_key, model=self.gw.state.model_name,
-                                 task=task, workdir=workdir, timeout_s=self.request.trajectory_timeout_s)
-        if ran.status != "completed":
-            raise ForgeError(f"the agent {ran.status.replace('_', ' ')}: {ran.reason}")
-        return Transcript(answer=ran.answer, exit_code=ran.exit_code, stdout=ran.stdout), []
+        job = Job(scaffold=self.spec.name, suite=self.request.suite, verifier=self.request.verifier, task=task,
+                  workdir=str(workdir), base_url=session.base_url, api_key=session.api_key, model=self.gw.state.model_name,
+                  timeout_s=self.request.trajectory_timeout_s, options=dict(self.options))
+        return await self.executor.run(job)
 
     def end(self, trajectory_id: str, group_id: str, task: "Task", status: str, outcome: "Outcome | None", reason: str,
             events: list[Any], wall_s: float) -> TrajectoryResult:
@@ -207,6 +198,8 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     except BaseException:
         await asyncio.shield(asyncio.to_thread(state.interrupt))
         raise
+    finally:
+        state.executor.close()
     return await asyncio.to_thread(summarize, gateway.pool, progress.results, time.monotonic() - started, request,
                                    gateway.run_dir, {task.id: task.difficulty for task in tasks})
 
