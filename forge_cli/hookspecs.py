@@ -78,8 +78,14 @@ def register_tasks(register: Callable[["TaskSetSpec"], None]) -> None:
 def register_rewards(register: Callable[["RewardSpec"], None]) -> None:
     """Register reward components by calling ``register(RewardSpec(...))``.
 
-    ``compute(trajectory, **context)`` returns a float; a trajectory's reward is the logged sum
-    of its named components.
+    ``compute(trajectory, **context)`` returns a float (a trajectory-level value) or a
+    :class:`~forge_cli.specs.RewardValue`: a trajectory-level ``value`` and/or ``per_completion``
+    values, one per completion, credited to the turn that earned them. It gets only the context
+    arguments it declares (``group``, ``outcome``, ``outcomes``, ``texts``, ``tools``, ``settings``;
+    see :class:`~forge_cli.specs.RewardSpec`). A trajectory's reward is the sum of its components,
+    each times its ``[rewards] weights`` entry and each logged by name; only components named in
+    ``weights`` are computed. A component that raises, returns a non-finite number or the wrong
+    number of per-completion values stops the group's rewards with a one-line ForgeError naming it.
     """
 
 

@@ -38,6 +38,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "forge:scaffolds": "forge_cli.builtin.scaffolds",
     "forge:tool-formats": "forge_cli.builtin.tool_formats",
     "forge:sandboxes": "forge_cli.builtin.sandboxes",
+    "forge:rewards": "forge_cli.builtin.rewards",
 }
 
 # hook name -> (registry attribute, accepted type, label used in messages)

@@ -450,7 +450,9 @@ class DataPool(PoolReads):
                 raise ForgeError(f"trajectory {trajectory_id} belongs to a {row[0]} group: its reward can no longer change")
             return self._write_rewards(cur, trajectory_id, components)
 
-    def set_completion_rewards(self, group_id: str, rewards: list[CompletionReward]) -> None:
+    def set_completion_rewards(
+        self, group_id: str, rewards: list[CompletionReward], *, trajectory_rewards: dict[str, dict[str, float]] | None = None
+    ) -> None:
         """Write the per-completion rewards of a group (one :class:`CompletionReward` per completion
         of its members, the :mod:`forge_cli.rewards` result) in one transaction, and clear the
         group's ``rewards_pending``: the scheduler may hand it out from then on.
@@ -458,7 +460,11 @@ class DataPool(PoolReads):
         Only while the group is active and every member is terminal (the rewards of a group are a
         function of all its members); each completion must belong to the group, once; values must be
         finite. Completions not listed keep what they had (None for a fresh one).
+        ``trajectory_rewards`` (trajectory id → named components, as :meth:`set_rewards`) are written
+        in the same transaction, for trajectories of this group.
         """
+        for components in (trajectory_rewards or {}).values():
+            _check_rewards(components)
         rows, seen = [], set()
         for item in rewards:
             if not isinstance(item, CompletionReward):
@@ -496,6 +502,12 @@ class DataPool(PoolReads):
             stray = sorted(seen - members)
             if stray:
                 raise ForgeError(f"completion {stray[0]} is not a completion of group {group_id}")
+            tids = {r[0] for r in cur.all("SELECT id FROM trajectories WHERE group_id = ?", (group_id,))}
+            strangers = sorted(set(trajectory_rewards or {}) - tids)
+            if strangers:
+                raise ForgeError(f"trajectory {strangers[0]} is not a member of group {group_id}")
+            for tid, components in (trajectory_rewards or {}).items():
+                self._write_rewards(cur, tid, components)
             for args in rows:
                 cur.execute(
                     "UPDATE completions SET reward = ?, reward_to_go = ?, advantage = ?, reward_components = ? WHERE id = ?",
