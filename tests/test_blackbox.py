@@ -1,0 +1,288 @@
+"""run_blackbox: real agent programs launched from a scaffold's recipe in the local sandbox, talking to a
+real gateway on 127.0.0.1 (the scripted engine over the tiny model, with a pool)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from forge_cli import installer, plugins
+from forge_cli.engine.scripted import FilePolicy, ScriptedEngine
+from forge_cli.errors import ForgeError
+from forge_cli.gateway.state import GatewayState
+from forge_cli.pool import DataPool
+from forge_cli.rollout.blackbox import BlackboxResult, run_blackbox
+from forge_cli.specs import InstallRecipe, LaunchSpec, ScaffoldSpec
+from forge_cli.tasks.types import Task, Transcript
+from tests.conftest import LiveGateway, tool_formats
+from tests.test_sandbox_local import wait_dead
+
+AGENT = '''
+import json, os, subprocess, sys, time
+from openai import OpenAI
+
+mode, model, prompt = sys.argv[1], sys.argv[2], sys.argv[3]
+client = OpenAI(base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"], max_retries=0)
+notes = open("notes.txt").read()
+messages = [{"role": "user", "content": prompt + "\\n" + notes}]
+first = client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+print("first:", first.choices[0].message.content, flush=True)
+if mode == "crash":
+    raise RuntimeError("the agent broke after its first call")
+if mode == "hang":
+    child = subprocess.Popen(["sleep", "300"])
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    open("pids.json", "w").write(json.dumps([os.getpid(), child.pid, daemon.pid]))
+    time.sleep(300)
+if mode == "memory":
+    hog = bytearray(8 * 1024**3)
+messages += [{"role": "assistant", "content": first.choices[0].message.content}, {"role": "user", "content": "go on"}]
+second = client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+open("answer.txt", "w").write(second.choices[0].message.content)
+print("done")
+'''
+
+
+class Live:
+    """A gateway with a pool on 127.0.0.1 and a way to open a trajectory's session over HTTP."""
+
+    def __init__(self, tiny_model, tmp_path: Path, turns: list[str]) -> None:
+        self.engine = ScriptedEngine(tiny_model, FilePolicy({"turns": turns}))
+        self.pool = DataPool.sqlite(tmp_path / "pool.sqlite")
+        self.live = LiveGateway(GatewayState(self.engine, self.engine.tokenizer, tool_formats(), pool=self.pool,
+                                             admin_key="admin"))
+        self.url = self.live.url
+
+    def session(self, scaffold: str) -> dict:
+        return httpx.post(f"{self.url}/admin/sessions", headers={"Authorization": "Bearer admin"},
+                          json={"task_id": "t", "scaffold": scaffold}).json()
+
+    def completions(self, session: dict) -> list:
+        return self.pool.trajectory(session["trajectory_id"]).completions
+
+    def decode(self, ids: list[int]) -> str:
+        return self.engine.tokenizer.decode(ids)
+
+    def close(self) -> None:
+        self.live.stop()
+        self.pool.close()
+
+
+@pytest.fixture
+def gateway(tiny_model, tmp_path):
+    live = Live(tiny_model, tmp_path, ["Sure, working.", "All finished."])
+    yield live
+    live.close()
+
+
+def toy_spec(tmp_path: Path, mode: str, *, command: tuple[str, ...] | None = None, answer: str = "file:answer.txt",
+             name: str = "toy-agent") -> ScaffoldSpec:
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    spec = ScaffoldSpec(
+        name=name, kind="black", description="a small agent program written by the test",
+        install=InstallRecipe(manager="pip", package="toy-agent", version="==1.0", bin="python"),
+        launch=LaunchSpec(command=command or ("$python", str(agent), mode, "$model", "$prompt"),
+                          env={"OPENAI_BASE_URL": "$base_url", "OPENAI_API_KEY": "$api_key"}, answer=answer),
+    )
+    spec.validate()
+    return spec
+
+
+def fake_install(spec: ScaffoldSpec, agents_home: Path | None = None) -> None:
+    """Record ``spec`` as installed with this interpreter as its program (the installer's marker, by hand:
+    what this file tests is the launch, not pip)."""
+    prefix = (agents_home or installer.agents_dir()) / spec.name
+    prefix.mkdir(parents=True, exist_ok=True)
+    assert spec.install is not None
+    (prefix / installer.MARKER).write_text(json.dumps({
+        "requirement": installer._requirement_key(spec.install), "version": "1.0", "bin": sys.executable,
+        "installed_at": time.time()}))
+
+
+TASK = Task(id="toy-1", suite="files", prompt="Say something.", files={"notes.txt": "the notes of the task"})
+
+
+def launch(gateway: Live, spec: ScaffoldSpec, tmp_path: Path, session: dict, *, timeout_s: float = 60,
+           task: Task = TASK, **kw) -> BlackboxResult:
+    return asyncio.run(run_blackbox(spec, base_url=f"{gateway.url}/v1", api_key=session["api_key"], model="forge",
+                                    task=task, workdir=tmp_path / "work", timeout_s=timeout_s, **kw))
+
+
+def test_an_agent_that_finishes_is_completed_with_its_calls_recorded(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "ok")
+    fake_install(spec)
+    session = gateway.session(spec.name)
+    result = launch(gateway, spec, tmp_path, session)
+    assert result.status == "completed" and result.exit_code == 0, result
+    assert result.reason == "exited 0"
+    assert result.answer == "All finished."
+    assert result.stdout == "first: Sure, working.\ndone\n"
+    assert session["api_key"] not in " ".join(result.command) and "***" not in result.command[0]
+    assert result.transcript() == Transcript(answer="All finished.", exit_code=0, stdout=result.stdout)
+    completions = gateway.completions(session)
+    assert [c.seq for c in completions] == [0, 1]
+    # the task's prompt and its files reached the agent, and its first reply came back to it
+    first, second = (gateway.decode(c.prompt_ids) for c in completions)
+    assert "Say something.\nthe notes of the task" in first
+    assert "Sure, working." in second and "go on" in second
+    assert gateway.decode(completions[1].output_ids).startswith("All finished.")
+    assert (tmp_path / "work" / "notes.txt").read_text() == "the notes of the task"
+
+
+def test_a_session_base_url_and_an_answer_on_stdout(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "ok", answer="last-line")
+    fake_install(spec)
+    session = gateway.session(spec.name)
+    result = asyncio.run(run_blackbox(spec, base_url=session["base_url"], api_key="ignored-by-the-url",
+                                      model="forge", task=TASK, workdir=tmp_path / "work", timeout_s=60))
+    assert result.status == "completed" and result.answer == "done"
+    assert len(gateway.completions(session)) == 2
+
+
+def test_a_crash_after_a_call_is_failed_and_keeps_the_call(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "crash")
+    fake_install(spec)
+    session = gateway.session(spec.name)
+    result = launch(gateway, spec, tmp_path, session)
+    assert result.status == "failed" and result.exit_code == 1
+    assert result.reason == "exited 1: RuntimeError: the agent broke after its first call"
+    assert result.answer is None  # answer.txt was never written
+    assert "Traceback" in result.stderr
+    assert len(gateway.completions(session)) == 1
+
+
+def test_a_hanging_agent_is_timed_out_and_leaves_no_process(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "hang")
+    fake_install(spec)
+    session = gateway.session(spec.name)
+    start = time.monotonic()
+    result = launch(gateway, spec, tmp_path, session, timeout_s=8)
+    took = time.monotonic() - start
+    assert result.status == "timed_out", result
+    assert result.reason == "timed out after 8 s of wall time; its processes were killed"
+    assert 8 <= took < 8 + 1 + 2  # the deadline, the SIGTERM grace, a margin
+    pids = json.loads((tmp_path / "work" / "pids.json").read_text())
+    assert wait_dead(pids) == []
+    assert len(gateway.completions(session)) == 1
+
+
+def test_an_agent_past_its_memory_limit_is_failed(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "memory")
+    fake_install(spec)
+    session = gateway.session(spec.name)
+    result = launch(gateway, spec, tmp_path, session, memory_bytes=2 * 2**30)
+    assert result.status == "failed" and result.exit_code == 1, result
+    assert result.reason == "exited 1 (it ran out of its memory limit of 2048 MiB): MemoryError"
+    assert len(gateway.completions(session)) == 1
+
+
+def test_a_program_that_cannot_start_is_failed(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "ok", command=("$workdir/no-such-agent", "$prompt"))
+    fake_install(spec)
+    result = launch(gateway, spec, tmp_path, gateway.session(spec.name))
+    assert result.status == "failed" and result.exit_code is None and result.answer is None
+    assert result.reason.endswith("no-such-agent': No such file or directory")
+
+
+def test_an_agent_that_is_not_installed_is_refused(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "ok")
+    with pytest.raises(ForgeError, match=r"not installed .* run `forge scaffold add toy-agent` first"):
+        launch(gateway, spec, tmp_path, gateway.session(spec.name))
+    stale = toy_spec(tmp_path, "ok", name="stale-agent")
+    fake_install(stale)
+    newer = ScaffoldSpec(**{**stale.__dict__, "install": InstallRecipe("pip", "toy-agent", "==2.0", "python")})
+    with pytest.raises(ForgeError, match="forge scaffold add stale-agent"):
+        launch(gateway, newer, tmp_path, gateway.session(spec.name))
+    assert not (tmp_path / "work").exists()  # nothing was written for an agent that cannot run
+
+
+def test_agents_home_elsewhere(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "ok")
+    home = tmp_path / "elsewhere"
+    fake_install(spec, home)
+    with pytest.raises(ForgeError, match="not installed"):
+        launch(gateway, spec, tmp_path, gateway.session(spec.name))
+    result = launch(gateway, spec, tmp_path, gateway.session(spec.name), agents_home=home)
+    assert result.status == "completed"
+
+
+def test_definition_mistakes_are_forge_errors(gateway, tmp_path):
+    spec = toy_spec(tmp_path, "ok", command=("$python", "$nonsense"))
+    fake_install(spec)
+    session = gateway.session(spec.name)
+    with pytest.raises(ForgeError, match="unknown or malformed placeholder"):
+        launch(gateway, spec, tmp_path, session)
+    good = toy_spec(tmp_path, "ok")
+    with pytest.raises(ForgeError, match="leave|stay inside"):
+        launch(gateway, good, tmp_path, session, task=Task(id="x", suite="files", prompt="p", files={"../up": "x"}))
+    with pytest.raises(ForgeError, match="launch.answer"):
+        toy_spec(tmp_path, "ok", answer="file:/etc/passwd")
+    with pytest.raises(ForgeError, match="timeout_s must be a positive"):
+        launch(gateway, good, tmp_path, session, timeout_s=0)
+    white = plugins.get_registry().scaffold("react")
+    with pytest.raises(ForgeError, match="not a black-box scaffold"):
+        launch(gateway, white, tmp_path, session)
+
+
+def test_the_builtin_recipes_render_with_a_trajectorys_values(tmp_path):
+    """Every built-in black-box recipe renders with the values run_blackbox gives it (no unknown placeholder)."""
+    from forge_cli.installer import AgentInstall
+    from forge_cli.rollout.blackbox import launch_values
+
+    specs = [e.value for e in plugins.get_registry().scaffolds.values() if e.value.kind == "black"]
+    assert {"smolagents", "openai-agents", "opencode", "codex"} <= {s.name for s in specs}
+    for spec in specs:
+        prefix = tmp_path / spec.name
+        install = AgentInstall(spec.name, prefix, "r", "1", installer.bin_path(spec.install, prefix), 0.0)
+        values = launch_values(spec, install, base_url="http://127.0.0.1:9/v1", api_key="k-123456789",
+                               model="m", prompt="do it", workdir=tmp_path)
+        command, env, files = spec.launch.render(values)
+        rendered = " ".join([*command, *env.values(), *files.values()])
+        assert "do it" in rendered and "$" not in rendered.replace("$schema", "")
+        assert values["gateway_url"] == "http://127.0.0.1:9"
+
+
+# ---- the real agents, installed from PyPI by the project's installer -----------------------------------
+
+SHELL_THEN_ANSWER = {
+    "smolagents": [
+        '<tool_call>\n{"name": "shell", "arguments": {"command": "echo hi > hello.txt"}}\n</tool_call>',
+        '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "hello.txt now contains hi"}}\n</tool_call>',
+    ],
+    "openai-agents": [
+        '<tool_call>\n{"name": "shell", "arguments": {"command": "echo hi > hello.txt"}}\n</tool_call>',
+        "hello.txt now contains hi",
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SHELL_THEN_ANSWER))
+def test_a_real_agent_writes_the_file(name, tiny_model, tmp_path):
+    spec = plugins.get_registry().scaffold(name)
+    installer.install_agent(spec)  # into this test's FORGE_HOME, from PyPI
+    live = Live(tiny_model, tmp_path, SHELL_THEN_ANSWER[name])
+    try:
+        session = live.session(name)
+        task = Task(id="files-hello", suite="files", prompt="Create hello.txt containing hi.",
+                    files={"README.md": "a work directory for the test\n"})
+        result = asyncio.run(run_blackbox(spec, base_url=f"{live.url}/v1", api_key=session["api_key"], model="forge",
+                                          task=task, workdir=tmp_path / "work", timeout_s=300))
+        assert result.status == "completed", (result.reason, result.stdout[-2000:], result.stderr[-2000:])
+        assert (tmp_path / "work" / "hello.txt").read_text() == "hi\n"
+        assert result.answer is not None and "hello.txt now contains hi" in result.answer
+        completions = live.completions(session)
+        assert len(completions) == 2
+        assert '"name": "shell"' in live.decode(completions[0].prompt_ids)
+        assert "Create hello.txt containing hi." in live.decode(completions[0].prompt_ids)
+        assert "[exit code 0]" in live.decode(completions[1].prompt_ids)
+    finally:
+        live.close()
