@@ -6,6 +6,7 @@ then the pool, the scheduler's take, :mod:`forge_cli.train.batch` and the train 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -128,3 +129,31 @@ def test_training_must_be_a_boolean(gateway):
     r = httpx.post(f"{live.url}/admin/sessions", json={"training": "yes"}, headers=ADMIN, timeout=30)
     assert r.status_code == 400 and "training" in r.json()["error"]["message"]
     assert live.state.sessions == {}
+
+
+def test_in_process_sessions_open_for_training_or_ad_hoc(tmp_path, tiny_model):
+    """``Gateway.open_session(training=True)``: what a driver or ``forge train`` calls, on a composed gateway."""
+    from forge_cli.config import load_config
+    from forge_cli.gateway.server import serve_gateway
+
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"turns": ["hello"]}))
+    config = load_config(env={}, overrides={"model.path": str(tiny_model), "model.engine.type": "scripted",
+                                            "model.engine.policy": str(policy), "gateway.port": 0,
+                                            "run.dir": str(tmp_path / "runs")})
+
+    async def main():
+        async with serve_gateway(config, "r") as gw:
+            seen = {}
+            for training in (True, False):
+                info = await gw.open_session(task_id="t", training=training)
+                async with httpx.AsyncClient(base_url=info.base_url, timeout=60) as client:
+                    r = await client.post("/chat/completions", json={"messages": MESSAGES, "top_p": 0.5},
+                                          headers={"Authorization": f"Bearer {info.api_key}"})
+                    assert r.status_code == 200, r.text
+                [c] = gw.pool.trajectory(info.trajectory_id).completions
+                seen[training] = (c.sampling["training"], c.sampling["top_p"], c.sampling["asked"])
+            return seen
+
+    seen = asyncio.run(main())
+    assert seen == {True: (True, 1.0, {"top_p": 0.5}), False: (False, 0.5, {"top_p": 0.5})}
