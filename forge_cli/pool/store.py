@@ -30,6 +30,9 @@ from typing import Any, Callable, Iterator
 
 from forge_cli.errors import ForgeError, one_line
 from forge_cli.pool import owners
+from forge_cli.pool.checks import check_ids as _check_ids
+from forge_cli.pool.checks import check_rewards as _check_rewards
+from forge_cli.pool.checks import completion_reward_rows
 from forge_cli.pool import scheduler as sched
 from forge_cli.pool.reads import PoolReads
 from forge_cli.pool.schema import (
@@ -55,16 +58,7 @@ from forge_cli.pool.types import (
     TrajectoryStatus,
 )
 
-INT32_MAX = 2**31 - 1
 TERMINAL = tuple(s.value for s in TrajectoryStatus if s.terminal)
-
-
-def _check_ids(name: str, values: Any) -> list[int]:
-    if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise ForgeError(f"{name} must be a list of integers")
-    if values and (min(values) < 0 or max(values) > INT32_MAX):
-        raise ForgeError(f"{name} holds a token id outside 0..{INT32_MAX}")
-    return list(values)
 
 
 class DataPool(PoolReads):
@@ -465,20 +459,8 @@ class DataPool(PoolReads):
         """
         for components in (trajectory_rewards or {}).values():
             _check_rewards(components)
-        rows, seen = [], set()
-        for item in rewards:
-            if not isinstance(item, CompletionReward):
-                raise ForgeError(f"set_completion_rewards takes CompletionReward records, got {type(item).__name__}")
-            if item.completion_id in seen:
-                raise ForgeError(f"completion {item.completion_id} is listed twice")
-            seen.add(item.completion_id)
-            for what, value in (("reward", item.reward), ("reward_to_go", item.reward_to_go), ("advantage", item.advantage)):
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                    raise ForgeError(f"completion {item.completion_id}: {what} must be a finite number, got {value!r}")
-            if item.components:
-                _check_rewards(item.components)
-            rows.append((float(item.reward), float(item.reward_to_go), float(item.advantage),
-                         json.dumps({k: float(v) for k, v in item.components.items()}), item.completion_id))
+        rows = completion_reward_rows(rewards)
+        seen = {row[-1] for row in rows}
         with self._tx() as cur:
             lock = " FOR UPDATE" if self.dialect is POSTGRES else ""  # against a concurrent take_batch
             row = cur.one(f"SELECT status FROM groups WHERE id = ?{lock}", (group_id,))
@@ -598,16 +580,6 @@ class DataPool(PoolReads):
                 (GroupStatus.ACTIVE.value, GroupStatus.CONSUMED.value, step),
             )
         return int(count)
-
-
-def _check_rewards(components: dict[str, float]) -> None:
-    if not components:
-        raise ForgeError("rewards need at least one named component")
-    for name, value in components.items():
-        if not isinstance(name, str) or not name:
-            raise ForgeError(f"reward component names must be non-empty strings, got {name!r}")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise ForgeError(f"reward component {name!r} must be a finite number, got {value!r}")
 
 
 class PoolFull(ForgeError):
