@@ -88,6 +88,12 @@ def test_groups_run_verified_and_recorded(setup, tmp_path):
     assert all(len(t.completions) == 1 and t.scaffold == "one-call" for t in full)
     assert all(c.sampling["training"] and c.sampling["top_p"] == 1.0 for t in full for c in t.completions)  # trainable
     assert sorted(t.rewards["outcome"] for t in full) == [0, 0, 1, 1, 1, 1]
+    # the group's rewards: every completion credited, advantages normalised within each group
+    assert all(c.advantage is not None and c.reward_to_go is not None for t in full for c in t.completions)
+    for g in groups:
+        members = [pool.trajectory(t.id) for t in g.trajectories]
+        assert sum(c.advantage for t in members for c in t.completions) == pytest.approx(0.0, abs=1e-9)
+    assert summary.mean_components["outcome"] == pytest.approx(4 / 6)
     assert all(any(e.kind == "context.none" for e in t.events) for t in full)
     assert max(r for r, _ in seen) <= 3 and seen[-1] == (0, 6)  # never over the concurrency
     assert summary.trajectories == 6 and summary.success_rate == pytest.approx(4 / 6)
@@ -107,7 +113,7 @@ def test_crashing_and_hanging_scaffolds_end_their_trajectories_and_the_rollout_g
     by_task = {g.task_id: pool.trajectory(g.trajectories[0].id) for g in pool.groups()}
     assert by_task["t0"].status == "failed" and "the agent fell over" in by_task["t0"].error
     assert by_task["t1"].status == "timed_out"
-    assert by_task["t2"].status == "completed" and by_task["t2"].rewards == {"outcome": 1.0}
+    assert by_task["t2"].status == "completed" and by_task["t2"].rewards["outcome"] == 1.0
     assert all(len(t.completions) == 1 for t in by_task.values())  # partial work is kept
     assert summary.by_status == {"failed": 1, "timed_out": 1, "completed": 1}
     pool.close()

@@ -99,13 +99,35 @@ class _Run:
     async def group(self, task: "Task") -> list[TrajectoryResult]:
         async with self.admitted:
             async with self.submitting:
-                group = await asyncio.to_thread(self.pool.submit_group, task.id, self.request.n, self.spec.name,
-                                                timeout_s=self.request.trajectory_timeout_s * 2)
+                # held back from the scheduler until its rewards are written (rewards_pending)
+                group = await asyncio.to_thread(lambda: self.pool.submit_group(
+                    task.id, self.request.n, self.spec.name, timeout_s=self.request.trajectory_timeout_s * 2,
+                    rewards_pending=True))
                 ids = [t.id for t in group.trajectories]
                 self.mine.update(ids)
-            return list(await asyncio.gather(*(self.trajectory(task, group.id, tid) for tid in ids)))
+            ended = list(await asyncio.gather(*(self.trajectory(task, group.id, tid) for tid in ids)))
+            return await asyncio.to_thread(self.reward, group.id, task, ended)
 
-    async def trajectory(self, task: "Task", group_id: str, trajectory_id: str) -> TrajectoryResult:
+    def reward(self, group_id: str, task: "Task", ended: list[tuple["TrajectoryResult", "Outcome | None"]]) -> list[TrajectoryResult]:
+        """The group's rewards (DESIGN §6: each component, reward-to-go, group-normalised advantages
+        per completion), written in one transaction; then the scheduler may hand the group out."""
+        from dataclasses import replace
+
+        from forge_cli.rewards.group import apply_group_rewards
+
+        outcomes = {r.trajectory_id: outcome for r, outcome in ended if outcome is not None}
+        decode = self.gw.state.tokenizer.decode
+        texts = {t.id: [decode(c.output_ids, skip_special_tokens=True) for c in t.completions]
+                 for t in self.pool.group(group_id).trajectories}
+        tools = [tool.schema() for tool in self.suite.tools(task, self.gw.run_dir / "work" / "schemas")]
+        try:
+            result = apply_group_rewards(self.pool, group_id, outcomes=outcomes, settings=self.config.rewards,
+                                         texts=texts, tools=tools)
+        except ForgeError:  # e.g. the group timed out and was dropped meanwhile: its trajectories keep what they have
+            return [r for r, _ in ended]
+        return [replace(r, rewards=result.of(r.trajectory_id).components) for r, _ in ended]
+
+    async def trajectory(self, task: "Task", group_id: str, trajectory_id: str) -> tuple[TrajectoryResult, "Outcome | None"]:
         async with self.slots:
             await asyncio.to_thread(self.pool.start_trajectory, trajectory_id)
             self.progress.running += 1
@@ -132,9 +154,8 @@ class _Run:
             self.progress.running -= 1
             setattr(self.progress, result.status, getattr(self.progress, result.status) + 1)
             self.progress.solved += bool(result.score is not None and result.score >= 1.0)
-            self.progress.results.append(result)
             self.tell()
-            return result
+            return result, outcome
 
     async def run_scaffold(self, task: "Task", workdir: Path, session: Any) -> tuple[Any, list[Any]]:
         """Run the scaffold in the trajectory's session, on the executor: ``(Transcript, events)``."""
@@ -147,17 +168,17 @@ class _Run:
 
     def end(self, trajectory_id: str, group_id: str, task: "Task", status: str, outcome: "Outcome | None", reason: str,
             events: list[Any], wall_s: float) -> TrajectoryResult:
-        """Write the trajectory's events and rewards and end it (in a worker thread: the pool is blocking)."""
+        """Write the trajectory's events and end it (in a worker thread: the pool is blocking); its
+        rewards come with its group's (:meth:`reward`)."""
         if events:
             self.pool.append_events(trajectory_id, events)
-        rewards = {"outcome": outcome.score if outcome is not None else 0.0}
         if status == "completed":
-            self.pool.finish_trajectory(trajectory_id, rewards=rewards)
+            self.pool.finish_trajectory(trajectory_id)
         else:
-            self.pool.fail_trajectory(trajectory_id, reason or status, timed_out=status == "timed_out", rewards=rewards)
+            self.pool.fail_trajectory(trajectory_id, reason or status, timed_out=status == "timed_out")
         self.mine.discard(trajectory_id)
         return TrajectoryResult(trajectory_id, group_id, task.id, status, outcome.score if outcome else None, reason, wall_s,
-                                len(events), rewards)
+                                len(events))
 
     def interrupt(self) -> int:
         """Fail, as "interrupted", every trajectory of this rollout that is not over; how many."""
@@ -194,7 +215,8 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     state = _Run(gateway, config, request, spec, suite, progress, on_progress)
     started = time.monotonic()
     try:
-        await asyncio.gather(*(state.group(task) for task in tasks))
+        for rewarded in await asyncio.gather(*(state.group(task) for task in tasks)):
+            progress.results.extend(rewarded)
     except BaseException:
         await asyncio.shield(asyncio.to_thread(state.interrupt))
         raise
