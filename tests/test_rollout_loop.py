@@ -115,7 +115,10 @@ def test_scaffold_show_says_whether_the_loop_resolves(example, cli):
     shown = json.loads(cli("scaffold", "show", "example-sexpr", "--json").stdout)
     assert shown["loop"] == "forge_scaffold_example.loop:SexprLoop (resolves)"
     react = json.loads(cli("scaffold", "show", "react", "--json").stdout)
-    assert react["loop"] == "none: scaffold 'react' names no loop (its tool-loop family has no code yet); it cannot run"
+    assert react["loop"] == "forge_cli.rollout.families.react:run (resolves)"
+    registry = plugins.get_registry()
+    assert [n for n, e in registry.scaffolds.items() if e.value.kind == "white" and loop_status(e.value) is not None] == []
+    assert loop_status(_spec()) == "scaffold 'probe' names no loop (its probe family has no code yet)"
 
 
 def _spec(**kw) -> ScaffoldSpec:
@@ -186,13 +189,15 @@ def test_a_black_box_scaffold_has_no_loop():
 
 def test_context_policy_names_are_checked_against_the_table():
     assert _spec().context_policy == "full"
-    with pytest.raises(ForgeError, match=r"scaffold 'probe': no context policy named 'keep-last' \(known: full, truncate,"):
+    assert context.context_policy("full") is context.CONTEXT_POLICIES["none"]  # the older name is an alias
+    with pytest.raises(ForgeError, match=r"scaffold 'probe': no context policy named 'keep-last' \(known: none, truncate,"
+                       r" discard-tool-output, summarize, keep-last-k, agent, full \(= none\)\)"):
         _spec(context_policy="keep-last").validate()
-    with pytest.raises(ForgeError, match=r"context policy 'agent' is not for white-box scaffolds \(use full, truncate"):
+    with pytest.raises(ForgeError, match=r"context policy 'agent' is not for white-box scaffolds \(use none, truncate"):
         _spec(context_policy="agent").validate()
     registry = plugins.get_registry()
     for entry in registry.scaffolds.values():
-        assert entry.value.context_policy in context.CONTEXT_POLICIES
+        assert context.context_policy(entry.value.context_policy).name in context.CONTEXT_POLICIES
 
 
 def test_builtin_white_box_options_are_the_loop_s_plus_the_policy_s():
@@ -208,7 +213,9 @@ def test_builtin_white_box_options_are_the_loop_s_plus_the_policy_s():
     assert context.policy_options("keep-last-k", options) == context.KeepLastKOptions(keep_last=2)
 
 
-def test_a_policy_that_is_only_named_refuses_to_run():
+def test_a_policy_that_is_only_named_refuses_to_run(monkeypatch):
+    named = context.ContextPolicy("summarize", "d", "white", context.SummarizeOptions)  # no implementation
+    monkeypatch.setitem(context.CONTEXT_POLICIES, "summarize", named)
     spec = _spec(context_policy="summarize", loop=_async_loop)
     with pytest.raises(ForgeError, match="its context policy 'summarize' is not implemented yet"):
         asyncio.run(run_episode(spec, base_url="u", api_key="k", prompt="p", registry=plugins.get_registry()))

@@ -1,10 +1,19 @@
-"""Built-in scaffolds: the definition files in Forge's ``scaffolds/`` folder.
+"""Built-in scaffolds: the definition files in Forge's ``scaffolds/`` folder, and the systematic
+family × context policy × tool format combinations of Forge's own loops.
 
-A white-box scaffold's options are the ``tool-loop`` family's plus those of its context policy
-(``truncate-bc`` takes ``context_budget_tokens``, ``keep-last-k`` takes ``keep_last``, ``react``
-neither); black-box scaffolds share the options of a launched agent. Both are what
-``[scaffolds.NAME]`` in ``forge.toml`` may set. The ``tool-loop`` family has no code yet, so these
-definitions name no ``loop``: they are listed, and ``forge scaffold show`` says they cannot run.
+Systematic names (scaffolds/README.md): ``FAMILY[-POLICY][_FORMAT]`` — the policy left out when it
+is ``none``, the format when it is the family's default (``tool-call``, ``tool-call-truncate``,
+``react-summarize``, ``orchestrator-keep-last-k``, ``tool-call-truncate_qwen3-coder``, …). Every
+family is crossed with every white-box context policy and with the formats its
+:class:`~forge_cli.rollout.families.Family` names (``tool-call``: every built-in function-calling
+format; the tool format is the gateway's concern, the policies act on OpenAI messages). The named presets in
+``scaffolds/white/*.toml`` (``react``, ``truncate-bc``, ``discard-tool-output``, ``summarize``,
+``keep-last-k``) point at the same loops. Every one of them is driven through an episode by
+``tests/test_scaffold_contract.py``.
+
+A white-box scaffold's options are its family's (:mod:`forge_cli.rollout.families`) plus those of
+its context policy; black-box scaffolds share the options of a launched agent. Both are what
+``[scaffolds.NAME]`` in ``forge.toml`` may set.
 """
 
 from __future__ import annotations
@@ -16,18 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli import hookimpl
 from forge_cli.paths import data_dir
-from forge_cli.rollout.context import with_policy_options
+from forge_cli.rollout.context import CONTEXT_POLICIES, context_policy, with_policy_options
+from forge_cli.rollout.families import FAMILIES, Family, ToolLoopOptions
 from forge_cli.specs import ScaffoldSpec
 
-
-class ToolLoopOptions(BaseModel):
-    """Options of a white-box ``tool-loop`` scaffold (``[scaffolds.truncate-bc]`` etc.), before its policy's."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_turns: int = Field(30, gt=0, description="Model calls before the episode is cut off.")
-    max_tokens: int = Field(512, gt=0, description="Largest completion per turn, in tokens.")
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature (the trainer uses the same).")
+__all__ = ["AgentOptions", "ToolLoopOptions", "load_definitions", "scaffold_name", "systematic_scaffolds"]
 
 
 class AgentOptions(BaseModel):
@@ -40,18 +42,60 @@ class AgentOptions(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the agent.")
 
 
+def _white_options(spec: ScaffoldSpec) -> type[BaseModel]:
+    family = FAMILIES.get(spec.family or "")
+    return with_policy_options(family.options if family else ToolLoopOptions, spec.context_policy)
+
+
 def load_definitions() -> list[ScaffoldSpec]:
     """Every ``scaffolds/{white,black}/*.toml``, with the options model of its kind attached."""
     root = data_dir("scaffolds")
     specs = []
     for path in sorted(root.glob("white/*.toml")) + sorted(root.glob("black/*.toml")):
         spec = ScaffoldSpec.from_toml(path)
-        options = with_policy_options(ToolLoopOptions, spec.context_policy) if spec.kind == "white" else AgentOptions
+        options = _white_options(spec) if spec.kind == "white" else AgentOptions
         specs.append(dataclasses.replace(spec, options=options))
+    return specs
+
+
+def scaffold_name(family: str, policy: str, tool_format: str) -> str:
+    """The systematic name of a combination: ``FAMILY[-POLICY][_FORMAT]``."""
+    policy = context_policy(policy).name
+    name = family if policy == "none" else f"{family}-{policy}"
+    return name if tool_format == FAMILIES[family].default_format else f"{name}_{tool_format}"
+
+
+def _formats(family: Family) -> tuple[str, ...]:
+    if family.formats is not None:
+        return family.formats
+    from forge_cli.builtin.tool_formats import BUILTIN_FORMATS
+
+    # the ReAct format is the react family's (text parsed by the loop); the others are function calling
+    return tuple(f.name for f in BUILTIN_FORMATS if f.name != "react")
+
+
+def systematic_scaffolds() -> list[ScaffoldSpec]:
+    """Every family × white-box context policy × tool format the family runs with."""
+    specs = []
+    policies = [name for name, p in CONTEXT_POLICIES.items() if p.kind == "white"]
+    for family in FAMILIES.values():
+        for policy in policies:
+            for fmt in _formats(family):
+                described = "" if policy == "none" else f"; context policy {policy}"
+                spec = ScaffoldSpec(
+                    name=scaffold_name(family.name, policy, fmt), kind="white", family=family.name, loop=family.loop,
+                    context_policy=policy, tool_format=fmt,
+                    description=f"{family.description}{described}; tool format {fmt}.")
+                specs.append(dataclasses.replace(spec, options=_white_options(spec)))
     return specs
 
 
 @hookimpl
 def register_scaffolds(register: Callable[[ScaffoldSpec], None]) -> None:
-    for spec in load_definitions():
+    presets = load_definitions()
+    for spec in presets:
         register(spec)
+    named = {spec.name for spec in presets}
+    for spec in systematic_scaffolds():
+        if spec.name not in named:  # the react preset is the react family's systematic 'react'
+            register(spec)

@@ -10,9 +10,12 @@ Python, the object itself). The object is either
 It returns the episode's final answer (``None`` if it has none). The loop talks to the gateway
 only through the official OpenAI client that :meth:`Episode.client` returns (the trajectory's own
 base URL and key, so every call is recorded into this trajectory), runs the task's tools with
-:meth:`Episode.call_tool`, passes its history through :meth:`Episode.manage` before every call (the
-scaffold's context policy) and reports anything else worth keeping with :meth:`Episode.report`.
-It never touches token ids.
+:meth:`Episode.call_tool`, passes its history through ``await`` :meth:`Episode.managed` before every
+call (the scaffold's context policy; the loop adopts what comes back as its history — the sync
+:meth:`Episode.manage` serves only pure policies) and reports anything else worth keeping with
+:meth:`Episode.report`. A trajectory with several agents (an orchestrator's workers) names the one
+making a call with :meth:`Episode.agent_headers` (``x-forge-agent``, recorded with the completion).
+It never touches token ids. Forge's own loops are :mod:`forge_cli.rollout.families`.
 
 At registration only the reference's syntax is checked and its module *found*
 (``importlib.util.find_spec``: the module's parent packages are imported, the module itself is
@@ -74,6 +77,7 @@ class Episode:
     tools: Sequence[Tool] = ()
     events: list[Event] = field(default_factory=list)
     policy_options: Any = None
+    _policy_client: Any = field(default=None, repr=False)  # the client context policies ask through
 
     @property
     def context_policy(self) -> str:
@@ -103,13 +107,37 @@ class Episode:
         return event
 
     def manage(self, messages: Messages) -> Messages:
-        """The history to send next, after the scaffold's context policy; a removal is reported as an event."""
+        """The history to send next, after a *pure* context policy; a removal is reported as an event."""
         policy = context_policy(self.context_policy)
         if policy.apply is None:
-            raise ForgeError(f"context policy {policy.name!r} is not implemented yet")
+            raise ForgeError(f"context policy {policy.name!r} asks the gateway: use 'await episode.managed(messages)'")
         kept, removed = policy.apply(messages, self.policy_options)
         if removed is not None:
             self.report(f"context.{policy.name}", **removed)
+        return kept
+
+    @staticmethod
+    def agent_headers(agent: str | None) -> dict[str, str]:
+        """The ``extra_headers`` that name the agent making a call (``{}`` for the trajectory's only agent)."""
+        return {"x-forge-agent": agent} if agent else {}
+
+    async def managed(self, messages: Messages, *, tools: list[dict[str, Any]] | None = None,
+                      agent: str | None = None) -> Messages:
+        """The history to send next, after the scaffold's context policy (any policy: ``truncate`` and
+        ``summarize`` ask the gateway for token counts, ``summarize`` for a summary, as ``agent``);
+        ``tools``: the schemas the next call sends (counted with the prompt). A removal is reported as
+        a ``context.<policy>`` event (with ``agent`` when one is named)."""
+        from forge_cli.rollout.context import GatewayCalls
+
+        policy = context_policy(self.context_policy)
+        if self._policy_client is None and policy.apply is None:
+            self._policy_client = self.client()
+        calls = GatewayCalls(self._policy_client, self.model, tools=tools, headers=self.agent_headers(agent),
+                             max_tokens=getattr(self.options, "max_tokens", 512),
+                             temperature=getattr(self.options, "temperature", None))
+        kept, removed = await policy.run(messages, self.policy_options, calls)
+        if removed is not None:
+            self.report(f"context.{policy.name}", **({"agent": agent} if agent else {}), **removed)
         return kept
 
     async def call_tool(self, name: str, arguments: Any) -> str:
@@ -229,11 +257,15 @@ async def run_episode(
     else:
         validated = options
     policy = context_policy(spec.context_policy)
-    if policy.apply is None:
+    if not policy.implemented:
         raise ForgeError(f"scaffold '{spec.name}': its context policy {policy.name!r} is not implemented yet")
     episode = Episode(scaffold=spec, base_url=base_url, api_key=api_key, prompt=prompt, options=validated,
                       model=model, tools=tools, policy_options=policy_options(policy.name, validated))
-    answer = await run(episode)
+    try:
+        answer = await run(episode)
+    finally:
+        if episode._policy_client is not None:
+            await episode._policy_client.close()
     if answer is not None and not isinstance(answer, str):
         raise ForgeError(f"scaffold '{spec.name}': its loop returned {type(answer).__name__}, not a string or None")
     return EpisodeResult(answer=answer, events=list(episode.events))
