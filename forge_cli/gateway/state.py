@@ -247,7 +247,6 @@ class GatewayState:
         finished = time.time()
         from forge_cli.errors import ForgeError
 
-        extra: dict[str, Any] = {"agent": agent} if agent is not None else {}
         for out, errors in zip(outputs, parse_errors):
             try:
                 await run_in_threadpool(
@@ -255,7 +254,7 @@ class GatewayState:
                     session.trajectory_id, prompt_ids=prompt_ids, output_ids=o.output_ids, output_logprobs=o.logprobs,
                     policy_version=o.policy_version, sampling=sampling, finish_reason=o.finish_reason,
                     started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=e,
-                    request=request if self.record_requests else None, **extra,
+                    request=request if self.record_requests else None, agent=agent,
                 )
                 )
             except ForgeError as exc:  # e.g. the group timed out while this call was generating

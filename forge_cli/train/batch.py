@@ -128,7 +128,7 @@ def _check_sampling(c: Completion, temperature: float | None) -> float:
 
 def _advantages(c: Completion, given: Mapping[str, Advantage] | None) -> list[float]:
     """One advantage per output id of ``c``: from ``given`` if it names ``c``, else the recorded one."""
-    value = given[c.id] if given is not None and c.id in given else getattr(c, "advantage", None)
+    value = given[c.id] if given is not None and c.id in given else c.advantage
     if value is None:
         raise ForgeError(f"{_name(c)} has no advantage: write its group's rewards (or pass its advantage) first")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
