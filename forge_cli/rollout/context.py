@@ -156,7 +156,7 @@ def discard_tool_output(messages: Messages, options: DiscardToolOutputOptions) -
     """Every observation after the head but the newest ``keep_last`` gets the placeholder as its text."""
     head = split_head(messages)
     observed = [i for i in range(head, len(messages)) if is_observation(messages[i])]
-    old = observed[: len(observed) - options.keep_last] if options.keep_last else observed
+    old = observed[: max(0, len(observed) - options.keep_last)]
     kept, replaced, chars = list(messages), [], 0
     for i in old:
         message = messages[i]
