@@ -30,7 +30,8 @@ import pluggy
 if TYPE_CHECKING:
     import typer
 
-    from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, TaskSetSpec, ToolFormat
+    from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat
+    from forge_cli.tasks.types import TaskSuite
 
 hookspec = pluggy.HookspecMarker("forge")
 
@@ -66,11 +67,14 @@ def register_sandboxes(register: Callable[["SandboxSpec"], None]) -> None:
 
 
 @hookspec
-def register_tasks(register: Callable[["TaskSetSpec"], None]) -> None:
-    """Register task sets by calling ``register(TaskSetSpec(...))``.
+def register_tasks(register: Callable[["TaskSuite"], None]) -> None:
+    """Register task suites by calling ``register(TaskSuite(...))`` (:mod:`forge_cli.tasks.types`).
 
-    ``load(**options)`` returns an iterable of task records, each a dict with at least ``id``
-    and ``prompt`` (and whatever the set's verifier needs).
+    ``make(split, n, seed)`` returns ``n`` :class:`~forge_cli.tasks.types.Task` records of the
+    ``"train"`` or ``"heldout"`` split (the same seed gives the same tasks; the splits never share
+    a task); ``verifier.verify(task, workdir, transcript)`` returns an ``Outcome``;
+    ``tools(task, workdir)`` are the tools a white-box loop gets. A JSONL file of tasks becomes a
+    suite with :func:`forge_cli.tasks.load_user_suite`.
     """
 
 

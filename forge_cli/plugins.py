@@ -29,7 +29,8 @@ import pluggy
 
 from forge_cli import hookspecs
 from forge_cli.errors import ForgeError
-from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, TaskSetSpec, ToolFormat
+from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat
+from forge_cli.tasks.types import TaskSuite
 
 ENTRY_POINT_GROUP = "forge"
 
@@ -38,6 +39,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "forge:scaffolds": "forge_cli.builtin.scaffolds",
     "forge:tool-formats": "forge_cli.builtin.tool_formats",
     "forge:sandboxes": "forge_cli.builtin.sandboxes",
+    "forge:tasks": "forge_cli.builtin.tasks",
     "forge:rewards": "forge_cli.builtin.rewards",
 }
 
@@ -46,7 +48,7 @@ REGISTER_HOOKS: dict[str, tuple[str, type, str]] = {
     "register_scaffolds": ("scaffolds", ScaffoldSpec, "scaffold"),
     "register_tool_formats": ("tool_formats", ToolFormat, "tool format"),
     "register_sandboxes": ("sandboxes", SandboxSpec, "sandbox"),
-    "register_tasks": ("tasks", TaskSetSpec, "task set"),
+    "register_tasks": ("tasks", TaskSuite, "task suite"),
     "register_rewards": ("rewards", RewardSpec, "reward"),
 }
 

@@ -284,20 +284,6 @@ class SandboxSpec:
 
 
 @dataclass(frozen=True)
-class TaskSetSpec:
-    """A named set of tasks. ``load(**options)`` yields task records (dicts with at least ``id`` and ``prompt``)."""
-
-    name: str
-    description: str
-    load: Callable[..., Any]
-
-    def validate(self) -> None:
-        check_name("task set", self.name)
-        if not callable(self.load):
-            raise ForgeError(f"task set '{self.name}': load must be callable")
-
-
-@dataclass(frozen=True)
 class RewardValue:
     """What a reward component gives one trajectory: a trajectory-level ``value`` (credited to its
     last completion: an outcome, a time bonus) and/or ``per_completion`` values, one per completion

@@ -1,0 +1,28 @@
+"""Built-in task suites: ``calc``, ``kv-search``, ``files``, ``reasoning`` and ``qa``.
+
+Registered through ``register_tasks`` exactly like a third party's suites. Building a suite
+generates nothing: tasks are made when ``suite.make(split, n, seed)`` is called.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from forge_cli import hookimpl
+from forge_cli.tasks.types import TaskSuite
+
+
+def builtin_suites() -> list[TaskSuite]:
+    """The built-in suites with their default settings."""
+    from forge_cli.tasks.calc import calc_suite
+    from forge_cli.tasks.files import files_suite
+    from forge_cli.tasks.kvsearch import kv_search_suite
+    from forge_cli.tasks.puzzles import qa_suite, reasoning_suite
+
+    return [calc_suite(), kv_search_suite(), files_suite(), reasoning_suite(), qa_suite()]
+
+
+@hookimpl
+def register_tasks(register: Callable[[TaskSuite], None]) -> None:
+    for suite in builtin_suites():
+        register(suite)
