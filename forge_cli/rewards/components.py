@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Any, Callable, Mapping, Sequence
-
-from forge_cli.pool.types import Completion, Trajectory, TrajectoryStatus
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from forge_cli.rewards.config import RewardsConfig
 from forge_cli.specs import RewardValue
+
+if TYPE_CHECKING:  # registering the built-in components imports no pool
+    from forge_cli.pool.types import Completion, Trajectory
 
 # ---- outcome ---------------------------------------------------------------------------------
 
@@ -44,7 +45,7 @@ def duration(trajectory: Trajectory, source: str = "trajectory") -> float | None
 
 def is_correct(trajectory: Trajectory, outcome: Any, correct_score: float) -> bool:
     """Completed, verified, and scored at least ``correct_score``."""
-    return trajectory.status is TrajectoryStatus.COMPLETED and outcome is not None and outcome.score >= correct_score
+    return trajectory.status == "completed" and outcome is not None and outcome.score >= correct_score
 
 
 def completion_time_reward(

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from forge_cli.errors import ForgeError, one_line
-from forge_cli.pool.types import CompletionReward, Trajectory
 from forge_cli.rewards.config import RewardsConfig
 from forge_cli.rewards.returns import group_advantages, reward_to_go
 from forge_cli.specs import RewardSpec, RewardValue
+
+if TYPE_CHECKING:  # registering the built-in components imports no pool
+    from forge_cli.pool.types import CompletionReward, Trajectory
 
 if TYPE_CHECKING:
     from forge_cli.pool.store import DataPool
@@ -146,7 +148,7 @@ def compute_group_rewards(
     out = []
     for (trajectory, logged, credited, parts), g, a in zip(per_traj, returns, advantages):
         completions = [
-            CompletionReward(c.id, credited[i], g[i], a[i], parts[i]) for i, c in enumerate(trajectory.completions)
+            _completion_reward(c.id, credited[i], g[i], a[i], parts[i]) for i, c in enumerate(trajectory.completions)
         ]
         out.append(TrajectoryRewards(trajectory.id, logged, math.fsum(logged.values()), completions))
     return GroupRewards(out)
@@ -174,3 +176,9 @@ def apply_group_rewards(
         trajectory_rewards={t.trajectory_id: t.components for t in result.trajectories if t.components},
     )
     return result
+
+
+def _completion_reward(*fields: Any) -> "CompletionReward":
+    from forge_cli.pool.types import CompletionReward
+
+    return CompletionReward(*fields)
