@@ -1,0 +1,1 @@
+"""Scripted policies (``module:function``) that act like competent agents on the built-in suites."""

@@ -1,0 +1,44 @@
+"""``forge rollout`` as a user runs it: a built-in scaffold on a built-in suite, through the real
+gateway, into a run the pool commands read; the same on Ray."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _args(tiny_model, run, *more):
+    return ["rollout", "--scaffold", "tool-call", "--task", "calc", "--groups", "3", "--n", "2", "--run", run,
+            "--model", str(tiny_model), "--engine", "scripted", "--policy", "tests.policies.calc:hermes", *more]
+
+
+def test_rollout_runs_verifies_and_records(cli, tiny_model, tmp_path):
+    done = cli("--set", "gateway.port=0", *_args(tiny_model, "calc-run"))
+    assert done.exit_code == 0, done.stderr
+    assert "rollout summary" in done.stdout and "success rate" in done.stdout and "100.0%" in done.stdout
+    stats = cli("pool", "stats", "calc-run", "--json")
+    data = json.loads(stats.stdout)
+    assert data["trajectories"]["completed"] == 6 and data["completions"] == 12  # a tool call, then the answer
+    shown = cli("pool", "export", "calc-run", "--jsonl")
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert all(r["rewards"]["outcome"] == 1.0 for r in rows)
+
+
+def test_a_bad_choice_is_one_red_line(cli, tiny_model):
+    for args, needle in ((["--task", "nope"], "no task suite"), (["--scaffold", "nope"], "no scaffold named 'nope'"),
+                         (["--task", "x.jsonl"], "needs a verifier")):
+        done = cli("--set", "gateway.port=0", "rollout", "--model", str(tiny_model), "--engine", "scripted",
+                   "--policy", "tests.policies.calc:hermes", "--run", "bad", *args)
+        assert done.exit_code == 1 and needle in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.slow
+def test_rollout_on_ray(cli, tiny_model, tmp_path, monkeypatch):
+    """The same trajectories as Ray tasks on a local Ray instance."""
+    monkeypatch.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    done = cli("--set", "gateway.port=0", *_args(tiny_model, "ray-run", "--executor", "ray"))
+    assert done.exit_code == 0, done.stderr
+    assert "100.0%" in done.stdout
+    data = json.loads(cli("pool", "stats", "ray-run", "--json").stdout)
+    assert data["trajectories"]["completed"] == 6 and data["completions"] == 12
