@@ -10,7 +10,7 @@ import pytest
 
 from forge_cli.errors import ForgeError
 from forge_cli.tasks import load_user_suite, task_suite
-from forge_cli.tasks.types import Outcome, Task, TaskSuite, Transcript
+from forge_cli.tasks.types import Outcome, TaskSuite, Transcript
 
 CHECKS = '''
 from forge_cli.tasks.types import Outcome
