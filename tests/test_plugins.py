@@ -15,8 +15,9 @@ GOOD = '''
 from typing import Any
 from forge_cli import hookimpl
 from forge_cli.specs import (
-    InstallRecipe, LaunchSpec, ParsedOutput, RewardSpec, SandboxSpec, ScaffoldSpec, TaskSetSpec, ToolFormat,
+    InstallRecipe, LaunchSpec, ParsedOutput, RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat,
 )
+from forge_cli.tasks.types import Outcome, Task, TaskSuite
 
 class Upper(ToolFormat):
     name = "upper"
@@ -42,10 +43,15 @@ def register_tool_formats(register):
 def register_sandboxes(register):
     register(SandboxSpec(name="good-box", description="a box", check=lambda: None))
 
+class Solved:
+    def verify(self, task, workdir, transcript):
+        return Outcome(1.0, "always")
+
 @hookimpl
 def register_tasks(register):
-    register(TaskSetSpec(name="good-tasks", description="two tasks",
-                         load=lambda: [{"id": "t1", "prompt": "1+1"}, {"id": "t2", "prompt": "2+2"}]))
+    register(TaskSuite(name="good-tasks", description="n tasks", verifier=Solved(),
+                       make=lambda split, n, seed: [Task(id=f"t{i}", suite="good-tasks", prompt=f"{i}+{i}", split=split)
+                                                    for i in range(1, n + 1)]))
 
 @hookimpl
 def register_rewards(register):
@@ -124,8 +130,9 @@ def test_hook_register_sandboxes(good):
 
 def test_hook_register_tasks(good):
     reg = _loaded()
-    tasks = list(reg.tasks["good-tasks"].value.load())
-    assert [t["id"] for t in tasks] == ["t1", "t2"]
+    suite = reg.tasks["good-tasks"].value
+    assert [t.id for t in suite.make("train", 2, 0)] == ["t1", "t2"]
+    assert reg.tasks["good-tasks"].plugin == "good-plugin" and reg.tasks["calc"].plugin == "forge:tasks"
 
 
 def test_hook_register_rewards(good):

@@ -47,11 +47,11 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
         registry = get_registry()
         spec = spec or registry.scaffold(job.scaffold)
         suite = suite or resolve_suite(job.suite, job.verifier, registry)
+    from forge_cli.tasks.workdir import seed_workdir
+
     workdir = Path(job.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    for name, text in job.task.files.items():
-        (workdir / name).parent.mkdir(parents=True, exist_ok=True)
-        (workdir / name).write_text(text)
+    seed_workdir(job.task, workdir)  # task.files, confined to the workdir
     if spec.kind == "white":
         from forge_cli.rollout.loop import run_episode
 
