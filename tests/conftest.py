@@ -117,6 +117,31 @@ def pool(pool_spec):
     p.close()
 
 
+# ---- real black-box agents, installed once per test session ------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def agents_home(tmp_path_factory):
+    """A FORGE_HOME whose agents (``forge scaffold add``, from PyPI) are installed once for the whole session."""
+    return tmp_path_factory.mktemp("forge-home-agents")
+
+
+@pytest.fixture
+def installed_agent(agents_home, monkeypatch):
+    """``installed_agent(name)``: the scaffold, installed (idempotently) under the session's agents FORGE_HOME,
+    which this test then uses."""
+    from forge_cli import installer, plugins
+
+    monkeypatch.setenv("FORGE_HOME", str(agents_home))
+
+    def install(name: str):
+        spec = plugins.get_registry().scaffold(name)
+        installer.install_agent(spec)
+        return spec
+
+    return install
+
+
 # ---- a model and a live gateway ----------------------------------------------------------------------------
 
 

@@ -266,9 +266,8 @@ SHELL_THEN_ANSWER = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SHELL_THEN_ANSWER))
-def test_a_real_agent_writes_the_file(name, tiny_model, tmp_path):
-    spec = plugins.get_registry().scaffold(name)
-    installer.install_agent(spec)  # into this test's FORGE_HOME, from PyPI
+def test_a_real_agent_writes_the_file(name, tiny_model, tmp_path, installed_agent):
+    spec = installed_agent(name)  # from PyPI, once per test session
     live = Live(tiny_model, tmp_path, SHELL_THEN_ANSWER[name])
     try:
         session = live.session(name)

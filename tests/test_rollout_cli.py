@@ -42,3 +42,20 @@ def test_rollout_on_ray(cli, tiny_model, tmp_path, monkeypatch):
     assert "100.0%" in done.stdout
     data = json.loads(cli("pool", "stats", "ray-run", "--json").stdout)
     assert data["trajectories"]["completed"] == 6 and data["completions"] == 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["smolagents", "openai-agents"])
+def test_rollout_runs_a_real_black_box_agent_on_files(agent, cli, tiny_model, installed_agent):
+    """`forge rollout --scaffold smolagents --task files`: the program installed by `forge scaffold add`,
+    launched per trajectory with the trajectory's own URL and key, its work verified from the files."""
+    installed_agent(agent)
+    done = cli("--set", "gateway.port=0", "rollout", "--scaffold", agent, "--task", "files", "--groups", "2", "--n", "1",
+               "--timeout", "300", "--run", "bb", "--model", str(tiny_model), "--engine", "scripted",
+               "--policy", "forge_cli.tasks.demo_policies:files_shell")
+    assert done.exit_code == 0, done.stderr
+    data = json.loads(cli("pool", "stats", "bb", "--json").stdout)
+    assert data["trajectories"]["completed"] == 2, done.stdout
+    rows = [json.loads(line) for line in cli("pool", "export", "bb", "--jsonl").stdout.splitlines()]
+    assert all(r["rewards"]["outcome"] == 1.0 for r in rows), done.stdout  # the files verifier saw the work
+    assert all(len(r["completions"]) == 2 for r in rows)  # the shell command, then the answer

@@ -72,3 +72,50 @@ def kv_search(context: dict[str, Any]) -> str:
             return codes[entity]
     doc = re.search(rf"(doc-\d+): Entry: {re.escape(entity)}\b", seen)
     return _call("open", doc_id=doc.group(1)) if doc else _call("search", query=entity)
+
+
+def files_command(prompt: str) -> str | None:
+    """A shell command that does what a ``files`` task asks (create a file with a line, or set a key)."""
+    import shlex
+
+    create = re.search(r"Create a file named (\S+) containing exactly this line: (.+)$", prompt)
+    if create:
+        path, line = create.group(1), create.group(2).strip()
+        folder = path.rpartition("/")[0]
+        make = f"mkdir -p {shlex.quote(folder)} && " if folder else ""
+        return f"{make}printf '%s\\n' {shlex.quote(line)} > {shlex.quote(path)}"
+    change = re.search(r"In (\S+), change the value of (\w+) to (\S+?);", prompt)
+    if change:
+        path, key, value = change.groups()
+        return f"sed -i 's/^{key} = .*/{key} = {value}/' {shlex.quote(path)}"
+    copy = re.search(r"Make a copy of (\S+) named (\S+) with every letter in upper case", prompt)
+    if copy:
+        source, target = copy.groups()
+        folder = target.rpartition("/")[0]
+        make = f"mkdir -p {shlex.quote(folder)} && " if folder else ""
+        return f"{make}tr '[:lower:]' '[:upper:]' < {shlex.quote(source)} > {shlex.quote(target)}"
+    if "Sort the lines of names.txt" in prompt:
+        return "sort -o names.txt names.txt && wc -l < names.txt | tr -d ' ' > count.txt"
+    if "numbers.txt holds one integer per line" in prompt:
+        return "awk '{s += $1} END {print s}' numbers.txt > total.txt"
+    return None
+
+
+def files_shell(context: dict[str, Any]) -> str:
+    """For an agent with a ``shell`` tool (the smolagents and openai-agents runners): one command
+    that does the task, then the answer (through ``final_answer`` where the agent offers it)."""
+    messages = context.get("messages") or []
+    tools = {t.get("function", t).get("name") for t in context.get("tools") or [] if isinstance(t, dict)}
+    if any(m.get("role") == "assistant" for m in messages):
+        return _call("final_answer", answer="done") if "final_answer" in tools else "done"
+    command = files_command(_user_task(messages))
+    return _call("shell", command=command) if command else "I cannot tell what is asked."
+
+
+def _user_task(messages: list[dict[str, Any]]) -> str:
+    """The task text: the last user message that asks for a file (agents wrap the prompt in their own text)."""
+    for m in reversed(messages):
+        text = str(m.get("content") or "")
+        if m.get("role") == "user" and files_command(text) is not None:
+            return text
+    return _user(messages)
