@@ -150,3 +150,63 @@ def test_unknown_scaffold_and_bad_counts_are_clear_errors(setup):
         asyncio.run(rollout(config, RolloutRequest(scaffold="nope", suite="inline")))
     with pytest.raises(ForgeError, match="at least 1"):
         asyncio.run(rollout(config, RolloutRequest(scaffold="one-call", suite="inline", groups=0)))
+
+
+BLACK = '''
+from forge_cli import hookimpl
+from forge_cli.specs import InstallRecipe, LaunchSpec, ScaffoldSpec
+
+@hookimpl
+def register_scaffolds(register):
+    register(ScaffoldSpec(name="sleeper", kind="black", description="a program that never ends",
+                          install=InstallRecipe("pip", "sleeper", ">=1", "python"),
+                          launch=LaunchSpec(("$bin", "-c", "import time; time.sleep(600)"))))
+'''
+
+
+def test_a_hanging_black_box_agent_is_timed_out_not_failed(fake_dist, setup, tmp_path):
+    from tests.test_blackbox import fake_install
+
+    fake_dist("sleeper-plugin", {"sleeper_plugin": BLACK}, {"sl": "sleeper_plugin"})
+    config = setup(["two plus two"])
+    plugins.reset()
+    fake_install(plugins.get_registry().scaffold("sleeper"))
+    summary = asyncio.run(rollout(config, RolloutRequest(scaffold="sleeper", suite="inline", groups=1, n=2,
+                                                         trajectory_timeout_s=1.5), run="r"))
+    assert summary.by_status == {"timed_out": 2}
+    from forge_cli.pool import DataPool
+
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    assert all(pool.trajectory(t.id).status == "timed_out" for g in pool.groups() for t in g.trajectories)
+    pool.close()
+
+
+def test_what_would_fail_every_trajectory_fails_the_rollout_first(setup, tmp_path):
+    from forge_cli.errors import ForgeError
+
+    config = setup(["two plus two"], **{"rewards.weights.nope": 1.0})
+    with pytest.raises(ForgeError, match="names 'nope', which no plugin registered"):
+        asyncio.run(rollout(config, RolloutRequest(scaffold="one-call", suite="inline", groups=1, n=1), run="r"))
+    assert not (tmp_path / "runs" / "r").exists()  # nothing was started, nothing recorded
+
+
+def test_sessions_are_forgotten_and_groups_released(setup, tmp_path):
+    """After a rollout the gateway keeps no session of it; after a cancel no group waits for rewards for ever."""
+    from forge_cli.gateway.server import serve_gateway
+
+    config = setup(["two plus two", "two plus two, then hang"])
+
+    async def main():
+        async with serve_gateway(config, "r") as gw:
+            await rollout(config, RolloutRequest(scaffold="one-call", suite="inline", groups=1, n=2), gateway=gw)
+            assert gw.state.sessions == {}
+            task = asyncio.create_task(rollout(config, RolloutRequest(scaffold="one-call", suite="inline", groups=2, n=2,
+                                                                      seed=1), gateway=gw))
+            await asyncio.sleep(3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            cur = gw.pool._conn.execute("SELECT COUNT(*) FROM groups WHERE rewards_pending")
+            return cur.fetchone()[0]
+
+    assert asyncio.run(main()) == 0

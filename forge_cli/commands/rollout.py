@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
                                  ray_address=r.ray_address)
         try:
             summary = asyncio.run(_with_display(config, request, run))
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM
             from forge_cli.console import err_console
 
             err_console.print("rollout interrupted: its unfinished trajectories were failed (interrupted)")

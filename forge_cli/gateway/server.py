@@ -75,6 +75,12 @@ class Gateway:
         with _as_forge_error():
             await self.state.finish_session(session_id, status=status, rewards=rewards, error=error)
 
+    def close_session(self, session_id: str) -> None:
+        """Forget a session whose trajectory its driver ended itself (its history freed; its key answers 409)."""
+        session = self.state.sessions.get(session_id)
+        if session is not None:
+            self.state.forget(session)
+
     async def wait(self) -> None:
         """Until the server stops (``stop()``, or uvicorn's own exit)."""
         if self._task is not None:

@@ -88,25 +88,31 @@ class _Run:
         self.admitted = asyncio.Semaphore(config.pool.max_active_groups)
         self.submitting = asyncio.Lock()  # one at a time, in task order: the queue's order is the tasks'
         self.mine: set[str] = set()  # trajectories this driver submitted and has not ended
+        self.pending: set[str] = set()  # groups submitted whose rewards are not written yet
         from forge_cli.rollout.executors import make_executor
 
-        self.executor = make_executor(request.executor, spec, suite, address=request.ray_address)
+        self.executor = make_executor(request.executor, spec, suite, address=request.ray_address,
+                                      sandbox_options=config.sandboxes.get("local"))
 
     def tell(self) -> None:
         if self.on_progress is not None:
             self.on_progress(self.progress)
 
+    def submit(self, task: "Task") -> Any:
+        """Submit a task's group, held back from the scheduler until its rewards are written."""
+        group = self.pool.submit_group(task.id, self.request.n, self.spec.name, timeout_s=self.config.pool.group_timeout_s,
+                                       rewards_pending=True)
+        self.mine.update(t.id for t in group.trajectories)  # here, in the same thread: a cancel cannot lose them
+        self.pending.add(group.id)
+        return group
+
     async def group(self, task: "Task") -> list[TrajectoryResult]:
         async with self.admitted:
             async with self.submitting:
-                # held back from the scheduler until its rewards are written (rewards_pending)
-                group = await asyncio.to_thread(lambda: self.pool.submit_group(
-                    task.id, self.request.n, self.spec.name, timeout_s=self.request.trajectory_timeout_s * 2,
-                    rewards_pending=True))
-                ids = [t.id for t in group.trajectories]
-                self.mine.update(ids)
-            ended = list(await asyncio.gather(*(self.trajectory(task, group.id, tid) for tid in ids)))
-            return await asyncio.to_thread(self.reward, group.id, task, ended)
+                group = await asyncio.to_thread(self.submit, task)
+            async with asyncio.TaskGroup() as members:  # one that raises cancels its siblings
+                runs = [members.create_task(self.trajectory(task, group.id, t.id)) for t in group.trajectories]
+            return await asyncio.to_thread(self.reward, group.id, task, [run.result() for run in runs])
 
     def reward(self, group_id: str, task: "Task", ended: list[tuple["TrajectoryResult", "Outcome | None"]]) -> list[TrajectoryResult]:
         """The group's rewards (DESIGN §6: each component, reward-to-go, group-normalised advantages
@@ -116,72 +122,90 @@ class _Run:
         from forge_cli.rewards.group import apply_group_rewards
 
         outcomes = {r.trajectory_id: outcome for r, outcome in ended if outcome is not None}
-        decode = self.gw.state.tokenizer.decode
-        texts = {t.id: [decode(c.output_ids, skip_special_tokens=True) for c in t.completions]
-                 for t in self.pool.group(group_id).trajectories}
+        texts = {t.id: [self.text(c.output_ids) for c in t.completions] for t in self.pool.group(group_id).trajectories}
         tools = [tool.schema() for tool in self.suite.tools(task, self.gw.run_dir / "work" / "schemas")]
         try:
             result = apply_group_rewards(self.pool, group_id, outcomes=outcomes, settings=self.config.rewards,
                                          texts=texts, tools=tools)
-        except ForgeError:  # e.g. the group timed out and was dropped meanwhile: its trajectories keep what they have
-            return [r for r, _ in ended]
+        except ForgeError:
+            if self.pool.group(group_id).status.value == "active":
+                raise  # not because the scheduler dropped it: a real fault
+            return [r for r, _ in ended]  # the group timed out and was dropped meanwhile
+        finally:
+            self.pending.discard(group_id)
         return [replace(r, rewards=result.of(r.trajectory_id).components) for r, _ in ended]
 
+    def text(self, output_ids: Any) -> str:
+        """A completion's output as the gateway parsed it: special tokens kept, the closing EOS dropped."""
+        ids = list(output_ids)
+        if ids and ids[-1] == self.gw.engine.eos_token_id:
+            ids = ids[:-1]
+        return self.gw.state.tokenizer.decode(ids, skip_special_tokens=False)
+
     async def trajectory(self, task: "Task", group_id: str, trajectory_id: str) -> tuple[TrajectoryResult, "Outcome | None"]:
+        from forge_cli.rollout.executors import AgentTimedOut
+
         async with self.slots:
-            await asyncio.to_thread(self.pool.start_trajectory, trajectory_id)
+            started = time.monotonic()
+            status, outcome, reason, events, session = "failed", None, "", [], None
             self.progress.running += 1
             self.tell()
-            started = time.monotonic()
-            workdir = self.gw.run_dir / "work" / trajectory_id
-            status, outcome, reason, events = "failed", None, "", []
             try:
+                await asyncio.to_thread(self.pool.start_trajectory, trajectory_id)
                 session = await self.gw.open_session(task_id=task.id, scaffold=self.spec.name, trajectory_id=trajectory_id,
                                                       tool_format=self.spec.tool_format, training=True)
                 # a black-box program is killed at the budget by its sandbox; this is the backstop
                 budget = self.request.trajectory_timeout_s + (0 if self.spec.kind == "white" else 15)
-                transcript, events = await asyncio.wait_for(self.run_scaffold(task, workdir, session), timeout=budget)
-                outcome = await asyncio.to_thread(self.suite.verifier.verify, task, workdir, transcript)
+                _, events, outcome = await asyncio.wait_for(self.run_scaffold(task, trajectory_id, session), timeout=budget)
                 status, reason = "completed", outcome.reason
-            except asyncio.TimeoutError:
-                status, reason = "timed_out", f"over its time budget of {self.request.trajectory_timeout_s:g} s"
+            except (asyncio.TimeoutError, AgentTimedOut) as exc:
+                status, reason = "timed_out", str(exc) or f"over its time budget of {self.request.trajectory_timeout_s:g} s"
             except ForgeError as exc:
                 reason = str(exc)
             except Exception as exc:  # a crashing scaffold is a failed trajectory, never a crashed rollout
                 reason = f"{type(exc).__name__}: {exc}"
+            finally:
+                if session is not None:
+                    self.gw.close_session(session.id)  # its history is not needed any more
+                self.progress.running -= 1
             result = await asyncio.to_thread(self.end, trajectory_id, group_id, task, status, outcome, reason, events,
                                              time.monotonic() - started)
-            self.progress.running -= 1
             setattr(self.progress, result.status, getattr(self.progress, result.status) + 1)
             self.progress.solved += bool(result.score is not None and result.score >= 1.0)
             self.tell()
             return result, outcome
 
-    async def run_scaffold(self, task: "Task", workdir: Path, session: Any) -> tuple[Any, list[Any]]:
-        """Run the scaffold in the trajectory's session, on the executor: ``(Transcript, events)``."""
+    async def run_scaffold(self, task: "Task", trajectory_id: str, session: Any) -> tuple[Any, list[Any], "Outcome"]:
+        """Run the scaffold in the trajectory's session on the executor, and verify: ``(Transcript, events, Outcome)``."""
         from forge_cli.rollout.executors import Job
 
         job = Job(scaffold=self.spec.name, suite=self.request.suite, verifier=self.request.verifier, task=task,
-                  workdir=str(workdir), base_url=session.base_url, api_key=session.api_key, model=self.gw.state.model_name,
-                  timeout_s=self.request.trajectory_timeout_s, options=dict(self.options))
+                  workdir=str(self.gw.run_dir / "work" / trajectory_id), base_url=session.base_url, api_key=session.api_key,
+                  model=self.gw.state.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options))
         return await self.executor.run(job)
 
     def end(self, trajectory_id: str, group_id: str, task: "Task", status: str, outcome: "Outcome | None", reason: str,
             events: list[Any], wall_s: float) -> TrajectoryResult:
         """Write the trajectory's events and end it (in a worker thread: the pool is blocking); its
-        rewards come with its group's (:meth:`reward`)."""
-        if events:
-            self.pool.append_events(trajectory_id, events)
-        if status == "completed":
-            self.pool.finish_trajectory(trajectory_id)
-        else:
-            self.pool.fail_trajectory(trajectory_id, reason or status, timed_out=status == "timed_out")
+        rewards come with its group's (:meth:`reward`). One that ended already (its group timed out)
+        keeps the status it has."""
+        try:
+            if events:
+                self.pool.append_events(trajectory_id, events)
+            if status == "completed":
+                self.pool.finish_trajectory(trajectory_id)
+            else:
+                self.pool.fail_trajectory(trajectory_id, reason or status, timed_out=status == "timed_out")
+        except ForgeError as exc:
+            now = self.pool.trajectory_status(trajectory_id) or "failed"
+            status, reason = (now, reason or str(exc)) if now in ("completed", "failed", "timed_out") else ("failed", str(exc))
         self.mine.discard(trajectory_id)
         return TrajectoryResult(trajectory_id, group_id, task.id, status, outcome.score if outcome else None, reason, wall_s,
                                 len(events))
 
     def interrupt(self) -> int:
-        """Fail, as "interrupted", every trajectory of this rollout that is not over; how many."""
+        """Fail, as "interrupted", every trajectory of this rollout that is not over, and release its
+        groups to the scheduler (as they are, rewarded or not); how many trajectories."""
         failed = 0
         for trajectory_id in sorted(self.mine):
             try:
@@ -189,7 +213,13 @@ class _Run:
                 failed += 1
             except ForgeError:  # it ended meanwhile
                 pass
+        for group_id in sorted(self.pending):
+            try:
+                self.pool.set_completion_rewards(group_id, [])
+            except ForgeError:  # dropped meanwhile
+                pass
         self.mine.clear()
+        self.pending.clear()
         return failed
 
 
@@ -206,6 +236,7 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     if request.groups < 1 or request.n < 1 or request.concurrency < 1:
         raise ForgeError("groups, n and concurrency must each be at least 1")
     tasks = suite.make(request.split, request.groups, request.seed)
+    preflight(config, request, spec, registry)
     if gateway is None:
         from forge_cli.gateway.server import serve_gateway
 
@@ -215,8 +246,10 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     state = _Run(gateway, config, request, spec, suite, progress, on_progress)
     started = time.monotonic()
     try:
-        for rewarded in await asyncio.gather(*(state.group(task) for task in tasks)):
-            progress.results.extend(rewarded)
+        async with asyncio.TaskGroup() as groups:  # a group that fails cancels the others: nothing runs on unseen
+            runs = [groups.create_task(state.group(task)) for task in tasks]
+        for run in runs:
+            progress.results.extend(run.result())
     except BaseException:
         await asyncio.shield(asyncio.to_thread(state.interrupt))
         raise
@@ -224,6 +257,28 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
         state.executor.close()
     return await asyncio.to_thread(summarize, gateway.pool, progress.results, time.monotonic() - started, request,
                                    gateway.run_dir, {task.id: task.difficulty for task in tasks})
+
+
+def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", registry: Any) -> None:
+    """What would fail every trajectory alike fails the rollout now, before anything is recorded:
+    a loop that does not resolve or options it refuses, an agent not installed, reward weights
+    naming no component, a Ray cluster that could not reach a loopback gateway."""
+    from forge_cli.config import validate_options
+    from forge_cli.rewards.group import _components
+
+    if spec.kind == "white":
+        from forge_cli.rollout.loop import resolve_loop
+
+        resolve_loop(spec)
+        validate_options(spec.options, config.scaffolds.get(spec.name, {}), f"[scaffolds.{spec.name}]")
+    else:
+        from forge_cli.rollout.blackbox import find_install
+
+        find_install(spec)
+    _components(registry.rewards, config.rewards)
+    if request.executor == "ray" and request.ray_address and config.gateway.host in ("127.0.0.1", "localhost", "::1"):
+        raise ForgeError(f"a Ray cluster at {request.ray_address} cannot reach a gateway on {config.gateway.host}: "
+                         "serve it on an address the workers reach (gateway.host, with gateway.auth = strict)")
 
 
 def resolve_suite(name: str, verifier: str | None, registry: Any) -> "TaskSuite":

@@ -18,7 +18,7 @@ from forge_cli.errors import ForgeError
 
 if TYPE_CHECKING:
     from forge_cli.specs import ScaffoldSpec
-    from forge_cli.tasks.types import Task, TaskSuite, Transcript
+    from forge_cli.tasks.types import Outcome, Task, TaskSuite, Transcript
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,22 @@ class Job:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuite | None" = None) -> tuple["Transcript", list[Any]]:
-    """Run a job's scaffold: ``(Transcript, events)``. ``spec`` and ``suite`` default to the ones
-    the registry of this process names."""
-    from forge_cli.tasks.types import Transcript
+class AgentTimedOut(ForgeError):
+    """A black-box program ran past its time budget (its sandbox killed it): a timed-out trajectory."""
 
+
+VERIFY_TIMEOUT_S = 120.0  # a verifier that hangs fails its trajectory instead of the rollout
+
+
+async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuite | None" = None,
+                  sandbox_options: Any = None) -> tuple["Transcript", list[Any], "Outcome"]:
+    """Run a job's scaffold and verify its work where it ran (the work directory is on this
+    machine): ``(Transcript, events, Outcome)``. ``spec`` and ``suite`` default to the ones the
+    registry of this process names. A black-box program that runs over its budget raises
+    :class:`AgentTimedOut`; one that fails otherwise a :class:`ForgeError` with its reason."""
+    from forge_cli.tasks.workdir import seed_workdir
+
+    registry = None
     if spec is None or suite is None:
         from forge_cli.plugins import get_registry
         from forge_cli.rollout.driver import resolve_suite
@@ -47,24 +58,40 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
         registry = get_registry()
         spec = spec or registry.scaffold(job.scaffold)
         suite = suite or resolve_suite(job.suite, job.verifier, registry)
-    from forge_cli.tasks.workdir import seed_workdir
-
     workdir = Path(job.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    seed_workdir(job.task, workdir)  # task.files, confined to the workdir
     if spec.kind == "white":
         from forge_cli.rollout.loop import run_episode
+        from forge_cli.tasks.types import Transcript
 
+        seed_workdir(job.task, workdir)  # task.files, confined to the workdir
         result = await run_episode(spec, base_url=job.base_url, api_key=job.api_key, prompt=job.task.prompt,
                                    options=job.options, model=job.model, tools=suite.tools(job.task, workdir))
-        return Transcript(answer=result.answer), result.events
-    from forge_cli.rollout.blackbox import run_blackbox
+        transcript, events = Transcript(answer=result.answer), result.events
+    else:
+        from forge_cli.rollout.blackbox import run_blackbox
 
-    ran = await run_blackbox(spec, base_url=job.base_url, api_key=job.api_key, model=job.model, task=job.task,
-                             workdir=workdir, timeout_s=job.timeout_s)
-    if ran.status != "completed":
-        raise ForgeError(f"the agent {ran.status.replace('_', ' ')}: {ran.reason}")
-    return Transcript(answer=ran.answer, exit_code=ran.exit_code, stdout=ran.stdout), []
+        if registry is None:
+            from forge_cli.plugins import get_registry
+
+            registry = get_registry()
+        sandbox = registry.sandboxes["local"].value.open(workdir, sandbox_options)  # [sandboxes.local]'s limits
+        try:  # run_blackbox writes task.files itself
+            ran = await run_blackbox(spec, base_url=job.base_url, api_key=job.api_key, model=job.model, task=job.task,
+                                     workdir=workdir, timeout_s=job.timeout_s, sandbox=sandbox)
+        finally:
+            await sandbox.close()
+        if ran.status == "timed_out":
+            raise AgentTimedOut(ran.reason)
+        if ran.status != "completed":
+            raise ForgeError(f"the agent failed: {ran.reason}")
+        transcript, events = ran.transcript(), []
+    try:
+        outcome = await asyncio.wait_for(asyncio.to_thread(suite.verifier.verify, job.task, workdir, transcript),
+                                         timeout=VERIFY_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise ForgeError(f"the verifier did not answer within {VERIFY_TIMEOUT_S:g} s") from None
+    return transcript, events, outcome
 
 
 class LocalExecutor:
@@ -72,19 +99,19 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, spec: "ScaffoldSpec", suite: "TaskSuite", **_: Any) -> None:
-        self.spec, self.suite = spec, suite
+    def __init__(self, spec: "ScaffoldSpec", suite: "TaskSuite", *, sandbox_options: Any = None, **_: Any) -> None:
+        self.spec, self.suite, self.sandbox_options = spec, suite, sandbox_options
 
-    async def run(self, job: Job) -> tuple["Transcript", list[Any]]:
-        return await run_job(job, self.spec, self.suite)
+    async def run(self, job: Job) -> tuple["Transcript", list[Any], "Outcome"]:
+        return await run_job(job, self.spec, self.suite, self.sandbox_options)
 
     def close(self) -> None:
         pass
 
 
-def _ray_job(job: Job) -> tuple["Transcript", list[Any]]:
+def _ray_job(job: Job, sandbox_options: Any = None) -> tuple["Transcript", list[Any], "Outcome"]:
     """A Ray worker's side: a fresh event loop for one job."""
-    return asyncio.run(run_job(job))
+    return asyncio.run(run_job(job, sandbox_options=sandbox_options))
 
 
 class RayExecutor:
@@ -93,7 +120,8 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, spec: "ScaffoldSpec", suite: "TaskSuite", *, address: str | None = None, **_: Any) -> None:
+    def __init__(self, spec: "ScaffoldSpec", suite: "TaskSuite", *, address: str | None = None, sandbox_options: Any = None,
+                 **_: Any) -> None:
         try:
             import ray
         except ImportError:
@@ -107,16 +135,19 @@ class RayExecutor:
             except Exception as exc:  # Ray raises ConnectionError and others
                 raise ForgeError(f"Ray did not start{f' at {address}' if address else ''}: {type(exc).__name__}: {exc}") from None
         self.remote = ray.remote(num_cpus=0.25)(_ray_job)  # jobs wait on the gateway, not on a core
+        self.sandbox_options = sandbox_options
 
-    async def run(self, job: Job) -> tuple["Transcript", list[Any]]:
-        ref = self.remote.remote(job)
+    async def run(self, job: Job) -> tuple["Transcript", list[Any], "Outcome"]:
+        ref = self.remote.remote(job, self.sandbox_options)
         try:
             return await ref
         except asyncio.CancelledError:
-            self.ray.cancel(ref, force=True)
+            # not force: the worker's task is cancelled, so its sandbox kills the agent's process group
+            self.ray.cancel(ref)
             raise
         except self.ray.exceptions.RayTaskError as exc:  # the scaffold raised in the worker: the same error here
-            raise exc.as_instanceof_cause() from None
+            cause = exc.as_instanceof_cause()
+            raise (cause if isinstance(cause, ForgeError) else ForgeError(f"{type(exc.cause).__name__}: {exc.cause}")) from None
 
     def close(self) -> None:
         if self.started:
@@ -126,7 +157,8 @@ class RayExecutor:
 EXECUTORS: dict[str, type] = {"local": LocalExecutor, "ray": RayExecutor}
 
 
-def make_executor(name: str, spec: "ScaffoldSpec", suite: "TaskSuite", *, address: str | None = None) -> Any:
+def make_executor(name: str, spec: "ScaffoldSpec", suite: "TaskSuite", *, address: str | None = None,
+                  sandbox_options: Any = None) -> Any:
     if name not in EXECUTORS:
         raise ForgeError(f"unknown executor {name!r}: choose one of {', '.join(EXECUTORS)}")
-    return EXECUTORS[name](spec, suite, address=address)
+    return EXECUTORS[name](spec, suite, address=address, sandbox_options=sandbox_options)

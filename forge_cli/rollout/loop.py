@@ -147,9 +147,14 @@ class Episode:
             self.report("tool.unknown", name=name)
             return f"error: there is no tool named {name!r}"
         try:
-            result = tool.run(arguments)
-            if inspect.isawaitable(result):
-                result = await result
+            if inspect.iscoroutinefunction(tool.run):
+                result = await tool.run(arguments)
+            else:  # a plain function may take long: never on the loop that also serves the gateway
+                import asyncio
+
+                result = await asyncio.to_thread(tool.run, arguments)
+                if inspect.isawaitable(result):
+                    result = await result
         except Exception as exc:  # a tool's failure is the agent's observation, not a crash
             self.report("tool.error", name=name, error=f"{type(exc).__name__}: {exc}")
             return f"error: {type(exc).__name__}: {exc}"

@@ -88,7 +88,7 @@ def summarize(pool: Any, results: Sequence["TrajectoryResult"], wall_s: float, r
         events += sum(1 for e in trajectory.events if e.kind.startswith("context."))
     n = len(results) or 1
     names = sorted({k for r in results for k in r.rewards})
-    rewards = [sum(r.rewards.values()) for r in results if r.rewards]
+    rewards = [sum(r.rewards.values()) for r in results]  # a trajectory without components earned 0
     per_difficulty: dict[str, list[bool]] = {}
     for r in results:
         if difficulty and r.task_id in difficulty:
