@@ -135,6 +135,8 @@ class RolloutConfig(Section):
     groups: int = Field(4, ge=1, description="Tasks (groups) to run; each runs train.group_size trajectories.")
     concurrency: int = Field(8, ge=1, description="Trajectories running at once.")
     trajectory_timeout_s: float = Field(600.0, gt=0, description="A trajectory running longer is ended as timed out.")
+    max_tokens_per_trajectory: int | None = Field(
+        None, ge=1, description="Output tokens a trajectory may sample in all (calls past it get a 409); none if unset.")
     executor: Literal[tuple(EXECUTORS)] = Field(  # type: ignore[valid-type]
         "local", description="Where scaffolds run: local (the driver's process) or ray (Ray tasks).")
     ray_address: str | None = Field(None, description="executor = ray: a Ray cluster's address (default: a local Ray).")

@@ -115,3 +115,28 @@ def test_a_trajectory_ended_elsewhere_frees_its_session(engine, tmp_path):
     asyncio.run(main())
     assert sum(pool.stats()["trajectories"].values()) == 1
     pool.close()
+
+
+def test_a_token_budget_cuts_max_tokens_then_refuses(engine, tmp_path):
+    pool = DataPool.sqlite(tmp_path / "pool.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), pool=pool, auth="strict", admin_key="admin")
+
+    async def main():
+        session = await state.create_session(token_budget=5)
+        headers = {"Authorization": f"Bearer {session.api_key}"}
+        used = []
+        async with _client(state) as client:
+            for _ in range(6):
+                r = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello there"}],
+                                                                     "max_tokens": 3}, headers=headers)
+                if r.status_code != 200:
+                    break
+                used.append(r.json()["usage"]["completion_tokens"])
+        return session, used, r
+
+    session, used, last = asyncio.run(main())
+    assert sum(used) == 5 and all(u <= 3 for u in used)  # each call cut to what was left
+    assert last.status_code == 409 and "budget of 5 output tokens is spent" in last.json()["error"]["message"]
+    recorded = pool.trajectory(session.trajectory_id).completions
+    assert [c.sampling["max_tokens"] for c in recorded][-1] == 5 - sum(used[:-1])
+    pool.close()

@@ -210,3 +210,20 @@ def test_sessions_are_forgotten_and_groups_released(setup, tmp_path):
             return cur.fetchone()[0]
 
     assert asyncio.run(main()) == 0
+
+
+def test_a_trajectory_cannot_sample_past_its_token_budget(setup, tmp_path):
+    """Every call's max_tokens is cut to what the budget has left; past it the call gets a 409 and the
+    trajectory ends failed, saying why."""
+    config = setup(["two plus two"])
+    seen = []
+    request = RolloutRequest(scaffold="one-call", suite="inline", groups=1, n=1, max_tokens_per_trajectory=1)
+    summary = asyncio.run(rollout(config, request, run="r", on_progress=lambda p: seen.append(p.output_tokens)))
+    from forge_cli.pool import DataPool
+
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    (trajectory,) = [pool.trajectory(t.id) for g in pool.groups() for t in g.trajectories]
+    (completion,) = trajectory.completions
+    assert completion.sampling["max_tokens"] == 1 and len(completion.output_ids) == 1  # cut to the budget
+    assert summary.output_tokens == 1 and seen[-1] == 1
+    pool.close()

@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         n: Optional[int] = typer.Option(None, "--n", help="Trajectories per group (default train.group_size)."),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Trajectories running at once (default rollout.concurrency)."),
         timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds a trajectory may run (default rollout.trajectory_timeout_s)."),
+        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Output tokens a trajectory may sample in all (default rollout.max_tokens_per_trajectory: none)."),
         run: Optional[str] = typer.Option(None, "--run", help="Name of the run under run.dir to record into (created if new; default: a timestamped one)."),
         model: Optional[Path] = typer.Option(None, "--model", help="HF model folder (default model.path or the default model)."),
         engine: Optional[str] = typer.Option(None, "--engine", help="vllm, hf or scripted (default model.engine.type)."),
@@ -38,11 +39,13 @@ def register(app: typer.Typer) -> None:
                               ("rollout.groups", "--groups", groups), ("train.group_size", "--n", n),
                               ("rollout.concurrency", "--concurrency", concurrency),
                               ("rollout.trajectory_timeout_s", "--timeout", timeout), ("rollout.executor", "--executor", executor),
+                              ("rollout.max_tokens_per_trajectory", "--max-tokens", max_tokens),
                               ("rollout.ray_address", "--ray-address", ray_address), *engine_flags(model, engine, policy)])
         r = config.rollout
         request = RolloutRequest(scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups,
                                  n=config.train.group_size, concurrency=r.concurrency,
                                  trajectory_timeout_s=r.trajectory_timeout_s, seed=config.run.seed, executor=r.executor,
+                                 max_tokens_per_trajectory=r.max_tokens_per_trajectory,
                                  ray_address=r.ray_address)
         try:
             summary = asyncio.run(_with_display(config, request, run))
@@ -69,11 +72,12 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
 
     def table(p: Any) -> Table:
         t = Table(title=f"forge rollout: {request.scaffold} on {request.suite}", title_justify="left")
-        for column in ("running", "finished", "failed", "timed out", "success", "elapsed"):
+        for column in ("running", "finished", "failed", "timed out", "success", "tokens/s", "elapsed"):
             t.add_column(column, justify="right")
         success = f"{p.solved}/{p.finished}" if p.finished else "—"
+        elapsed = time.monotonic() - p.started_at
         t.add_row(str(p.running), f"{p.finished}/{p.total}", str(p.failed), str(p.timed_out), success,
-                  f"{time.monotonic() - p.started_at:.0f} s")
+                  f"{p.output_tokens / elapsed:.0f}" if elapsed > 0 else "—", f"{elapsed:.0f} s")
         return t
 
     with Live(console=err_console, refresh_per_second=4, transient=False) as live:

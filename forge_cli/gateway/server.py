@@ -59,13 +59,15 @@ class Gateway:
         return self.state.admin_key
 
     async def open_session(self, *, task_id: str = "adhoc", scaffold: str = "external", tool_format: str | None = None,
-                           trajectory_id: str | None = None, training: bool = False) -> SessionInfo:
+                           trajectory_id: str | None = None, training: bool = False,
+                           token_budget: int | None = None) -> SessionInfo:
         """Open a trajectory's session in-process (what ``POST /admin/sessions`` does over HTTP).
         ``training``: sampled as the trainer computes logprobs (top_p = 1, no top_k, no penalties);
-        otherwise ad hoc, its completions marked not for training."""
+        otherwise ad hoc, its completions marked not for training. ``token_budget``: output tokens the
+        trajectory may sample in all (each call's max_tokens is cut to what is left; then a 409)."""
         with _as_forge_error():
             session = await self.state.create_session(task_id=task_id, scaffold=scaffold, tool_format=tool_format,
-                                                      trajectory_id=trajectory_id, training=training)
+                                                      trajectory_id=trajectory_id, training=training, token_budget=token_budget)
         return SessionInfo(session.id, session.api_key, f"{self.url}/s/{session.id}/v1", session.trajectory_id,
                            session.tool_format or self.state.default_tool_format)
 

@@ -34,6 +34,8 @@ class Session:
     trajectory_id: str | None
     tool_format: str | None = None
     training: bool = False  # sampled for training: top_p = 1, no top_k, no penalties (see routes.common.training_params)
+    token_budget: int | None = None  # output tokens the trajectory may sample in all; then its calls get a 409
+    tokens_out: int = 0  # output tokens sampled so far
     created_at: float = field(default_factory=time.time)
     requests: int = 0
     reused: int = 0  # requests whose prompt began with an earlier completion's exact ids
@@ -87,6 +89,7 @@ class GatewayState:
     async def create_session(
         self, *, task_id: str = "adhoc", scaffold: str = "external", tool_format: str | None = None,
         trajectory_id: str | None = None, api_key: str | None = None, training: bool = False,
+        token_budget: int | None = None,
     ) -> Session:
         """Open a session (one trajectory: its own, new in the pool, unless ``trajectory_id`` names a
         driver's). ``training``: its calls are sampled as the trainer computes logprobs (top_p = 1,
@@ -109,7 +112,8 @@ class GatewayState:
                 raise APIError(409, f"trajectory_id: trajectory {trajectory_id} is {status}; it can no longer record", param="trajectory_id")
         # the session id is a credential too (the /s/<session>/v1 URL): as long as a key
         session = Session(id=secrets.token_urlsafe(24), api_key=api_key or "forge-" + secrets.token_urlsafe(24),
-                          trajectory_id=trajectory_id, tool_format=tool_format, training=bool(training))
+                          trajectory_id=trajectory_id, tool_format=tool_format, training=bool(training),
+                          token_budget=token_budget)
         self.sessions[session.id] = session
         self.by_key[session.api_key] = session.id
         return session
@@ -242,6 +246,7 @@ class GatewayState:
         """Append each output as one completion of the session's trajectory (``agent``: which of the
         trajectory's agents made the call, from the ``x-forge-agent`` header)."""
         session.requests += 1
+        session.tokens_out += sum(len(out.output_ids) for out in outputs)
         if self.pool is None or session.trajectory_id is None:
             return
         finished = time.time()

@@ -36,6 +36,7 @@ class RolloutRequest:
     n: int = 8
     concurrency: int = 8
     trajectory_timeout_s: float = 600.0
+    max_tokens_per_trajectory: int | None = None
     seed: int = 0
     executor: str = "local"  # a name in forge_cli.rollout.executors.EXECUTORS
     ray_address: str | None = None
@@ -66,6 +67,7 @@ class Progress:
     failed: int = 0
     timed_out: int = 0
     solved: int = 0
+    output_tokens: int = 0  # sampled by the trajectories that have ended
     started_at: float = field(default_factory=time.monotonic)
     results: list[TrajectoryResult] = field(default_factory=list)
 
@@ -153,7 +155,8 @@ class _Run:
             try:
                 await asyncio.to_thread(self.pool.start_trajectory, trajectory_id)
                 session = await self.gw.open_session(task_id=task.id, scaffold=self.spec.name, trajectory_id=trajectory_id,
-                                                      tool_format=self.spec.tool_format, training=True)
+                                                      tool_format=self.spec.tool_format, training=True,
+                                                      token_budget=self.request.max_tokens_per_trajectory)
                 # a black-box program is killed at the budget by its sandbox; this is the backstop
                 budget = self.request.trajectory_timeout_s + (0 if self.spec.kind == "white" else 15)
                 _, events, outcome = await asyncio.wait_for(self.run_scaffold(task, trajectory_id, session), timeout=budget)
@@ -166,6 +169,8 @@ class _Run:
                 reason = f"{type(exc).__name__}: {exc}"
             finally:
                 if session is not None:
+                    live = self.gw.state.sessions.get(session.id)
+                    self.progress.output_tokens += live.tokens_out if live is not None else 0
                     self.gw.close_session(session.id)  # its history is not needed any more
                 self.progress.running -= 1
             result = await asyncio.to_thread(self.end, trajectory_id, group_id, task, status, outcome, reason, events,

@@ -187,6 +187,13 @@ async def prepare(
     await state.check_recording(session)
     if session.training:
         params = training_params(params)
+    if session.token_budget is not None:  # the trajectory's token budget: spent, or what is left of it
+        left = session.token_budget - session.tokens_out
+        if left <= 0:
+            raise APIError(409, f"this trajectory's budget of {session.token_budget} output tokens is spent",
+                           kind="invalid_request_error")
+        if params.max_tokens > left:
+            params = dataclasses.replace(params, max_tokens=left)
     fmt = state.tool_format_for(session)
 
     def render() -> Rendered:  # in a worker thread: slow on long prompts
