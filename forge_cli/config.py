@@ -36,7 +36,7 @@ else:  # pragma: no cover
 CONFIG_FILENAME = "forge.toml"
 ENV_PREFIX = "FORGE_"
 # FORGE_* variables that are settings of the process, not config keys.
-NON_CONFIG_ENV = {"FORGE_HOME", "FORGE_LOAD_PLUGINS", "FORGE_VENV", "FORGE_ACCEL", "FORGE_CONFIG"}
+NON_CONFIG_ENV = {"FORGE_HOME", "FORGE_LOAD_PLUGINS", "FORGE_VENV", "FORGE_ACCEL", "FORGE_CONFIG", "FORGE_ADMIN_KEY"}
 
 
 class Section(BaseModel):

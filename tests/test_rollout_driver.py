@@ -227,3 +227,28 @@ def test_a_trajectory_cannot_sample_past_its_token_budget(setup, tmp_path):
     assert completion.sampling["max_tokens"] == 1 and len(completion.output_ids) == 1  # cut to the budget
     assert summary.output_tokens == 1 and seen[-1] == 1
     pool.close()
+
+
+def test_a_rollout_through_a_running_gateway(setup, tmp_path):
+    """--gateway URL: sessions opened over HTTP with the admin key, the server's run pool written by the driver."""
+    from forge_cli.errors import ForgeError
+    from forge_cli.gateway.server import serve_gateway
+
+    config = setup(["what is two plus two?", "two plus two?"])
+
+    async def main():
+        async with serve_gateway(config, "served") as gw:
+            with pytest.raises(ForgeError, match="refused the admin key"):
+                await rollout(config, RolloutRequest(scaffold="one-call", suite="inline", gateway_url=gw.url, admin_key="no"),
+                              run="served")
+            request = RolloutRequest(scaffold="one-call", suite="inline", groups=2, n=2, gateway_url=gw.url,
+                                     admin_key=gw.admin_key)
+            summary = await rollout(config, request, run="served")
+            assert gw.state.sessions == {}  # forgotten over HTTP once ended
+            trajectories = [gw.pool.trajectory(t.id) for g in gw.pool.groups() for t in g.trajectories]
+            return summary, trajectories
+
+    summary, trajectories = asyncio.run(main())
+    assert summary.success_rate == 1.0 and len(trajectories) == 4
+    assert all(t.status == "completed" and t.rewards["outcome"] == 1.0 and len(t.completions) == 1 for t in trajectories)
+    assert all(c.sampling["training"] and c.advantage is not None for t in trajectories for c in t.completions)

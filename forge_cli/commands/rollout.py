@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         engine: Optional[str] = typer.Option(None, "--engine", help="vllm, hf or scripted (default model.engine.type)."),
         policy: Optional[str] = typer.Option(None, "--policy", help="Scripted engine: a JSON rules/turns file or module:function."),
         executor: Optional[str] = typer.Option(None, "--executor", help="local or ray (default rollout.executor)."),
+        gateway: Optional[str] = typer.Option(None, "--gateway", help="Use a running `forge gateway serve` at this URL (with --run NAME: its run) instead of serving one."),
+        admin_key: Optional[str] = typer.Option(None, "--admin-key", envvar="FORGE_ADMIN_KEY", help="--gateway: the admin key it printed."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="executor ray: a cluster's address (default: a local Ray)."),
     ) -> None:
         """Run a scaffold on tasks: every call recorded, every trajectory verified and rewarded, into
@@ -45,7 +47,7 @@ def register(app: typer.Typer) -> None:
         request = RolloutRequest(scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups,
                                  n=config.train.group_size, concurrency=r.concurrency,
                                  trajectory_timeout_s=r.trajectory_timeout_s, seed=config.run.seed, executor=r.executor,
-                                 max_tokens_per_trajectory=r.max_tokens_per_trajectory,
+                                 max_tokens_per_trajectory=r.max_tokens_per_trajectory, gateway_url=gateway, admin_key=admin_key,
                                  ray_address=r.ray_address)
         try:
             summary = asyncio.run(_with_display(config, request, run))

@@ -77,11 +77,22 @@ class Gateway:
         with _as_forge_error():
             await self.state.finish_session(session_id, status=status, rewards=rewards, error=error)
 
-    def close_session(self, session_id: str) -> None:
-        """Forget a session whose trajectory its driver ended itself (its history freed; its key answers 409)."""
+    async def close_session(self, session_id: str) -> int:
+        """Forget a session whose trajectory its driver ends itself (its history freed; its key answers
+        409); the output tokens it sampled."""
         session = self.state.sessions.get(session_id)
-        if session is not None:
-            self.state.forget(session)
+        if session is None:
+            return 0
+        self.state.forget(session)
+        return session.tokens_out
+
+    @property
+    def model_name(self) -> str:
+        return self.state.model_name
+
+    def output_text(self, output_ids: list[int]) -> str:
+        """A completion's output as the gateway parsed it: special tokens kept, the closing EOS dropped."""
+        return output_text(self.state.tokenizer, self.engine.eos_token_id, output_ids)
 
     async def wait(self) -> None:
         """Until the server stops (``stop()``, or uvicorn's own exit)."""
@@ -189,6 +200,13 @@ async def serve_gateway(
         host = config.gateway.host if ":" not in config.gateway.host else f"[{config.gateway.host}]"
         started = True
         yield Gateway(state, engine, pool, run_dir, f"http://{host}:{port}", unix_path, mode, interrupted, server, task)
+
+
+def output_text(tokenizer: Any, eos_token_id: int | None, output_ids: list[int]) -> str:
+    ids = list(output_ids)
+    if ids and ids[-1] == eos_token_id:
+        ids = ids[:-1]
+    return tokenizer.decode(ids, skip_special_tokens=False)
 
 
 @contextlib.contextmanager

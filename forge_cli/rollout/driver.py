@@ -40,6 +40,8 @@ class RolloutRequest:
     seed: int = 0
     executor: str = "local"  # a name in forge_cli.rollout.executors.EXECUTORS
     ray_address: str | None = None
+    gateway_url: str | None = None  # a running `forge gateway serve` instead of an in-process one
+    admin_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class _Run:
         from forge_cli.rewards.group import apply_group_rewards
 
         outcomes = {r.trajectory_id: outcome for r, outcome in ended if outcome is not None}
-        texts = {t.id: [self.text(c.output_ids) for c in t.completions] for t in self.pool.group(group_id).trajectories}
+        texts = {t.id: [self.gw.output_text(c.output_ids) for c in t.completions] for t in self.pool.group(group_id).trajectories}
         tools = [tool.schema() for tool in self.suite.tools(task, self.gw.run_dir / "work" / "schemas")]
         try:
             result = apply_group_rewards(self.pool, group_id, outcomes=outcomes, settings=self.config.rewards,
@@ -136,13 +138,6 @@ class _Run:
         finally:
             self.pending.discard(group_id)
         return [replace(r, rewards=result.of(r.trajectory_id).components) for r, _ in ended]
-
-    def text(self, output_ids: Any) -> str:
-        """A completion's output as the gateway parsed it: special tokens kept, the closing EOS dropped."""
-        ids = list(output_ids)
-        if ids and ids[-1] == self.gw.engine.eos_token_id:
-            ids = ids[:-1]
-        return self.gw.state.tokenizer.decode(ids, skip_special_tokens=False)
 
     async def trajectory(self, task: "Task", group_id: str, trajectory_id: str) -> tuple[TrajectoryResult, "Outcome | None"]:
         from forge_cli.rollout.executors import AgentTimedOut
@@ -168,10 +163,8 @@ class _Run:
             except Exception as exc:  # a crashing scaffold is a failed trajectory, never a crashed rollout
                 reason = f"{type(exc).__name__}: {exc}"
             finally:
-                if session is not None:
-                    live = self.gw.state.sessions.get(session.id)
-                    self.progress.output_tokens += live.tokens_out if live is not None else 0
-                    self.gw.close_session(session.id)  # its history is not needed any more
+                if session is not None:  # its history is not needed any more
+                    self.progress.output_tokens += await asyncio.shield(self.gw.close_session(session.id))
                 self.progress.running -= 1
             result = await asyncio.to_thread(self.end, trajectory_id, group_id, task, status, outcome, reason, events,
                                              time.monotonic() - started)
@@ -186,7 +179,7 @@ class _Run:
 
         job = Job(scaffold=self.spec.name, suite=self.request.suite, verifier=self.request.verifier, task=task,
                   workdir=str(self.gw.run_dir / "work" / trajectory_id), base_url=session.base_url, api_key=session.api_key,
-                  model=self.gw.state.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options))
+                  model=self.gw.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options))
         return await self.executor.run(job)
 
     def end(self, trajectory_id: str, group_id: str, task: "Task", status: str, outcome: "Outcome | None", reason: str,
@@ -231,7 +224,8 @@ class _Run:
 async def rollout(config: Any, request: RolloutRequest, *, run: str | None = None, gateway: "Gateway | None" = None,
                   on_progress: Callable[[Progress], None] | None = None) -> "RolloutSummary":
     """Roll ``request`` out and return its summary. ``gateway``: a running in-process gateway to use
-    (default: one is served for the run ``run`` for the rollout's length)."""
+    (default: ``request.gateway_url``'s running gateway, recording into the run ``run``; else one is
+    served for the run ``run`` for the rollout's length)."""
     from forge_cli.plugins import get_registry
     from forge_cli.rollout.summary import summarize
 
@@ -242,6 +236,14 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
         raise ForgeError("groups, n and concurrency must each be at least 1")
     tasks = suite.make(request.split, request.groups, request.seed)
     preflight(config, request, spec, registry)
+    if gateway is None and request.gateway_url:
+        from forge_cli.rollout.remote import RemoteGateway
+
+        remote = await RemoteGateway.connect(config, request.gateway_url, request.admin_key or "", run)
+        try:
+            return await rollout(config, request, gateway=remote, on_progress=on_progress)
+        finally:
+            await remote.close()
     if gateway is None:
         from forge_cli.gateway.server import serve_gateway
 
@@ -281,7 +283,8 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
 
         find_install(spec)
     _components(registry.rewards, config.rewards)
-    if request.executor == "ray" and request.ray_address and config.gateway.host in ("127.0.0.1", "localhost", "::1"):
+    if (request.executor == "ray" and request.ray_address and not request.gateway_url
+            and config.gateway.host in ("127.0.0.1", "localhost", "::1")):
         raise ForgeError(f"a Ray cluster at {request.ray_address} cannot reach a gateway on {config.gateway.host}: "
                          "serve it on an address the workers reach (gateway.host, with gateway.auth = strict)")
 

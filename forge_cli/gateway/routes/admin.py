@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.openapi import body_schema
-from forge_cli.gateway.protocol.types import Bool, Float
+from forge_cli.gateway.protocol.types import Bool, Float, Int
 from forge_cli.gateway.routes.common import api_key, read_json, state_of, validate
 
 router = APIRouter()
@@ -29,6 +29,7 @@ class NewSession(BaseModel):
     tool_format: Optional[str] = None
     trajectory_id: Optional[str] = None
     training: Bool = False
+    token_budget: Optional[Int] = Field(None, ge=1, description="Output tokens the trajectory may sample in all.")
 
 
 @router.post("/admin/sessions", openapi_extra=body_schema(NewSession, required=False))
@@ -39,13 +40,27 @@ async def create_session(request: Request):
     body = validate(NewSession, await read_json(request, optional=True))
     try:
         session = await state.create_session(task_id=body.task_id, scaffold=body.scaffold, tool_format=body.tool_format,
-                                             trajectory_id=body.trajectory_id, training=body.training)
+                                             trajectory_id=body.trajectory_id, training=body.training,
+                                             token_budget=body.token_budget)
     except ForgeError as exc:  # the pool refused what the client asked for
         raise APIError(400, str(exc)) from None
     base = str(request.base_url).rstrip("/")
     return {"session": session.id, "api_key": session.api_key, "trajectory_id": session.trajectory_id,
             "base_url": f"{base}/s/{session.id}/v1", "tool_format": session.tool_format or state.default_tool_format,
-            "training": session.training}
+            "training": session.training, "token_budget": session.token_budget}
+
+
+@router.delete("/admin/sessions/{session_id}")
+async def forget_session(request: Request, session_id: str):
+    """Forget a session whose trajectory its driver ends in the pool itself (its history is freed; its
+    key then answers 409); says how many output tokens it sampled."""
+    state = state_of(request)
+    state.check_admin(api_key(request))
+    session = state.sessions.get(session_id)
+    if session is None:
+        raise APIError(404, f"no open session {session_id!r}")
+    state.forget(session)
+    return {"session": session_id, "trajectory_id": session.trajectory_id, "output_tokens": session.tokens_out}
 
 
 @router.get("/admin/sessions")
