@@ -135,12 +135,16 @@ class VLLMEngine(Engine):
 
         sp = self._sampling(params)
         version = self.version
-        final = None
+        final, samples = None, {}
         async for out in self.llm.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), sp, request_id=uuid.uuid4().hex):
             final = out
+            for o in out.outputs:  # with n > 1 an update may carry only the samples that moved
+                samples[o.index] = o
         if final is None:
             raise ForgeError("vLLM returned no output")
-        return [self._output(o, version, final.num_cached_tokens, params) for o in sorted(final.outputs, key=lambda o: o.index)]
+        if len(samples) != params.n:
+            raise ForgeError(f"vLLM returned {len(samples)} samples, not the {params.n} asked for")
+        return [self._output(samples[i], version, final.num_cached_tokens, params) for i in sorted(samples)]
 
     async def _load_weights(self, weights: Any) -> None:
         """A state dict, or a folder of ``*.safetensors``; written as one file vLLM reloads from.

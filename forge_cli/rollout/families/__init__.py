@@ -53,9 +53,9 @@ class Family:
     """One loop family: its code (``module:attr``), its options model, its default tool format, and
     the formats Forge registers built-in scaffolds of it with (``None``: every built-in
     function-calling format). The function-calling families run with any format (the gateway
-    renders and parses it); ``tool-call`` is crossed with all of them, the families built on the
-    same tool loop (plan-and-execute, orchestrator) with their default, so the contract test stays
-    fast; a definition may name any other format."""
+    renders and parses it) and are each crossed with all of them, every combination registered only
+    because the contract test (tests/test_scaffold_contract.py) runs it; a definition may name any
+    other format."""
 
     name: str
     loop: str
@@ -74,10 +74,8 @@ FAMILIES: dict[str, Family] = {
                "ReAct text loop: tools described in the prompt, actions parsed from the text, observations as user text",
                formats=("react",)),
         Family("plan-and-execute", "forge_cli.rollout.families.plan_execute:run", PlanOptions, "hermes",
-               "A planner call writes numbered steps; an executor tool loop carries out each step on its own context",
-               formats=("hermes",)),
+               "A planner call writes numbered steps; an executor tool loop carries out each step on its own context"),
         Family("orchestrator", "forge_cli.rollout.families.orchestrator:OrchestratorLoop", OrchestratorOptions, "hermes",
-               "An orchestrator delegates sub-tasks to worker sub-agents, each a tool loop on its own branch of context",
-               formats=("hermes",)),
+               "An orchestrator delegates sub-tasks to worker sub-agents, each a tool loop on its own branch of context"),
     )
 }
