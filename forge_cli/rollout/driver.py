@@ -82,14 +82,15 @@ class _Run:
     """One rollout's state: the gateway, the pool, the chosen scaffold and suite, its workdirs."""
 
     def __init__(self, gw: "Gateway", config: Any, request: RolloutRequest, spec: "ScaffoldSpec", suite: "TaskSuite",
-                 progress: Progress, on_progress: Callable[[Progress], None] | None) -> None:
+                 progress: Progress, on_progress: Callable[[Progress], None] | None, consumer: bool = False) -> None:
         self.gw, self.pool, self.config, self.request = gw, gw.pool, config, request
         self.spec, self.suite, self.progress, self.on_progress = spec, suite, progress, on_progress
         self.options = config.scaffolds.get(spec.name, {})
+        self.consumer = consumer
         self.slots = asyncio.Semaphore(request.concurrency)  # trajectories running at once
         # admission: at most max_active_groups groups are generating; nothing consumes them in a
         # rollout alone, so the bound counts unfinished groups (forge train's consumer frees slots itself)
-        self.admitted = asyncio.Semaphore(config.pool.max_active_groups)
+        self.admitted = asyncio.Semaphore(config.pool.max_active_groups if not consumer else 1_000_000)
         self.submitting = asyncio.Lock()  # one at a time, in task order: the queue's order is the tasks'
         self.mine: set[str] = set()  # trajectories this driver submitted and has not ended
         self.pending: set[str] = set()  # groups submitted whose rewards are not written yet
@@ -103,17 +104,27 @@ class _Run:
             self.on_progress(self.progress)
 
     def submit(self, task: "Task") -> Any:
-        """Submit a task's group, held back from the scheduler until its rewards are written."""
+        """Submit a task's group, held back from the scheduler until its rewards are written. With a
+        consumer (``forge train``) the pool's own bound admits it: at most ``max_active_groups``
+        submitted and not yet trained on (PoolFull: the caller waits)."""
         group = self.pool.submit_group(task.id, self.request.n, self.spec.name, timeout_s=self.config.pool.group_timeout_s,
-                                       rewards_pending=True)
+                                       rewards_pending=True,
+                                       max_active=self.config.pool.max_active_groups if self.consumer else None)
         self.mine.update(t.id for t in group.trajectories)  # here, in the same thread: a cancel cannot lose them
         self.pending.add(group.id)
         return group
 
     async def group(self, task: "Task") -> list[TrajectoryResult]:
+        from forge_cli.pool import PoolFull
+
         async with self.admitted:
             async with self.submitting:
-                group = await asyncio.to_thread(self.submit, task)
+                while True:
+                    try:
+                        group = await asyncio.to_thread(self.submit, task)
+                        break
+                    except PoolFull:  # back-pressure: the trainer has not taken enough yet
+                        await asyncio.sleep(0.2)
             async with asyncio.TaskGroup() as members:  # one that raises cancels its siblings
                 runs = [members.create_task(self.trajectory(task, group.id, t.id)) for t in group.trajectories]
             return await asyncio.to_thread(self.reward, group.id, task, [run.result() for run in runs])
@@ -222,10 +233,11 @@ class _Run:
 
 
 async def rollout(config: Any, request: RolloutRequest, *, run: str | None = None, gateway: "Gateway | None" = None,
-                  on_progress: Callable[[Progress], None] | None = None) -> "RolloutSummary":
+                  on_progress: Callable[[Progress], None] | None = None, consumer: bool = False) -> "RolloutSummary":
     """Roll ``request`` out and return its summary. ``gateway``: a running in-process gateway to use
     (default: ``request.gateway_url``'s running gateway, recording into the run ``run``; else one is
-    served for the run ``run`` for the rollout's length)."""
+    served for the run ``run`` for the rollout's length). ``consumer``: a trainer takes the groups
+    (``forge train``), so admission is the pool's ``max_active_groups`` over groups not yet trained on."""
     from forge_cli.plugins import get_registry
     from forge_cli.rollout.summary import summarize
 
@@ -241,16 +253,16 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
 
         remote = await RemoteGateway.connect(config, request.gateway_url, request.admin_key or "", run)
         try:
-            return await rollout(config, request, gateway=remote, on_progress=on_progress)
+            return await rollout(config, request, gateway=remote, on_progress=on_progress, consumer=consumer)
         finally:
             await remote.close()
     if gateway is None:
         from forge_cli.gateway.server import serve_gateway
 
         async with serve_gateway(config, run) as gw:
-            return await rollout(config, request, gateway=gw, on_progress=on_progress)
+            return await rollout(config, request, gateway=gw, on_progress=on_progress, consumer=consumer)
     progress = Progress(total=len(tasks) * request.n)
-    state = _Run(gateway, config, request, spec, suite, progress, on_progress)
+    state = _Run(gateway, config, request, spec, suite, progress, on_progress, consumer)
     started = time.monotonic()
     try:
         async with asyncio.TaskGroup() as groups:  # a group that fails cancels the others: nothing runs on unseen
