@@ -283,6 +283,7 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
     a loop that does not resolve or options it refuses, an agent not installed, reward weights
     naming no component, a Ray cluster that could not reach a loopback gateway."""
     from forge_cli.config import validate_options
+    from forge_cli.gateway.server import LOOPBACK
     from forge_cli.rewards.group import _components
 
     if spec.kind == "white":
@@ -296,7 +297,7 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
         find_install(spec)
     _components(registry.rewards, config.rewards)
     if (request.executor == "ray" and request.ray_address and not request.gateway_url
-            and config.gateway.host in ("127.0.0.1", "localhost", "::1")):
+            and config.gateway.host in LOOPBACK):
         raise ForgeError(f"a Ray cluster at {request.ray_address} cannot reach a gateway on {config.gateway.host}: "
                          "serve it on an address the workers reach (gateway.host, with gateway.auth = strict)")
 

@@ -6,32 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from forge_cli.rollout.driver import RolloutRequest, TrajectoryResult
 
 
-def unique_tokens(sequences: Iterable[Sequence[int]]) -> int:
-    """Tokens in the trie of ``sequences`` (each shared prefix counted once): what the prefix tree
-    will compute."""
-    root: dict[int, Any] = {}
-    count = 0
-    for seq in sequences:
-        node = root
-        for token in seq:
-            child = node.get(token)
-            if child is None:
-                child = node[token] = {}
-                count += 1
-            node = child
-    return count
-
-
 def prefix_share(sequences: Sequence[Sequence[int]]) -> float | None:
     """tokens / unique tokens of their trie (1.0: nothing shared); ``None`` for no tokens."""
+    from types import SimpleNamespace
+
+    from forge_cli.train.prefix_tree import unique_tokens  # the trainer's own trie: what it will compute
+
     total = sum(len(s) for s in sequences)
-    return total / unique_tokens(sequences) if total else None
+    return total / unique_tokens([SimpleNamespace(tokens=list(s)) for s in sequences]) if total else None
 
 
 @dataclass(frozen=True)

@@ -354,6 +354,6 @@ def unpack_terms(samples: Sequence[Sample], batches: Sequence[Packed], values: S
 
 
 def unique_tokens(samples: Iterable[Sample]) -> int:
-    """Tokens in the merged trie: the bound on what merging can save."""
+    """Tokens in the merged trie: the bound on what merging can save (only ``.tokens`` is read)."""
     root, _ = build_trie(list(samples))
     return sum(c.subtree_size() for c in root.children.values())
