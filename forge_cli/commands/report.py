@@ -1,0 +1,43 @@
+"""``forge report RUN [RUN2 …]``: a thin caller of :func:`forge_cli.report.render.write_report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("report")
+    def report_command(
+        runs: list[str] = typer.Argument(..., help="Run names (under run.dir) or run folders; several are overlaid on the same axes."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR",
+                                           help="Folder for the plots and summary (default RUN/report; several runs: RUN1/report/compare-RUN2[-RUN3…])."),
+        dpi: int = typer.Option(110, "--dpi", help="Resolution of the PNGs (10-1200)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary figures as JSON instead of a table."),
+    ) -> None:
+        """Plot a training run (reward, success, per-component rewards, throughput, off-policy age, prefix
+        saving, time split, per-suite success) into PNGs and write a one-page summary (summary.md,
+        summary.png, summary.json), printed here too."""
+        from rich.table import Table
+
+        from forge_cli.cli import get_state
+        from forge_cli.commands._common import print_json
+        from forge_cli.console import console
+        from forge_cli.report.render import write_report
+        from forge_cli.report.summary import as_dict, table
+
+        report = write_report(get_state().config(), runs, out=out, dpi=dpi)
+        if as_json:
+            print_json({"out": str(report.out), "files": [str(f) for f in report.files],
+                        "runs": [as_dict(s) for s in report.summaries]})
+            return
+        header, rows = table(report.summaries)
+        view = Table(title="Forge report", title_justify="left")
+        for i, name in enumerate(header):
+            view.add_column(name, style="bold" if i == 0 else None)
+        for row in rows:
+            view.add_row(*row)
+        console.print(view)
+        console.print(f"{len(report.files)} files in {report.out}", highlight=False)
