@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forge_cli.pool.scheduler import SCHEDULER_CONFIGS, Decision, FIFOScheduler, GreedyScheduler, QueueEntry, WindowedFIFOScheduler, select
+from forge_cli.pool.scheduler import (SCHEDULER_CONFIGS, BoundedStalenessScheduler, Decision, FIFOScheduler, GreedyScheduler,
+                                      QueueEntry, WindowedFIFOScheduler, select, staleness_limit)
 
 
 def test_window_size():
@@ -16,7 +17,8 @@ def test_window_size():
     assert GreedyScheduler().window(16) is None
     assert WindowedFIFOScheduler(window_fraction=0.3).window(16) == 5  # ceil(4.8)
     assert WindowedFIFOScheduler(window_fraction=0.01).window(16) == 1
-    assert set(SCHEDULER_CONFIGS) == {"windowed_fifo", "fifo", "greedy"}
+    assert BoundedStalenessScheduler().window(16) is None
+    assert set(SCHEDULER_CONFIGS) == {"windowed_fifo", "fifo", "greedy", "bounded_staleness"}
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
@@ -173,6 +175,101 @@ def test_staleness_bound(S, P, W, seed):
     """Strict FIFO keeps every sample within S versions; the window adds at most ceil((W-1)/P)."""
     assert simulate_staleness(S, P, 1, seed) <= S
     assert simulate_staleness(S, P, W, seed) <= S + math.ceil((W - 1) / P)
+
+
+class CappedQueue:
+    """Greedy takes under the staleness cap's admission, driven by an adversary (hypothesis) that
+    picks which group finishes, when a stuck head times out, when the rollout side submits and when
+    the trainer takes and publishes. Every completion is stamped with the version its group was
+    submitted at (the oldest weights it can have used)."""
+
+    def __init__(self, S: int, P: int, N: int) -> None:
+        self.S, self.P, self.N = S, P, N
+        self.version = 0  # the engine's, published with it (the trainer's loop keeps them equal)
+        self.taken_unpublished = False  # a step took its groups; its weights are not out yet
+        self.submitted: dict[int, int] = {}  # queue index -> version at submission
+        self.complete: set[int] = set()
+        self.expired: set[int] = set()
+        self.consumed: dict[int, int] = {}  # queue index -> trainer version that took it
+        self.dropped: set[int] = set()
+        self.ages: list[int] = []
+
+    def active(self) -> list[int]:
+        return sorted(i for i in self.submitted if i not in self.consumed and i not in self.dropped)
+
+    def in_flight(self) -> int:  # what the pool counts against max_active
+        return len(self.active()) + sum(1 for step in self.consumed.values() if step >= self.version)
+
+    def limit(self) -> int:
+        active = self.active()
+        head_version = self.submitted[active[0]] if active else None
+        return BoundedStalenessScheduler(max_head_offpolicyness=self.S).max_in_flight(
+            self.N, self.P, self.version, head_version)
+
+    def submit(self) -> bool:
+        if self.in_flight() + 1 > self.limit():
+            return False
+        self.submitted[len(self.submitted)] = self.version
+        return True
+
+    def take(self) -> bool:
+        if self.taken_unpublished:
+            return False
+        entries = [QueueEntry(i, str(i), i in self.complete, 0.0, 1.0 if i in self.expired else None)
+                   for i in self.active()]
+        decision = select(entries, self.P, None, 10.0, "drop", min_groups=self.P)
+        self.dropped.update(int(g) for g in decision.timed_out)
+        for g in decision.take:
+            self.consumed[int(g)] = self.version
+            self.ages.append(self.version - self.submitted[int(g)])
+        self.taken_unpublished = bool(decision.take)
+        return bool(decision.take)
+
+    def publish(self) -> None:
+        if self.taken_unpublished:
+            self.version += 1
+            self.taken_unpublished = False
+
+
+@settings(max_examples=400, deadline=None)
+@given(S=st.integers(0, 3), P=st.integers(1, 4), N=st.integers(1, 40), data=st.data())
+def test_the_staleness_cap_bounds_every_samples_age(S, P, N, data):
+    """bounded_staleness: whatever finishes when (a straggler left unfinished for ever, heads timing
+    out), no group is trained more than S versions after it was submitted; and the cap never
+    deadlocks: with every active group finished and too few to take, one more may be submitted."""
+    q = CappedQueue(S, P, max(N, P))
+    actions = st.sampled_from(["submit", "submit", "finish", "finish", "take", "publish", "expire"])
+    for _ in range(data.draw(st.integers(0, 150))):
+        action = data.draw(actions)
+        if action == "submit":
+            q.submit()
+        elif action == "finish":
+            pending = [i for i in q.active() if i not in q.complete]
+            if pending:
+                q.complete.add(data.draw(st.sampled_from(pending)))
+        elif action == "take":
+            q.take()
+        elif action == "publish":
+            q.publish()
+        elif q.active():  # the head is stuck past its budget
+            q.expired.add(q.active()[0])
+        assert all(age <= S for age in q.ages), (q.ages, q.submitted, q.consumed)
+        if not q.taken_unpublished and len(q.active()) < P and all(i in q.complete for i in q.active()):
+            assert q.in_flight() + 1 <= q.limit(), "admission is closed with nothing the trainer could take"
+    assert all(0 <= age <= S for age in q.ages)
+
+
+def test_staleness_limit_examples():
+    assert staleness_limit(2, 4, version=5, head_version=None) == 12  # (S + 1) · P: nothing active
+    assert staleness_limit(2, 4, version=5, head_version=5) == 12
+    assert staleness_limit(2, 4, version=5, head_version=3) == 4  # the head is S versions old: one step's worth
+    assert staleness_limit(2, 4, version=5, head_version=2) == 0  # cannot happen under the cap; closed
+    assert staleness_limit(0, 3, version=0, head_version=None) == 3  # S = 0: synchronous, one step at a time
+    assert BoundedStalenessScheduler(max_head_offpolicyness=2).max_in_flight(5, 4, 5, 5) == 5  # N binds
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        BoundedStalenessScheduler(max_head_offpolicyness=-1)
 
 
 # ---- timeouts: only the real head ---------------------------------------------------------------------------

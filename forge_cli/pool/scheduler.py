@@ -5,6 +5,10 @@ group not yet consumed. A scheduler with window ``W`` may take any *complete* gr
 ``[G_i, G_{i+W-1}]``, in any order, and never one at index ``≥ i + W``, however finished; the
 window moves only when the head is consumed. ``W = 1`` is strict FIFO, ``W = ∞`` greedy.
 
+``bounded_staleness`` is greedy with a staleness cap ``S`` (AReaL's ``max_head_offpolicyness``):
+it takes any complete group, and admission — not a drop — keeps every sample within ``S`` versions
+(:func:`staleness_limit`).
+
 A head that has outlived its time budget is marked timed out so one dead agent cannot stall
 training: ``on_timeout = "drop"`` removes it from the queue untrained, ``"train"`` closes its
 unfinished trajectories as timed out and lets it be taken with whatever reward they earn.
@@ -55,6 +59,13 @@ class _SchedulerConfig(BaseModel):
     def window(self, max_active_groups: int) -> int | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def max_in_flight(self, max_active_groups: int, groups_per_step: int, version: int, head_version: int | None) -> int:
+        """The admission bound for the next submission: at most this many groups in flight once it is
+        in (the pool's count: submitted and not consumed, or consumed at a version not yet published).
+        ``version``: the rollout engine's; ``head_version``: the engine's version when the oldest active
+        group was submitted (None: no active group). Only a staleness cap uses the two."""
+        return max_active_groups
+
 
 class WindowedFIFOScheduler(_SchedulerConfig):
     """The default: any complete group among the ``W`` oldest active ones."""
@@ -84,9 +95,47 @@ class GreedyScheduler(_SchedulerConfig):
         return None
 
 
+class BoundedStalenessScheduler(_SchedulerConfig):
+    """Greedy (W = ∞) with a staleness cap: any complete group is taken, and admission holds the
+    rollouts back so that no sample is trained more than ``max_head_offpolicyness`` versions after
+    the version that sampled it (AReaL's bound, taken relative to the queue's head so that a slow
+    group cannot be overtaken for ever: :func:`staleness_limit`)."""
+
+    type: Literal["bounded_staleness"] = "bounded_staleness"
+    max_head_offpolicyness: int = Field(2, ge=0, description=(
+        "S: every sample is trained at most S versions after the version that sampled it (0: synchronous)."))
+
+    def window(self, max_active_groups: int) -> None:
+        return None
+
+    def max_in_flight(self, max_active_groups: int, groups_per_step: int, version: int, head_version: int | None) -> int:
+        return min(max_active_groups, staleness_limit(self.max_head_offpolicyness, groups_per_step, version, head_version))
+
+
 # ``[pool.scheduler]``: the one table of scheduler names, each member with its own fields
-SchedulerConfig = tagged_union(WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler)
-SCHEDULER_CONFIGS: dict[str, type[_SchedulerConfig]] = name_table(WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler)
+_MEMBERS = (WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler, BoundedStalenessScheduler)
+SchedulerConfig = tagged_union(*_MEMBERS)
+SCHEDULER_CONFIGS: dict[str, type[_SchedulerConfig]] = name_table(*_MEMBERS)
+
+
+def staleness_limit(cap: int, groups_per_step: int, version: int, head_version: int | None) -> int:
+    """The most groups in flight, the new one included, that keep every sample within ``cap`` versions.
+
+    The rule is AReaL's ``(cap + version + 1) · P`` over the groups submitted and not dropped, but
+    with the version at which the queue's head (its oldest active group) was submitted in place of
+    the current one: in flight = submitted − ``version · P`` (consumed at earlier steps, P a step), so
+
+        in flight ≤ (cap + 1 − (version − head_version)) · P.
+
+    Why every sample: a group ``g`` submitted at version ``v_g`` samples at versions ≥ ``v_g``.
+    While ``g`` is unconsumed the head's version is ≤ ``v_g``, so no more than ``(v_g + 1 + cap) · P``
+    groups, ``g`` among them, are ever submitted and not dropped; steps ``0 … v_g + cap`` take
+    ``(v_g + cap + 1) · P`` of them, so one of those steps takes ``g``: its age is ≤ ``cap``. With the
+    current version alone (AReaL's form) a straggler can be overtaken for ever under greedy takes.
+    ``head_version`` None (nothing active): the new group will be the head, at ``version``.
+    """
+    age = 0 if head_version is None else max(0, version - head_version)
+    return max(0, (cap + 1 - age) * groups_per_step)
 
 
 def select(
@@ -153,6 +202,7 @@ class Scheduler:
     on_timeout: OnTimeout
     group_timeout_s: float
     max_active_groups: int
+    policy: _SchedulerConfig = field(default_factory=lambda: WindowedFIFOScheduler())  # the [pool.scheduler] member
 
     @classmethod
     def from_config(cls, pool: Any, groups_per_step: int) -> "Scheduler":
@@ -163,12 +213,20 @@ class Scheduler:
             on_timeout=pool.on_timeout,
             group_timeout_s=pool.group_timeout_s,
             max_active_groups=pool.max_active_groups,
+            policy=pool.scheduler,
         )
 
-    def submit(self, pool: Any, task_id: str, n: int, scaffold: str) -> Any:
-        """Submit a group under this scheduler's admission bound and time budget (may raise PoolFull)."""
+    def max_in_flight(self, version: int, head_version: int | None) -> int:
+        """The admission bound for the next group (see :meth:`_SchedulerConfig.max_in_flight`)."""
+        return self.policy.max_in_flight(self.max_active_groups, self.groups_per_step, version, head_version)
+
+    def submit(self, pool: Any, task_id: str, n: int, scaffold: str, *, version: int = 0,
+               head_version: int | None = None, rewards_pending: bool = False) -> Any:
+        """Submit a group under this scheduler's admission bound (:meth:`max_in_flight`) and time
+        budget (may raise PoolFull)."""
         return pool.submit_group(
-            task_id, n, scaffold, max_active=self.max_active_groups, timeout_s=self.group_timeout_s
+            task_id, n, scaffold, max_active=self.max_in_flight(version, head_version), timeout_s=self.group_timeout_s,
+            rewards_pending=rewards_pending,
         )
 
     def take(self, pool: Any, trainer_version: int) -> Any:
