@@ -7,14 +7,16 @@ from typing import Optional
 
 import typer
 
+from forge_cli.report.render import DEFAULT_DPI
+
 
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report_command(
-        runs: list[str] = typer.Argument(..., help="Run names (under run.dir) or run folders; several are overlaid on the same axes."),
+        runs: list[str] = typer.Argument(..., metavar="RUN", help="Run names (under run.dir) or run folders; several are overlaid on the same axes."),
         out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR",
                                            help="Folder for the plots and summary (default RUN/report; several runs: RUN1/report/compare-RUN2[-RUN3…])."),
-        dpi: int = typer.Option(110, "--dpi", help="Resolution of the PNGs (10-1200)."),
+        dpi: int = typer.Option(DEFAULT_DPI, "--dpi", help="Resolution of the PNGs (10-1200)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary figures as JSON instead of a table."),
     ) -> None:
         """Plot a training run (reward, success, per-component rewards, throughput, off-policy age, prefix
