@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -140,6 +140,9 @@ class RolloutConfig(Section):
     executor: Literal[tuple(EXECUTORS)] = Field(  # type: ignore[valid-type]
         "local", description="Where scaffolds run: local (the driver's process) or ray (Ray tasks).")
     ray_address: str | None = Field(None, description="executor = ray: a Ray cluster's address (default: a local Ray).")
+    mix: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict, description=(
+        "Mixed-domain rollouts: suite name -> weight (e.g. {calc = 2.0, qa = 1.0}); each group's suite is drawn by "
+        "weight from run.seed, its tasks keep their suite's verifier and tools. Empty: task alone."))
 
 
 class ForgeConfig(Section):

@@ -13,6 +13,7 @@ def register(app: typer.Typer) -> None:
     def rollout_command(
         scaffold: Optional[str] = typer.Option(None, "--scaffold", help="Scaffold to run (default rollout.scaffold; forge scaffold list)."),
         task: Optional[str] = typer.Option(None, "--task", help="Task suite (calc, kv-search, files, reasoning, qa, …) or a JSONL file of tasks."),
+        mix: Optional[str] = typer.Option(None, "--mix", help="Mixed suites by weight, like calc=2,qa=1: each group's suite drawn from run.seed (default rollout.mix; instead of --task)."),
         verifier: Optional[str] = typer.Option(None, "--verifier", help="For a JSONL task file: module:function that verifies a task."),
         split: Optional[str] = typer.Option(None, "--split", help="train or heldout (default rollout.split)."),
         groups: Optional[int] = typer.Option(None, "--groups", help="Tasks to run, one group each (default rollout.groups)."),
@@ -34,21 +35,18 @@ def register(app: typer.Typer) -> None:
         import asyncio
 
         from forge_cli.commands._common import config_with, engine_flags
-        from forge_cli.rollout.driver import RolloutRequest
+        from forge_cli.rollout.driver import request_from_config
+        from forge_cli.rollout.stream import parse_mix
 
         config = config_with([("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
+                              ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("rollout.verifier", "--verifier", verifier), ("rollout.split", "--split", split),
                               ("rollout.groups", "--groups", groups), ("train.group_size", "--n", n),
                               ("rollout.concurrency", "--concurrency", concurrency),
                               ("rollout.trajectory_timeout_s", "--timeout", timeout), ("rollout.executor", "--executor", executor),
                               ("rollout.max_tokens_per_trajectory", "--max-tokens", max_tokens),
                               ("rollout.ray_address", "--ray-address", ray_address), *engine_flags(model, engine, policy)])
-        r = config.rollout
-        request = RolloutRequest(scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups,
-                                 n=config.train.group_size, concurrency=r.concurrency,
-                                 trajectory_timeout_s=r.trajectory_timeout_s, seed=config.run.seed, executor=r.executor,
-                                 max_tokens_per_trajectory=r.max_tokens_per_trajectory, gateway_url=gateway, admin_key=admin_key,
-                                 ray_address=r.ray_address)
+        request = request_from_config(config, gateway_url=gateway, admin_key=admin_key)
         try:
             summary = asyncio.run(_with_display(config, request, run))
         except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM
@@ -73,7 +71,7 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
 
     def table(p: Any) -> Table:
-        t = Table(title=f"forge rollout: {request.scaffold} on {request.suite}", title_justify="left")
+        t = Table(title=f"forge rollout: {request.scaffold} on {request.label}", title_justify="left")
         for column in ("running", "finished", "failed", "timed out", "success", "tokens/s", "elapsed"):
             t.add_column(column, justify="right")
         success = f"{p.solved}/{p.finished}" if p.finished else "—"

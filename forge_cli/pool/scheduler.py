@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +55,7 @@ class Decision:
 
 class _SchedulerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    uses_head_version: ClassVar[bool] = False  # whether max_in_flight reads head_version
 
     def window(self, max_active_groups: int) -> int | None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -102,6 +103,7 @@ class BoundedStalenessScheduler(_SchedulerConfig):
     group cannot be overtaken for ever: :func:`staleness_limit`)."""
 
     type: Literal["bounded_staleness"] = "bounded_staleness"
+    uses_head_version: ClassVar[bool] = True
     max_head_offpolicyness: int = Field(2, ge=0, description=(
         "S: every sample is trained at most S versions after the version that sampled it (0: synchronous)."))
 
@@ -219,6 +221,13 @@ class Scheduler:
     def max_in_flight(self, version: int, head_version: int | None) -> int:
         """The admission bound for the next group (see :meth:`_SchedulerConfig.max_in_flight`)."""
         return self.policy.max_in_flight(self.max_active_groups, self.groups_per_step, version, head_version)
+
+    def head(self, pool: Any) -> int | None:
+        """The queue index of the pool's head (its oldest active group) where the admission bound
+        needs it (its submission version is the submitter's to know); else None, without a read."""
+        if not self.policy.uses_head_version:
+            return None
+        return pool.stats()["queue"]["head"]
 
     def submit(self, pool: Any, task_id: str, n: int, scaffold: str, *, version: int = 0,
                head_version: int | None = None, rewards_pending: bool = False) -> Any:

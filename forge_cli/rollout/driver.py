@@ -1,6 +1,10 @@
 """The rollout driver: tasks → admission → a gateway session per trajectory → the scaffold's run
 → verify → rewards → the trajectory finished in the pool (DESIGN.md §10).
 
+The tasks come from a :class:`~forge_cli.rollout.stream.TaskStream` (one suite or a weighted mix,
+seeded, resumable at any group index), drawn lazily: a group exists only once admission lets it
+in, so an unbounded stream (``forge train``, ``groups=None``) holds no more than the pool admits.
+
 It never touches token ids: the gateway records every call of every trajectory; the driver only
 opens the sessions, runs the scaffolds, and writes outcomes, rewards and events. A trajectory
 whose scaffold crashes, hangs or overruns its budget becomes a failed or timed-out trajectory
@@ -11,6 +15,7 @@ it started or queued is failed as "interrupted": nothing is left ``running``.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,19 +25,28 @@ from forge_cli.errors import ForgeError
 
 if TYPE_CHECKING:
     from forge_cli.gateway.server import Gateway
+    from forge_cli.rollout.stream import TaskStream
+    from forge_cli.rollout.summary import RolloutSummary
     from forge_cli.specs import ScaffoldSpec
     from forge_cli.tasks.types import Outcome, Task, TaskSuite
 
 
 @dataclass(frozen=True)
 class RolloutRequest:
-    """What to roll out: ``groups`` tasks of ``suite``'s ``split``, ``n`` trajectories each."""
+    """What to roll out: ``groups`` tasks of ``suite``'s ``split`` (or of ``mix``'s suites), ``n``
+    trajectories each.
+
+    ``groups=None`` is an unbounded stream (only with a consumer, ``forge train``: it runs until the
+    caller cancels it); ``first_group`` is the stream's first group index (a resumed run passes the
+    number of groups its pool already has, so it goes on with new tasks); ``mix`` maps suite names
+    to weights (empty: ``suite`` alone) and each group's suite is drawn by weight from ``seed``.
+    """
 
     scaffold: str
     suite: str  # a registered suite's name, or a JSONL file of tasks (with ``verifier``)
     verifier: str | None = None
     split: str = "train"
-    groups: int = 4
+    groups: int | None = 4
     n: int = 8
     concurrency: int = 8
     trajectory_timeout_s: float = 600.0
@@ -42,6 +56,30 @@ class RolloutRequest:
     ray_address: str | None = None
     gateway_url: str | None = None  # a running `forge gateway serve` instead of an in-process one
     admin_key: str | None = field(default=None, repr=False)
+    first_group: int = 0
+    mix: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Suite → weight: the mix, or ``suite`` alone."""
+        return dict(self.mix) if self.mix else {self.suite: 1.0}
+
+    @property
+    def label(self) -> str:
+        """What the tasks are, for a title: ``calc`` or ``calc=2, qa=1``."""
+        return ", ".join(f"{k}={w:g}" for k, w in self.mix.items()) if self.mix else self.suite
+
+
+def request_from_config(config: Any, **overrides: Any) -> RolloutRequest:
+    """The request ``[rollout]`` (with ``train.group_size`` and ``run.seed``) describes; ``overrides``
+    replace fields (``groups=None, first_group=k`` for forge train, ``gateway_url``, …)."""
+    r = config.rollout
+    fields: dict[str, Any] = dict(
+        scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups, n=config.train.group_size,
+        concurrency=r.concurrency, trajectory_timeout_s=r.trajectory_timeout_s,
+        max_tokens_per_trajectory=r.max_tokens_per_trajectory, seed=config.run.seed, executor=r.executor,
+        ray_address=r.ray_address, mix=dict(r.mix))
+    return RolloutRequest(**(fields | overrides))
 
 
 @dataclass(frozen=True)
@@ -57,13 +95,27 @@ class TrajectoryResult:
     wall_s: float
     events: int
     rewards: dict[str, float] = field(default_factory=dict)
+    suite: str = ""  # the key of its task's suite in the request's weights
+
+    @property
+    def solved(self) -> bool:
+        return self.score is not None and self.score >= 1.0
+
+
+@dataclass
+class SuiteCount:
+    """One suite's share of a rollout so far."""
+
+    finished: int = 0
+    solved: int = 0
 
 
 @dataclass
 class Progress:
-    """Live counts for a display; ``on_progress`` is called with it after every change."""
+    """Live counts for a display; ``on_progress`` is called with it after every change. ``total`` is
+    None for an unbounded stream."""
 
-    total: int
+    total: int | None
     running: int = 0
     completed: int = 0
     failed: int = 0
@@ -72,32 +124,63 @@ class Progress:
     output_tokens: int = 0  # sampled by the trajectories that have ended
     started_at: float = field(default_factory=time.monotonic)
     results: list[TrajectoryResult] = field(default_factory=list)
+    by_suite: dict[str, SuiteCount] = field(default_factory=dict)
 
     @property
     def finished(self) -> int:
         return self.completed + self.failed + self.timed_out
 
+    def count(self, result: TrajectoryResult) -> None:
+        """One more trajectory ended."""
+        setattr(self, result.status, getattr(self, result.status) + 1)
+        self.solved += result.solved
+        suite = self.by_suite.setdefault(result.suite, SuiteCount())
+        suite.finished += 1
+        suite.solved += result.solved
+
 
 class _Run:
-    """One rollout's state: the gateway, the pool, the chosen scaffold and suite, its workdirs."""
+    """One rollout's state: the gateway, the pool, the chosen scaffold and suites, its workdirs."""
 
-    def __init__(self, gw: "Gateway", config: Any, request: RolloutRequest, spec: "ScaffoldSpec", suite: "TaskSuite",
-                 progress: Progress, on_progress: Callable[[Progress], None] | None, consumer: bool = False) -> None:
+    def __init__(self, gw: "Gateway", config: Any, request: RolloutRequest, spec: "ScaffoldSpec",
+                 suites: dict[str, "TaskSuite"], progress: Progress, on_progress: Callable[[Progress], None] | None,
+                 consumer: bool = False) -> None:
+        from forge_cli.pool.scheduler import Scheduler
+
         self.gw, self.pool, self.config, self.request = gw, gw.pool, config, request
-        self.spec, self.suite, self.progress, self.on_progress = spec, suite, progress, on_progress
+        self.spec, self.suites, self.progress, self.on_progress = spec, suites, progress, on_progress
         self.options = config.scaffolds.get(spec.name, {})
         self.consumer = consumer
         self.slots = asyncio.Semaphore(request.concurrency)  # trajectories running at once
         # admission: at most max_active_groups groups are generating; nothing consumes them in a
-        # rollout alone, so the bound counts unfinished groups (forge train's consumer frees slots itself)
-        self.admitted = asyncio.Semaphore(config.pool.max_active_groups if not consumer else 1_000_000)
-        self.submitting = asyncio.Lock()  # one at a time, in task order: the queue's order is the tasks'
+        # rollout alone, so the bound counts unfinished groups (forge train's consumer frees slots
+        # itself, and the pool counts them: the scheduler's bound, a staleness cap's too)
+        self.admitted = asyncio.Semaphore(config.pool.max_active_groups) if not consumer else None
+        self.scheduler = Scheduler.from_config(config.pool, config.train.groups_per_step)
+        engine = getattr(gw, "engine", None)
+        self.version: Callable[[], int] = lambda: int(getattr(engine, "version", 0))
+        self.start_version = self.version()  # groups already in the pool count as submitted now
+        self.submitted_at: dict[int, int] = {}  # queue index -> the engine's version when it was submitted
+        self.difficulty: dict[str, str] = {}  # task id -> difficulty, for the summary
+        self.done: dict[int, list[TrajectoryResult]] = {}  # group index in the stream -> its results
         self.mine: set[str] = set()  # trajectories this driver submitted and has not ended
         self.pending: set[str] = set()  # groups submitted whose rewards are not written yet
+        self.guard = threading.Lock()  # a submit and the interrupt never interleave
+        self.closed = False  # interrupted: nothing more is submitted
         from forge_cli.rollout.executors import make_executor
 
-        self.executor = make_executor(request.executor, spec, suite, address=request.ray_address,
-                                      sandbox_options=config.sandboxes.get("local"))
+        self.executors: dict[str, Any] = {}
+        try:
+            for key, suite in suites.items():
+                self.executors[key] = make_executor(request.executor, spec, suite, address=request.ray_address,
+                                                    sandbox_options=config.sandboxes.get("local"))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for executor in reversed(list(self.executors.values())):  # the first one started Ray: it stops it last
+            executor.close()
 
     def tell(self) -> None:
         if self.on_progress is not None:
@@ -105,31 +188,68 @@ class _Run:
 
     def submit(self, task: "Task") -> Any:
         """Submit a task's group, held back from the scheduler until its rewards are written. With a
-        consumer (``forge train``) the pool's own bound admits it: at most ``max_active_groups``
-        submitted and not yet trained on (PoolFull: the caller waits)."""
-        group = self.pool.submit_group(task.id, self.request.n, self.spec.name, timeout_s=self.config.pool.group_timeout_s,
-                                       rewards_pending=True,
-                                       max_active=self.config.pool.max_active_groups if self.consumer else None)
-        self.mine.update(t.id for t in group.trajectories)  # here, in the same thread: a cancel cannot lose them
-        self.pending.add(group.id)
+        consumer (``forge train``) the pool's own bound admits it: the scheduler's (at most
+        ``max_active_groups`` submitted and not yet trained on, tighter under a staleness cap) —
+        PoolFull: the caller waits. In a worker thread: the pool is blocking."""
+        with self.guard:  # here, with the interrupt excluded: a cancel cannot lose the group
+            if self.closed:
+                raise ForgeError("the rollout was interrupted")
+            if self.consumer:
+                version = self.version()
+                head = self.scheduler.head(self.pool)
+                head_version = None if head is None else self.submitted_at.get(head, self.start_version)
+                group = self.scheduler.submit(self.pool, task.id, self.request.n, self.spec.name, version=version,
+                                              head_version=head_version, rewards_pending=True)
+                self.submitted_at[group.queue_index] = version
+            else:
+                group = self.pool.submit_group(task.id, self.request.n, self.spec.name, rewards_pending=True,
+                                               timeout_s=self.config.pool.group_timeout_s)
+            self.mine.update(t.id for t in group.trajectories)
+            self.pending.add(group.id)
         return group
 
-    async def group(self, task: "Task") -> list[TrajectoryResult]:
+    async def admit(self, task: "Task") -> Any:
+        """The task's group, submitted once admission lets it in."""
         from forge_cli.pool import PoolFull
 
-        async with self.admitted:
-            async with self.submitting:
-                while True:
-                    try:
-                        group = await asyncio.to_thread(self.submit, task)
-                        break
-                    except PoolFull:  # back-pressure: the trainer has not taken enough yet
-                        await asyncio.sleep(0.2)
-            async with asyncio.TaskGroup() as members:  # one that raises cancels its siblings
-                runs = [members.create_task(self.trajectory(task, group.id, t.id)) for t in group.trajectories]
-            return await asyncio.to_thread(self.reward, group.id, task, [run.result() for run in runs])
+        while True:
+            try:
+                return await asyncio.to_thread(self.submit, task)
+            except PoolFull:  # back-pressure: the trainer has not taken enough yet
+                await asyncio.sleep(0.2)
 
-    def reward(self, group_id: str, task: "Task", ended: list[tuple["TrajectoryResult", "Outcome | None"]]) -> list[TrajectoryResult]:
+    async def spawn(self, groups: asyncio.TaskGroup, stream: "TaskStream") -> None:
+        """Draw the stream's tasks one at a time, in order, each once admission lets its group in: no
+        more groups exist at once than admission allows, however long the stream."""
+        index = stream.first
+        while True:
+            if self.admitted is not None:
+                await self.admitted.acquire()
+            try:
+                item = await asyncio.to_thread(next, stream, None)  # a new chunk of tasks is drawn off the loop
+                if item is None:
+                    return
+                key, task = item
+                self.difficulty[task.id] = task.difficulty
+                group = await self.admit(task)
+            except BaseException:
+                if self.admitted is not None:
+                    self.admitted.release()
+                raise
+            groups.create_task(self.group(index, key, task, group))
+            index += 1
+
+    async def group(self, index: int, key: str, task: "Task", group: Any) -> None:
+        try:
+            async with asyncio.TaskGroup() as members:  # one that raises cancels its siblings
+                runs = [members.create_task(self.trajectory(key, task, group.id, t.id)) for t in group.trajectories]
+            self.done[index] = await asyncio.to_thread(self.reward, group.id, key, task, [run.result() for run in runs])
+        finally:
+            if self.admitted is not None:
+                self.admitted.release()
+
+    def reward(self, group_id: str, key: str, task: "Task",
+               ended: list[tuple["TrajectoryResult", "Outcome | None"]]) -> list[TrajectoryResult]:
         """The group's rewards (DESIGN §6: each component, reward-to-go, group-normalised advantages
         per completion), written in one transaction; then the scheduler may hand the group out."""
         from dataclasses import replace
@@ -138,7 +258,7 @@ class _Run:
 
         outcomes = {r.trajectory_id: outcome for r, outcome in ended if outcome is not None}
         texts = {t.id: [self.gw.output_text(c.output_ids) for c in t.completions] for t in self.pool.group(group_id).trajectories}
-        tools = [tool.schema() for tool in self.suite.tools(task, self.gw.run_dir / "work" / "schemas")]
+        tools = [tool.schema() for tool in self.suites[key].tools(task, self.gw.run_dir / "work" / "schemas")]
         try:
             result = apply_group_rewards(self.pool, group_id, outcomes=outcomes, settings=self.config.rewards,
                                          texts=texts, tools=tools)
@@ -150,7 +270,8 @@ class _Run:
             self.pending.discard(group_id)
         return [replace(r, rewards=result.of(r.trajectory_id).components) for r, _ in ended]
 
-    async def trajectory(self, task: "Task", group_id: str, trajectory_id: str) -> tuple[TrajectoryResult, "Outcome | None"]:
+    async def trajectory(self, key: str, task: "Task", group_id: str,
+                         trajectory_id: str) -> tuple[TrajectoryResult, "Outcome | None"]:
         from forge_cli.rollout.executors import AgentTimedOut
 
         async with self.slots:
@@ -165,7 +286,8 @@ class _Run:
                                                       token_budget=self.request.max_tokens_per_trajectory)
                 # a black-box program is killed at the budget by its sandbox; this is the backstop
                 budget = self.request.trajectory_timeout_s + (0 if self.spec.kind == "white" else 15)
-                _, events, outcome = await asyncio.wait_for(self.run_scaffold(task, trajectory_id, session), timeout=budget)
+                _, events, outcome = await asyncio.wait_for(self.run_scaffold(key, task, trajectory_id, session),
+                                                            timeout=budget)
                 status, reason = "completed", outcome.reason
             except (asyncio.TimeoutError, AgentTimedOut) as exc:
                 status, reason = "timed_out", str(exc) or f"over its time budget of {self.request.trajectory_timeout_s:g} s"
@@ -177,24 +299,23 @@ class _Run:
                 if session is not None:  # its history is not needed any more
                     self.progress.output_tokens += await asyncio.shield(self.gw.close_session(session.id))
                 self.progress.running -= 1
-            result = await asyncio.to_thread(self.end, trajectory_id, group_id, task, status, outcome, reason, events,
+            result = await asyncio.to_thread(self.end, trajectory_id, group_id, key, task, status, outcome, reason, events,
                                              time.monotonic() - started)
-            setattr(self.progress, result.status, getattr(self.progress, result.status) + 1)
-            self.progress.solved += bool(result.score is not None and result.score >= 1.0)
+            self.progress.count(result)
             self.tell()
             return result, outcome
 
-    async def run_scaffold(self, task: "Task", trajectory_id: str, session: Any) -> tuple[Any, list[Any], "Outcome"]:
+    async def run_scaffold(self, key: str, task: "Task", trajectory_id: str, session: Any) -> tuple[Any, list[Any], "Outcome"]:
         """Run the scaffold in the trajectory's session on the executor, and verify: ``(Transcript, events, Outcome)``."""
         from forge_cli.rollout.executors import Job
 
-        job = Job(scaffold=self.spec.name, suite=self.request.suite, verifier=self.request.verifier, task=task,
+        job = Job(scaffold=self.spec.name, suite=key, verifier=self.request.verifier, task=task,
                   workdir=str(self.gw.run_dir / "work" / trajectory_id), base_url=session.base_url, api_key=session.api_key,
                   model=self.gw.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options))
-        return await self.executor.run(job)
+        return await self.executors[key].run(job)
 
-    def end(self, trajectory_id: str, group_id: str, task: "Task", status: str, outcome: "Outcome | None", reason: str,
-            events: list[Any], wall_s: float) -> TrajectoryResult:
+    def end(self, trajectory_id: str, group_id: str, key: str, task: "Task", status: str, outcome: "Outcome | None",
+            reason: str, events: list[Any], wall_s: float) -> TrajectoryResult:
         """Write the trajectory's events and end it (in a worker thread: the pool is blocking); its
         rewards come with its group's (:meth:`reward`). One that ended already (its group timed out)
         keeps the status it has."""
@@ -210,25 +331,28 @@ class _Run:
             status, reason = (now, reason or str(exc)) if now in ("completed", "failed", "timed_out") else ("failed", str(exc))
         self.mine.discard(trajectory_id)
         return TrajectoryResult(trajectory_id, group_id, task.id, status, outcome.score if outcome else None, reason, wall_s,
-                                len(events))
+                                len(events), suite=key)
 
     def interrupt(self) -> int:
         """Fail, as "interrupted", every trajectory of this rollout that is not over, and release its
-        groups to the scheduler (as they are, rewarded or not); how many trajectories."""
+        groups to the scheduler (as they are, rewarded or not); how many trajectories. Nothing is
+        submitted after it."""
         failed = 0
-        for trajectory_id in sorted(self.mine):
-            try:
-                self.pool.fail_trajectory(trajectory_id, "interrupted")
-                failed += 1
-            except ForgeError:  # it ended meanwhile
-                pass
-        for group_id in sorted(self.pending):
-            try:
-                self.pool.set_completion_rewards(group_id, [])
-            except ForgeError:  # dropped meanwhile
-                pass
-        self.mine.clear()
-        self.pending.clear()
+        with self.guard:
+            self.closed = True
+            for trajectory_id in sorted(self.mine):
+                try:
+                    self.pool.fail_trajectory(trajectory_id, "interrupted")
+                    failed += 1
+                except ForgeError:  # it ended meanwhile
+                    pass
+            for group_id in sorted(self.pending):
+                try:
+                    self.pool.set_completion_rewards(group_id, [])
+                except ForgeError:  # dropped meanwhile
+                    pass
+            self.mine.clear()
+            self.pending.clear()
         return failed
 
 
@@ -237,16 +361,24 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     """Roll ``request`` out and return its summary. ``gateway``: a running in-process gateway to use
     (default: ``request.gateway_url``'s running gateway, recording into the run ``run``; else one is
     served for the run ``run`` for the rollout's length). ``consumer``: a trainer takes the groups
-    (``forge train``), so admission is the pool's ``max_active_groups`` over groups not yet trained on."""
+    (``forge train``), so admission is the scheduler's bound over groups not yet trained on (the
+    pool's ``max_active_groups``, and a staleness cap's), and ``request.groups`` may be None: then
+    the rollout runs until it is cancelled (and fails what it started as "interrupted")."""
     from forge_cli.plugins import get_registry
+    from forge_cli.rollout.stream import TaskStream, check_mix
     from forge_cli.rollout.summary import summarize
 
     registry = get_registry()
     spec = registry.scaffold(request.scaffold)
-    suite = resolve_suite(request.suite, request.verifier, registry)
-    if request.groups < 1 or request.n < 1 or request.concurrency < 1:
+    if request.groups is None and not consumer:
+        raise ForgeError("an unbounded rollout (groups = None) needs a consumer that takes its groups (forge train)")
+    if (request.groups is not None and request.groups < 1) or request.n < 1 or request.concurrency < 1:
         raise ForgeError("groups, n and concurrency must each be at least 1")
-    tasks = suite.make(request.split, request.groups, request.seed)
+    if request.first_group < 0:
+        raise ForgeError(f"first_group must be >= 0, got {request.first_group}")
+    weights = check_mix(request.weights)
+    suites = {name: resolve_suite(name, request.verifier, registry) for name in weights}
+    stream = TaskStream(suites, weights, request.split, request.seed, first=request.first_group, count=request.groups)  # type: ignore[arg-type]
     preflight(config, request, spec, registry)
     if gateway is None and request.gateway_url:
         from forge_cli.rollout.remote import RemoteGateway
@@ -261,21 +393,20 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
 
         async with serve_gateway(config, run) as gw:
             return await rollout(config, request, gateway=gw, on_progress=on_progress, consumer=consumer)
-    progress = Progress(total=len(tasks) * request.n)
-    state = _Run(gateway, config, request, spec, suite, progress, on_progress, consumer)
+    progress = Progress(total=request.groups * request.n if request.groups is not None else None)
+    state = _Run(gateway, config, request, spec, suites, progress, on_progress, consumer)
     started = time.monotonic()
     try:
         async with asyncio.TaskGroup() as groups:  # a group that fails cancels the others: nothing runs on unseen
-            runs = [groups.create_task(state.group(task)) for task in tasks]
-        for run in runs:
-            progress.results.extend(run.result())
+            await state.spawn(groups, stream)
+        progress.results.extend(r for index in sorted(state.done) for r in state.done[index])
     except BaseException:
         await asyncio.shield(asyncio.to_thread(state.interrupt))
         raise
     finally:
-        state.executor.close()
+        state.close()
     return await asyncio.to_thread(summarize, gateway.pool, progress.results, time.monotonic() - started, request,
-                                   gateway.run_dir, {task.id: task.difficulty for task in tasks})
+                                   gateway.run_dir, state.difficulty)
 
 
 def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", registry: Any) -> None:

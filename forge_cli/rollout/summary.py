@@ -1,5 +1,6 @@
-"""A rollout's summary: success, rewards by component, tokens and time per trajectory, the
-prefix-share ratio of what was recorded, and context-management events per trajectory."""
+"""A rollout's summary: success (in all, per suite of a mix, per difficulty), rewards by component,
+tokens and time per trajectory, the prefix-share ratio of what was recorded, and context-management
+events per trajectory."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class RolloutSummary:
     prefix_share: float | None
     context_events_per_trajectory: float
     by_difficulty: dict[str, float] = field(default_factory=dict)  # success rate per task difficulty
+    by_suite: dict[str, tuple[int, int]] = field(default_factory=dict)  # suite -> (solved, trajectories)
 
     def rows(self) -> list[tuple[str, str]]:
         """The summary as (label, value) rows, for a table."""
@@ -55,6 +57,9 @@ class RolloutSummary:
                  ("wall time / trajectory", num(self.wall_s_per_trajectory, ".2f") + " s"),
                  ("prefix share (tokens / unique)", num(self.prefix_share, ".2f")),
                  ("context events / trajectory", num(self.context_events_per_trajectory, ".2f"))]
+        if len(self.by_suite) > 1:
+            rows += [(f"success on {name}", f"{num(solved / ended if ended else None, '.1%')}  ({solved}/{ended})")
+                     for name, (solved, ended) in sorted(self.by_suite.items())]
         rows += [(f"success at difficulty {d}", num(rate, ".1%")) for d, rate in sorted(self.by_difficulty.items())]
         return rows
 
@@ -78,16 +83,19 @@ def summarize(pool: Any, results: Sequence["TrajectoryResult"], wall_s: float, r
     names = sorted({k for r in results for k in r.rewards})
     rewards = [sum(r.rewards.values()) for r in results]  # a trajectory without components earned 0
     per_difficulty: dict[str, list[bool]] = {}
+    per_suite: dict[str, list[bool]] = {name: [] for name in request.weights}
     for r in results:
         if difficulty and r.task_id in difficulty:
-            per_difficulty.setdefault(difficulty[r.task_id], []).append(r.score is not None and r.score >= 1.0)
+            per_difficulty.setdefault(difficulty[r.task_id], []).append(r.solved)
+        per_suite.setdefault(r.suite, []).append(r.solved)
     return RolloutSummary(
-        scaffold=request.scaffold, suite=request.suite, run_dir=run_dir, trajectories=len(results), by_status=by_status,
-        success_rate=sum(1 for r in results if r.score is not None and r.score >= 1.0) / n,
+        scaffold=request.scaffold, suite=request.label, run_dir=run_dir, trajectories=len(results), by_status=by_status,
+        success_rate=sum(1 for r in results if r.solved) / n,
         mean_reward=fmean(rewards) if rewards else None,
         mean_components={k: fmean(r.rewards.get(k, 0.0) for r in results) for k in names},
         completions_per_trajectory=completions / n, tokens_per_trajectory=sum(map(len, sequences)) / n,
         output_tokens=output, wall_s=wall_s, wall_s_per_trajectory=fmean(r.wall_s for r in results) if results else 0.0,
         prefix_share=prefix_share(sequences), context_events_per_trajectory=events / n,
         by_difficulty={d: sum(v) / len(v) for d, v in per_difficulty.items()},
+        by_suite={name: (sum(v), len(v)) for name, v in per_suite.items()},
     )
