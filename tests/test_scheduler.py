@@ -388,3 +388,55 @@ def test_the_pool_applies_a_discarded_take_without_timing_out_the_next_group(poo
         assert batch.timed_out == [g1.id] and batch.groups == []  # g2 is not done
     finally:
         pool.close()
+
+
+def test_the_staleness_cap_on_a_real_pool(pool_spec):
+    """bounded_staleness (S = 1, P = 2) through DataPool's own in-flight count, on SQLite and PostgreSQL:
+    (S + 1)·P groups before any step; a step's groups count until its version is published; then a head
+    that is S versions old lets in only one step's worth."""
+    from forge_cli.config import load_config
+    from forge_cli.pool import PoolFull
+    from forge_cli.pool.scheduler import Scheduler
+    from tests.conftest import open_spec
+
+    config = load_config(env={}, overrides={"pool.scheduler.type": "bounded_staleness",
+                                            "pool.scheduler.max_head_offpolicyness": 1, "pool.max_active_groups": 16})
+    s = Scheduler.from_config(config.pool, groups_per_step=2)
+    pool = open_spec(pool_spec)
+    submitted_at: dict[int, int] = {}
+
+    def submit(version: int):
+        head = s.head(pool)
+        group = s.submit(pool, "t", 1, "react", version=version,
+                         head_version=None if head is None else submitted_at[head])
+        submitted_at[group.queue_index] = version
+        return group
+
+    def finish(group):
+        pool.start_trajectory(group.trajectories[0].id)
+        pool.finish_trajectory(group.trajectories[0].id, rewards={"outcome": 1.0})
+
+    try:
+        groups = [submit(0) for _ in range(4)]
+        with pytest.raises(PoolFull):
+            submit(0)
+        for g in groups[:2]:
+            finish(g)
+        assert [g.queue_index for g in s.take(pool, 0).groups] == [0, 1]
+        with pytest.raises(PoolFull):  # taken at version 0, not yet published: still in flight
+            submit(0)
+        pool.publish_version(1)
+        # the head (index 2) was submitted at version 0, now 1 = S versions old: in flight ≤ (S + 1 − 1)·P = 2
+        assert s.head(pool) == 2
+        with pytest.raises(PoolFull):
+            submit(1)
+        for g in groups[2:]:
+            finish(g)
+        assert [g.queue_index for g in s.take(pool, 1).groups] == [2, 3]
+        pool.publish_version(2)
+        assert s.head(pool) is None
+        assert [submit(2).queue_index for _ in range(4)] == [4, 5, 6, 7]  # nothing active: (S + 1)·P again
+        with pytest.raises(PoolFull):
+            submit(2)
+    finally:
+        pool.close()
