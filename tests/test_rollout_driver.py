@@ -56,18 +56,29 @@ def _suite(prompts):
     return TaskSuite("inline", "inline tasks", make, Exact())
 
 
-@pytest.fixture
-def setup(fake_dist, tiny_model, tmp_path, monkeypatch):
+def scripted_config(fake_dist, tiny_model, tmp_path):
+    """The one-call scaffold registered, and a config maker for it on the scripted engine (it answers
+    "four" to "two plus two", else "five") recording under ``tmp_path / "runs"``."""
     fake_dist("driver-test", {"driver_test_plugin": PLUGIN, "driver_test_loop": LOOP}, {"dt": "driver_test_plugin"})
     plugins.reset()
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"rules": [{"when": "two plus two", "reply": "four"}], "turns": ["five"]}))
 
-    def configure(prompts, **more):
-        monkeypatch.setattr(driver, "resolve_suite", lambda name, verifier, registry: _suite(prompts))  # the seam: tasks
+    def make(**more):
         return load_config(env={}, overrides={"model.path": str(tiny_model), "model.engine.type": "scripted",
                                               "model.engine.policy": str(policy), "gateway.port": 0, "gateway.socket": "",
                                               "run.dir": str(tmp_path / "runs"), **more})
+
+    return make
+
+
+@pytest.fixture
+def setup(fake_dist, tiny_model, tmp_path, monkeypatch):
+    make = scripted_config(fake_dist, tiny_model, tmp_path)
+
+    def configure(prompts, **more):
+        monkeypatch.setattr(driver, "resolve_suite", lambda name, verifier, registry: _suite(prompts))  # the seam: tasks
+        return make(**more)
 
     return configure
 

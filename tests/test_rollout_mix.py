@@ -5,14 +5,12 @@ drawn lazily under admission (a staleness cap's too), cancelled without leaving 
 from __future__ import annotations
 
 import asyncio
-import json
 from itertools import islice
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forge_cli import plugins
 from forge_cli.config import load_config
 from forge_cli.errors import ForgeError
 from forge_cli.rollout import driver, stream
@@ -20,7 +18,7 @@ from forge_cli.rollout.driver import RolloutRequest, rollout
 from forge_cli.rollout.stream import CHUNK, TaskStream, check_mix, parse_mix
 from forge_cli.tasks import task_suite
 from forge_cli.tasks.types import Outcome, Task, TaskSuite
-from tests.test_rollout_driver import LOOP, PLUGIN
+from tests.test_rollout_driver import scripted_config
 
 CHEAP = ("calc", "reasoning", "qa")  # built-in suites that draw fast (qa: a finite table)
 
@@ -150,10 +148,7 @@ def inline_suites(asked):
 
 @pytest.fixture
 def configure(fake_dist, tiny_model, tmp_path, monkeypatch):
-    fake_dist("driver-test", {"driver_test_plugin": PLUGIN, "driver_test_loop": LOOP}, {"dt": "driver_test_plugin"})
-    plugins.reset()
-    policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps({"rules": [{"when": "two plus two", "reply": "four"}], "turns": ["five"]}))
+    make = scripted_config(fake_dist, tiny_model, tmp_path)
     asked: list[tuple[str, str]] = []
     suites = inline_suites(asked)
 
@@ -163,12 +158,6 @@ def configure(fake_dist, tiny_model, tmp_path, monkeypatch):
         return suites[name]
 
     monkeypatch.setattr(driver, "resolve_suite", resolve)
-
-    def make(**more):
-        return load_config(env={}, overrides={"model.path": str(tiny_model), "model.engine.type": "scripted",
-                                              "model.engine.policy": str(policy), "gateway.port": 0, "gateway.socket": "",
-                                              "run.dir": str(tmp_path / "runs"), **more})
-
     make.asked = asked
     make.suites = suites
     return make
