@@ -1,4 +1,5 @@
-"""Windowed FIFO vs strict FIFO vs greedy on a simulated generation queue (DESIGN.md §4).
+"""Windowed FIFO vs strict FIFO vs greedy vs greedy with a staleness cap on a simulated generation
+queue (DESIGN.md §4).
 
 Tasks have a difficulty d ~ U(0, 1); a group of n trajectories finishes when its slowest one
 does, each taking lognormal time with median 0.5·e^{1.5 d} (harder takes longer), and with
@@ -8,7 +9,9 @@ the queue at once. The trainer takes P groups per step, all at once, through For
 scheduler (`forge_cli.pool.scheduler.select`), then trains for a fixed time; heads past their
 time budget are dropped.
 
-Per window W ∈ {1, 0.1N, 0.3N, 0.5N, ∞}, medians over seeds:
+Per window W ∈ {1, 0.1N, 0.3N, 0.5N, ∞}, and greedy (W = ∞) under AReaL's staleness cap S ∈ {1, 3}
+(``bounded_staleness``: admission by Forge's own ``staleness_limit``, relative to the head's
+version), medians over seeds:
 - throughput: consumed groups per unit time, and the trainer's idle fraction;
 - distribution shift: per block of 10 steps, |mean difficulty of what the trainer consumed −
   mean difficulty of the tasks submitted in the same span| (the groups at the same queue
@@ -37,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from forge_cli.pool.scheduler import QueueEntry, select  # noqa: E402
+from forge_cli.pool.scheduler import QueueEntry, select, staleness_limit  # noqa: E402
 
 
 @dataclass
@@ -79,7 +82,8 @@ def ks(a: list[float], b: list[float]) -> float:
     return best
 
 
-def simulate(window: int | None, seed: int, p: Params) -> dict:
+def simulate(window: int | None, seed: int, p: Params, cap: int | None = None) -> dict:
+    """One run; ``cap``: greedy's staleness cap S (admission ≤ staleness_limit, and ≤ N)."""
     rng = random.Random(seed)
     now, version, idle = 0.0, 0, 0.0
     difficulty: list[float] = []  # by queue index
@@ -91,8 +95,14 @@ def simulate(window: int | None, seed: int, p: Params) -> dict:
     ages: list[int] = []
     dropped = 0
 
+    def limit() -> int:
+        if cap is None:
+            return p.N
+        head = submitted_version[min(active)] if active else None
+        return min(p.N, staleness_limit(cap, p.P, version, head))
+
     def refill() -> None:
-        while len(active) < p.N:
+        while len(active) + 1 <= limit():
             i = len(difficulty)
             d = rng.random()
             difficulty.append(d)
@@ -174,9 +184,12 @@ def main() -> None:
         ("windowed_fifo 0.3N", math.ceil(0.3 * p.N), 0.3),
         ("windowed_fifo 0.5N", math.ceil(0.5 * p.N), 0.5),
         ("greedy", None, None),
+        ("bounded_staleness S=3", None, None),
+        ("bounded_staleness S=1", None, None),
     ]
+    caps = {name: int(name.rsplit("=", 1)[1]) for name, _, _ in policies if name.startswith("bounded_staleness")}
     t0 = time.time()
-    runs = {name: [simulate(w, seed, p) for seed in seeds] for name, w, _ in policies}
+    runs = {name: [simulate(w, seed, p, caps.get(name)) for seed in seeds] for name, w, _ in policies}
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
     greedy = med["greedy"]
     rows = []
@@ -184,6 +197,7 @@ def main() -> None:
         m = med[name]
         rows.append({
             "policy": name.split()[0],
+            "max_head_offpolicyness": caps.get(name),
             "window": w if w is not None else "inf",
             "window_fraction": frac,
             "throughput": round(m["throughput"], 3),
@@ -198,11 +212,11 @@ def main() -> None:
             "dropped_groups": int(m["dropped"]),
         })
     print(f"N={p.N} P={p.P} n={p.n} steps={p.steps} seeds={len(seeds)} (medians)  [{time.time() - t0:.1f} s]")
-    head = (f"{'policy':<20}{'W':>5}{'thru/greedy':>12}{'idle':>7}{'shift gap':>10}{'KS':>7}{'batch gap':>10}"
+    head = (f"{'policy':<23}{'W':>5}{'thru/greedy':>12}{'idle':>7}{'shift gap':>10}{'KS':>7}{'batch gap':>10}"
             f"{'shift/greedy':>13}{'age mean':>9}{'max':>5}{'dropped':>8}")
     print(head)
     for (name, _, _), r in zip(policies, rows):
-        print(f"{name:<20}{str(r['window']):>5}{r['throughput_vs_greedy']:>12.3f}{r['idle_fraction']:>7.3f}"
+        print(f"{name:<23}{str(r['window']):>5}{r['throughput_vs_greedy']:>12.3f}{r['idle_fraction']:>7.3f}"
               f"{r['shift_gap']:>10.4f}{r['shift_ks']:>7.3f}{r['batch_gap']:>10.4f}{r['shift_vs_greedy']:>13.3f}"
               f"{r['mean_offpolicy_age']:>9.2f}{r['max_offpolicy_age']:>5}{r['dropped_groups']:>8}")
     out = HERE / "results" / "scheduler_sim.json"
