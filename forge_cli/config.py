@@ -26,7 +26,8 @@ from forge_cli.errors import ForgeError
 from forge_cli.pool.scheduler import SchedulerConfig, WindowedFIFOScheduler
 from forge_cli.rollout.executors import EXECUTORS
 from forge_cli.rewards.config import RewardsConfig
-from forge_cli.train.config import ATTENTION_MODES, SPLITS, CISPOLoss, LossConfig, TorchTrainEngine, TrainEngineConfig
+from forge_cli.train.config import (ATTENTION_MODES, SPLITS, CISPOLoss, LossConfig, TorchTrainEngine, TrainEngineConfig,
+                                    WarmStartConfig)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -124,6 +125,14 @@ class TrainConfig(Section):
         "auto", description="auto: bf16 mixed precision on a GPU that supports it, float32 otherwise.")
     loss: LossConfig = Field(default_factory=CISPOLoss, description=(
         'The policy-gradient loss: [train.loss] with type = "cispo" | "ppo_clip" | "grpo" | "reinforce" and its fields.'))
+    checkpoint_every: int = Field(10, ge=0, description="Train steps between checkpoints (0: only at the end).")
+    eval_every: int = Field(10, ge=0, description="Train steps between held-out evaluations (0: none).")
+    eval_tasks: int = Field(32, ge=1, description="Held-out tasks per evaluation (the same ones each time).")
+    eval_samples: int = Field(4, ge=1, description="Sampled trajectories per held-out task per evaluation.")
+    minutes: float | None = Field(None, gt=0, description=(
+        "Wall-time budget of forge train (--minutes); unset: 15 on the embedded default, none with a model.path."))
+    warmstart: WarmStartConfig = Field(default_factory=WarmStartConfig, description=(
+        "[train.warmstart]: supervised fine-tuning on synthetic traces before RL (forge model warmstart)."))
 
 class RolloutConfig(Section):
     """``forge rollout``: what runs on which tasks (each flag of the command overrides its key)."""

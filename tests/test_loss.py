@@ -77,3 +77,16 @@ def test_every_loss_merged_equals_unmerged(loss_type, dtype, tol, budget, attent
     assert stats.packed_tokens < sum(len(s.tokens) for s in samples)
     for n, p in model.named_parameters():
         assert torch.allclose(grads[n], p.grad, rtol=tol * 10, atol=tol), n
+
+
+def test_cross_entropy_is_torch_cross_entropy():
+    # the warm start's loss: −log π of each target, whatever the advantages and behaviour logprobs
+    from forge_cli.train.loss import cross_entropy
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(9, 17, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, 17, (9,), generator=g)
+    logp = torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
+    noise = torch.randn(9, generator=g, dtype=torch.float64)
+    terms = cross_entropy(logp, noise, noise * 5, SimpleNamespace(type="cross_entropy"))
+    assert float(terms.mean()) == pytest.approx(float(torch.nn.functional.cross_entropy(logits, targets)), rel=1e-12)

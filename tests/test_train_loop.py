@@ -1,47 +1,139 @@
 """The Forge loop end to end on CPU: rollouts produce while the trainer trains; each step takes P
-groups, trains on their recorded samples, swaps the weights into the engine and publishes the version."""
+groups, trains on their recorded samples, swaps the weights into the engine and publishes the
+version; held-out evaluations stay out of training; a run killed with SIGKILL at a random moment
+resumes from its last checkpoint with nothing lost or trained twice."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from forge_cli.config import load_config
 
+SCRIPTED = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.demo_policies:calc",
+            "gateway.port": 0, "gateway.socket": "", "pool.max_active_groups": 2, "train.groups_per_step": 1,
+            "train.group_size": 2, "train.engine": "torch", "train.lr": 1e-3, "rollout.scaffold": "tool-call",
+            "rollout.task": "calc", "rollout.concurrency": 4, "train.eval_tasks": 2, "train.eval_samples": 2}
+
+
+def timeline(run: Path) -> dict[int, dict]:
+    """Each step's line as the run's history stands: a step redone after a resume replaces the old line."""
+    steps: dict[int, dict] = {}
+    for raw in (run / "metrics.jsonl").read_text().splitlines():
+        line = json.loads(raw)
+        if line["kind"] == "step":
+            steps = {k: v for k, v in steps.items() if k < line["step"]}
+            steps[line["step"]] = line
+    return steps
+
 
 @pytest.mark.slow
-def test_the_loop_trains_swaps_and_publishes(tiny_model, tmp_path):
+def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     from forge_cli.pool import DataPool
     from forge_cli.train.loop import train_loop
 
-    config = load_config(env={}, overrides={
-        "model.path": str(tiny_model), "model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.demo_policies:calc",
-        "gateway.port": 0, "gateway.socket": "", "run.dir": str(tmp_path / "runs"), "pool.max_active_groups": 2,
-        "train.groups_per_step": 1, "train.group_size": 2, "train.engine": "torch", "train.lr": 1e-3,
-        "rollout.scaffold": "tool-call", "rollout.task": "calc", "rollout.concurrency": 4})
+    config = load_config(env={}, overrides={**SCRIPTED, "model.path": str(tiny_model), "run.dir": str(tmp_path / "runs"),
+                                            "train.eval_every": 2, "train.checkpoint_every": 3})
     seen = []
-    reports = asyncio.run(train_loop(config, run="loop", steps=3, checkpoint_every=3, on_step=seen.append))
-    assert [r.step for r in reports] == [1, 2, 3] and seen == reports
-    assert [r.policy_version for r in reports] == [1, 2, 3]  # each step's weights went into the engine
-    assert all(r.groups == 1 and r.samples == 4 for r in reports)  # 2 trajectories × (a tool call, an answer)
-    assert all(r.success == 1.0 and r.max_age >= 0 for r in reports)
+    result = asyncio.run(train_loop(config, run="loop", steps=3, on_event=lambda kind, fields: seen.append((kind, fields))))
+    assert (result.steps, result.status, result.policy_version) == (3, "finished", 3)
+    steps = [f for kind, f in seen if kind == "step"]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert [s["policy_version"] for s in steps] == [1, 2, 3]  # each step's weights went into the engine
+    assert all(s["groups"] == 1 and s["samples"] == 4 for s in steps)  # 2 trajectories × (a tool call, an answer)
+    assert all(s["success"] == 1.0 and s["success_by_suite"] == {"calc": 1.0} for s in steps)
+    assert all(s["tokens"] > s["unique_tokens"] > 0 for s in steps)  # the prefix tree merged the shared prompt
+    assert all(sum(s["ages"].values()) == s["samples"] and s["max_age"] >= 0 for s in steps)
+    evals = [f for kind, f in seen if kind == "eval"]
+    assert len(evals) == 1 and evals[0]["step"] == 2 and evals[0]["success"] == 1.0 and evals[0]["tasks"] == 2
     run = tmp_path / "runs" / "loop"
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert [(line["kind"], line["step"]) for line in lines] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3)]
+    assert all(a["time_s"] <= b["time_s"] for a, b in zip(lines, lines[1:]))
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000003"
+    assert (run / "checkpoints" / "step-00000003" / "model" / "tokenizer.json").is_file()  # servable as it is
+    assert json.loads((run / "train_state.json").read_text())["status"] == "finished"
     pool = DataPool.sqlite(run / "pool.sqlite")
-    consumed = [g for g in pool.groups() if g.status.value == "consumed"]
-    assert len(consumed) == 3
-    # admission: never more than max_active_groups submitted and not yet trained on (the staleness bound)
-    assert len(pool.groups()) <= 3 + 2
+    consumed = {g.id for g in pool.groups() if g.status.value == "consumed"}
+    assert consumed == {gid for s in steps for gid in s["group_ids"]}
+    evaluation = [g for g in pool.groups() if g.status.value == "evaluation"]
+    assert len(evaluation) == 2 and all(g.queue_index < 0 for g in evaluation)  # recorded, out of the queue
+    assert len([g for g in pool.groups() if g.status.value != "evaluation"]) <= 3 + 2  # admission held
     pool.close()
 
 
-def test_steps_must_be_positive(tmp_path):
+def test_bad_budgets_are_refused_before_anything_starts(tmp_path):
     from forge_cli.errors import ForgeError
     from forge_cli.train.loop import train_loop
 
+    config = load_config(env={}, overrides={"run.dir": str(tmp_path)})
     with pytest.raises(ForgeError, match="steps must be at least 1"):
-        asyncio.run(train_loop(load_config(env={}), steps=0))
+        asyncio.run(train_loop(config, steps=0))
+    with pytest.raises(ForgeError, match="minutes must be > 0"):
+        asyncio.run(train_loop(config, minutes=0))
+    assert not any(tmp_path.iterdir())
+
+
+def forge_train(tmp_path: Path, tiny_model: Path, *args: str) -> subprocess.Popen:
+    sets = {**SCRIPTED, "model.path": str(tiny_model), "run.dir": str(tmp_path / "runs"), "train.checkpoint_every": 2,
+            "train.eval_every": 0, "train.warmstart.when": "never"}
+    cmd = [sys.executable, "-m", "forge_cli"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    env = {**os.environ, "FORGE_HOME": str(tmp_path / "home")}
+    return subprocess.Popen(cmd + ["train", "--no-live", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sigkill_at_a_random_moment_then_resume_loses_and_repeats_nothing(tiny_model, tmp_path, seed):
+    from forge_cli.pool import DataPool
+
+    rng = random.Random(seed)
+    run = tmp_path / "runs" / "killed"
+    proc = forge_train(tmp_path, tiny_model, "--run", "killed", "--steps", "8")
+    # kill it somewhere between its first step and its last: mid-rollout, mid-step or mid-checkpoint
+    kill_after = rng.uniform(0.0, 2.0)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        metrics = run / "metrics.jsonl"
+        if metrics.is_file() and metrics.read_text().count('"kind": "step"') >= 1 + seed:
+            break
+        time.sleep(0.05)
+    time.sleep(kill_after)
+    assert proc.poll() is None, proc.stdout.read()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = timeline(run)
+    checkpoint = (run / "checkpoints" / "latest").read_text().strip() if (run / "checkpoints" / "latest").exists() else None
+
+    resumed = forge_train(tmp_path, tiny_model, "--resume", "killed", "--steps", "8")
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    assert "finished at step 8" in out
+    after = timeline(run)
+    assert sorted(after) == list(range(1, 9))
+    kept = int(checkpoint.split("-")[1]) if checkpoint else 0
+    assert all(after[s]["group_ids"] == before[s]["group_ids"] for s in range(1, kept + 1))  # checkpointed history stands
+    trained = [gid for s in after.values() for gid in s["group_ids"]]
+    assert len(trained) == len(set(trained))  # nothing trained twice
+    pool = DataPool.sqlite(run / "pool.sqlite")
+    groups = pool.groups()
+    consumed = {g.id for g in groups if g.status.value == "consumed"}
+    assert consumed == set(trained)  # every group the pool says was trained is in the run's history, and only those
+    # nothing recorded was lost: every group is trained, still queued, or dropped because the kill cut it off
+    assert all(g.status.value in ("consumed", "active", "dropped") for g in groups)
+    assert not [t for g in groups for t in g.trajectories if t.status.value in ("running", "queued") and g.status.value == "dropped"]
+    assert [line["policy_version"] for _, line in sorted(after.items())] == list(range(1, 9))
+    state = json.loads((run / "train_state.json").read_text())
+    assert (state["status"], state["step"]) == ("finished", 8)
+    pool.close()

@@ -51,3 +51,35 @@ def register(app: typer.Typer) -> None:
             console.print(f"  {key}: {config.get(key)}")
         console.print(f"  chat template: {'yes' if tok.get('chat_template') or (folder / 'chat_template.jinja').exists() else 'no'}")
         console.print(f"  eos: {tok.get('eos_token')}  pad: {tok.get('pad_token')}")
+
+    @group.command("warmstart")
+    def warmstart(
+        out: Optional[Path] = typer.Option(None, "--out", help="Folder for the warm-started model (default: FORGE_HOME/models/default-warm, which forge train starts from)."),
+        model: Optional[Path] = typer.Option(None, "--model", help="Model to warm-start (default model.path, else the embedded default)."),
+        run: Optional[str] = typer.Option(None, "--run", help="Run folder under run.dir for its traces, evaluations and metrics (default: a timestamp)."),
+        target: Optional[float] = typer.Option(None, "--target", help="Stop at this sampled held-out success (default train.warmstart.target_success)."),
+        minutes: Optional[float] = typer.Option(None, "--minutes", help="Stop after this long (default train.warmstart.max_minutes)."),
+    ) -> None:
+        """Supervised warm start on synthetic traces (the demo policies solving train tasks through the
+        real gateway and scaffold), stopped on a measured held-out success rate."""
+        import asyncio
+
+        from forge_cli.commands._common import config_with
+        from forge_cli.console import console, err_console
+        from forge_cli.train.run import warmstart as run_warmstart
+
+        config = config_with([("model.path", "--model", str(model) if model else None),
+                              ("train.warmstart.target_success", "--target", target),
+                              ("train.warmstart.max_minutes", "--minutes", minutes)])
+
+        def on_event(kind: str, fields: dict) -> None:
+            if kind == "warmstart" and fields.get("heldout_success") is not None:
+                err_console.print(f"step {fields['step']}: loss {fields['loss']:.3f}, held-out success "
+                                  f"{fields['heldout_success']:.1%}")
+            elif kind == "status":
+                err_console.print(str(fields.get("status")))
+
+        result, folder = asyncio.run(run_warmstart(config, out=out, run=run, on_event=on_event))
+        rate = "—" if result.heldout_success is None else f"{result.heldout_success:.1%}"
+        console.print(f"[green]warm-started[/] in {result.steps} steps ({result.seconds:.0f} s, {result.reason}): "
+                      f"held-out success {rate}; saved at {folder}")

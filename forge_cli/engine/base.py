@@ -183,13 +183,16 @@ class Engine:
     async def resume(self) -> None:
         self._open.set()
 
-    async def load_weights(self, weights: Any) -> int:
-        """Swap in new weights (a state dict or a folder) inside a pause; returns the new version."""
+    async def load_weights(self, weights: Any, *, version: int | None = None) -> int:
+        """Swap in new weights (a state dict or a folder) inside a pause; returns the new version:
+        one more than before, or ``version`` (a resumed run's checkpoint's)."""
+        if version is not None and (not isinstance(version, int) or version < 0):
+            raise ForgeError(f"a policy version is an integer >= 0, got {version!r}")
         was_paused = self.paused
         await self.pause()
         try:
             await self._load_weights(weights)
-            self.version += 1
+            self.version = self.version + 1 if version is None else version
         finally:
             if not was_paused:
                 await self.resume()

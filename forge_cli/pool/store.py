@@ -208,6 +208,7 @@ class DataPool(PoolReads):
         timeout_s: float | None = None,
         group_id: str | None = None,
         rewards_pending: bool = False,
+        evaluation: bool = False,
     ) -> Group:
         """Append a group of ``n`` queued trajectories to the generation queue.
 
@@ -220,6 +221,10 @@ class DataPool(PoolReads):
         ``rewards_pending``: the caller will write the group's per-completion rewards once every
         member is terminal (:meth:`set_completion_rewards`); until then the group is not complete
         for the scheduler (a head that outlives its budget still times out).
+
+        ``evaluation``: a held-out evaluation's group. It is recorded like any other but stays out
+        of the generation queue (a negative queue index from its own counter, status
+        ``evaluation``): no scheduler takes it, it never blocks the head, admission ignores it.
         """
         if not isinstance(n, int) or n < 1:
             raise ForgeError(f"a group needs n >= 1 trajectories, got {n!r}")
@@ -230,7 +235,7 @@ class DataPool(PoolReads):
         group_id = group_id or uuid.uuid4().hex
         now = self.clock()
         with self._tx(queue_lock=True) as cur:
-            if max_active is not None:
+            if max_active is not None and not evaluation:
                 active = cur.one(
                     "SELECT COUNT(*) FROM groups WHERE status = ? OR (status = ? AND consumed_step >= "
                     "(SELECT CAST(value AS BIGINT) FROM meta WHERE key = 'trainer_version'))",
@@ -238,11 +243,15 @@ class DataPool(PoolReads):
                 )[0]
                 if active >= max_active:
                     raise PoolFull(f"{active} groups are active, the admission bound is {max_active}")
-            index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
-            cur.execute("UPDATE meta SET value = ? WHERE key = 'next_queue_index'", (str(index + 1),))
+            if evaluation:  # below every queue index, counting down
+                index = min(int(cur.one("SELECT COALESCE(MIN(queue_index), 0) FROM groups")[0]), 0) - 1
+            else:
+                index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
+                cur.execute("UPDATE meta SET value = ? WHERE key = 'next_queue_index'", (str(index + 1),))
+            status = GroupStatus.EVALUATION if evaluation else GroupStatus.ACTIVE
             cur.execute(
                 f"INSERT INTO groups ({GROUP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, ?)",
-                (group_id, index, task_id, n, GroupStatus.ACTIVE.value, now, timeout_s, int(bool(rewards_pending))),
+                (group_id, index, task_id, n, status.value, now, timeout_s, int(bool(rewards_pending))),
             )
             trajectories = []
             for member in range(n):
@@ -253,7 +262,7 @@ class DataPool(PoolReads):
                     (tid, group_id, member, task_id, scaffold, index, TrajectoryStatus.QUEUED.value),
                 )
                 trajectories.append(Trajectory(tid, group_id, task_id, scaffold, index, TrajectoryStatus.QUEUED))
-        return Group(group_id, index, task_id, n, GroupStatus.ACTIVE, now, timeout_s, trajectories=trajectories,
+        return Group(group_id, index, task_id, n, status, now, timeout_s, trajectories=trajectories,
                      rewards_pending=bool(rewards_pending))
 
     def start_trajectory(self, trajectory_id: str, *, owner: str | None = None) -> None:
@@ -580,6 +589,23 @@ class DataPool(PoolReads):
                 (GroupStatus.ACTIVE.value, GroupStatus.CONSUMED.value, step),
             )
         return int(count)
+
+
+    def drop_unrewarded(self) -> int:
+        """Drop every queued group whose rewards were never written (``rewards_pending``) — what a
+        driver that died mid-group leaves; call it after :meth:`fail_interrupted`, before a new
+        driver starts. Their trajectories were cut off, not failed by the agent: training on them
+        would teach a failure that never happened. Returns how many groups were dropped."""
+        now = self.clock()
+        with self._tx(queue_lock=True) as cur:
+            ids = [r[0] for r in cur.all("SELECT id FROM groups WHERE status IN (?, ?) AND rewards_pending = 1",
+                                         (GroupStatus.ACTIVE.value, GroupStatus.EVALUATION.value))]
+            for gid in ids:
+                cur.execute("UPDATE trajectories SET status = ?, finished_at = ?, error = ? WHERE group_id = ? AND status IN (?, ?)",
+                            (TrajectoryStatus.FAILED.value, now, "interrupted", gid,
+                             TrajectoryStatus.QUEUED.value, TrajectoryStatus.RUNNING.value))
+                cur.execute("UPDATE groups SET status = ?, consumed_at = ? WHERE id = ?", (GroupStatus.DROPPED.value, now, gid))
+        return len(ids)
 
 
 class PoolFull(ForgeError):

@@ -27,11 +27,14 @@ class TrajectoryStatus(str, enum.Enum):
 
 class GroupStatus(str, enum.Enum):
     """A group is ``active`` from submission until the scheduler hands it out (``consumed``) or
-    drops it after a timeout (``dropped``)."""
+    drops it after a timeout (``dropped``). An ``evaluation`` group (a held-out evaluation's) is
+    recorded like any other but is never in the generation queue: no scheduler takes it and the
+    admission bound does not count it."""
 
     ACTIVE = "active"
     CONSUMED = "consumed"
     DROPPED = "dropped"
+    EVALUATION = "evaluation"
 
 
 @dataclass(frozen=True)

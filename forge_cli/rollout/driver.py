@@ -58,6 +58,7 @@ class RolloutRequest:
     admin_key: str | None = field(default=None, repr=False)
     first_group: int = 0
     mix: dict[str, float] = field(default_factory=dict)
+    evaluation: bool = False  # a held-out evaluation's groups: recorded, never trained on (forge train)
 
     @property
     def weights(self) -> dict[str, float]:
@@ -125,6 +126,7 @@ class Progress:
     started_at: float = field(default_factory=time.monotonic)
     results: list[TrajectoryResult] = field(default_factory=list)
     by_suite: dict[str, SuiteCount] = field(default_factory=dict)
+    difficulty: dict[str, str] = field(default_factory=dict)  # task id -> difficulty, of every task drawn
 
     @property
     def finished(self) -> int:
@@ -161,7 +163,7 @@ class _Run:
         self.version: Callable[[], int] = lambda: int(getattr(engine, "version", 0))
         self.start_version = self.version()  # groups already in the pool count as submitted now
         self.submitted_at: dict[int, int] = {}  # queue index -> the engine's version when it was submitted
-        self.difficulty: dict[str, str] = {}  # task id -> difficulty, for the summary
+        self.difficulty: dict[str, str] = progress.difficulty  # task id -> difficulty, for the summary
         self.done: dict[int, list[TrajectoryResult]] = {}  # group index in the stream -> its results
         self.mine: set[str] = set()  # trajectories this driver submitted and has not ended
         self.pending: set[str] = set()  # groups submitted whose rewards are not written yet
@@ -203,7 +205,8 @@ class _Run:
                 self.submitted_at[group.queue_index] = version
             else:
                 group = self.pool.submit_group(task.id, self.request.n, self.spec.name, rewards_pending=True,
-                                               timeout_s=self.config.pool.group_timeout_s)
+                                               timeout_s=self.config.pool.group_timeout_s,
+                                               evaluation=self.request.evaluation)
             self.mine.update(t.id for t in group.trajectories)
             self.pending.add(group.id)
         return group

@@ -119,3 +119,30 @@ def _user_task(messages: list[dict[str, Any]]) -> str:
         if m.get("role") == "user" and files_command(text) is not None:
             return text
     return _user(messages)
+
+
+# suite -> the demo policy that solves it (what the warm start's synthetic traces come from)
+DEMO_POLICIES: dict[str, str] = {"calc": "calc", "kv-search": "kv_search", "files": "files_shell"}
+
+
+def by_tools(context: dict[str, Any]) -> str:
+    """The demo policy of whichever suite the offered tools belong to (for a mix of suites)."""
+    tools = {t.get("function", t).get("name") for t in context.get("tools") or [] if isinstance(t, dict)}
+    if "calculator" in tools:
+        return calc(context)
+    if {"search", "open"} <= tools:
+        return kv_search(context)
+    return files_shell(context)
+
+
+def policy_for(weights: dict[str, float]) -> str:
+    """The scripted engine's ``policy`` reference that writes traces for the suites of ``weights``
+    (a mix gets :func:`by_tools`); a ForgeError if a suite has no demo policy."""
+    from forge_cli.errors import ForgeError
+
+    missing = [name for name in weights if name not in DEMO_POLICIES]
+    if missing:
+        raise ForgeError(f"no demo policy writes warm-start traces for {', '.join(missing)} (there are demo policies "
+                         f"for {', '.join(DEMO_POLICIES)}): set train.warmstart.when = \"never\" or warm-start on those")
+    names = {DEMO_POLICIES[name] for name in weights}
+    return f"{__name__}:{names.pop() if len(names) == 1 else 'by_tools'}"

@@ -72,8 +72,16 @@ class ReinforceLoss(_Member):
     function_name: ClassVar[str] = "reinforce"  # in forge_cli.train.loss
 
 
-LossConfig = tagged_union(CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss)
-LOSS_CONFIGS: dict[str, type[_Member]] = name_table(CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss)
+class CrossEntropyLoss(_Member):
+    """Supervised fine-tuning: ``−log π`` of every output token (ignores advantages and behaviour
+    logprobs). The warm start (``forge model warmstart``) trains with it through the same step."""
+
+    type: Literal["cross_entropy"] = "cross_entropy"
+    function_name: ClassVar[str] = "cross_entropy"  # in forge_cli.train.loss
+
+
+LossConfig = tagged_union(CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss, CrossEntropyLoss)
+LOSS_CONFIGS: dict[str, type[_Member]] = name_table(CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss, CrossEntropyLoss)
 
 
 def loss_function(cfg: Any) -> Callable[..., Any]:
@@ -115,3 +123,24 @@ class DeepSpeedTrainEngine(_Member):
 
 TrainEngineConfig = tagged_union(TorchTrainEngine, DeepSpeedTrainEngine)
 TRAIN_ENGINE_CONFIGS: dict[str, type[_Member]] = name_table(TorchTrainEngine, DeepSpeedTrainEngine)
+
+
+# ---- the warm start (forge_cli/train/warmstart.py) ----------------------------------------------------
+
+
+class WarmStartConfig(_Member):
+    """Supervised fine-tuning on synthetic traces before RL: the project's scripted demo policies
+    solve train tasks through the real gateway and scaffold, and the policy learns their completions
+    with cross-entropy through the same prefix-tree step, until its *sampled* held-out success
+    reaches ``target_success`` (measured every ``eval_every`` steps) or ``max_minutes`` run out."""
+
+    when: Literal["auto", "always", "never"] = Field("auto", description=(
+        "auto: when forge train starts the embedded default model and no warm-started copy exists; "
+        "always: before every new run; never: start RL from the model as it is."))
+    target_success: float = Field(0.3, gt=0, le=1, description=(
+        "Stop once sampled held-out success reaches this: a policy that solves some but clearly not most tasks."))
+    max_minutes: float = Field(6.0, gt=0, description="Stop after this long even below the target.")
+    traces: int = Field(1024, ge=8, description="Synthetic train-split trajectories to learn from.")
+    batch_size: int = Field(32, ge=1, description="Completions per supervised step.")
+    lr: float = Field(3e-3, gt=0, description="Learning rate of the supervised steps (AdamW).")
+    eval_every: int = Field(25, ge=1, description="Supervised steps between two held-out evaluations.")

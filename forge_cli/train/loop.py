@@ -1,110 +1,171 @@
 """The Forge loop (DESIGN.md §10): rollouts keep generating while the trainer trains.
 
-    gateway + rollout driver (producing groups under the pool's admission bound)
-    each step: take P groups (windowed FIFO) → samples (recorded ids, logprobs, advantages)
-               → prefix-tree train step (off the event loop) → weights into the engine (pause,
-               swap, resume) → publish the version (frees admission slots) → metrics → checkpoint
+    gateway + rollout driver (an endless task stream, under the scheduler's admission bound)
+    [warm start: supervised steps on synthetic traces until held-out success reaches its target]
+    each step: take P groups (the window decides) → samples (recorded ids, logprobs, advantages)
+               → prefix-tree train step (in a thread) → weights into the engine (pause, swap,
+               resume) → publish the version (frees admission slots) → metrics → eval → checkpoint
 
-Everything is a library call; ``forge train`` (to come) only parses flags.
+Everything is a library call; ``forge train`` only parses flags and draws what :func:`train_loop`
+reports. A resumed run (``resume=True``) restores the latest checkpoint's weights, optimizer and
+RNG states, gives the groups consumed after it back to the queue and drops the groups a killed
+driver left without rewards, so nothing recorded is lost or trained on twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from forge_cli.errors import ForgeError
 
+Event = Callable[[str, dict[str, Any]], None]  # (kind, fields): "step", "eval", "warmstart", "rollout", "status"
+
 
 @dataclass(frozen=True)
-class StepReport:
-    """What one train step did (a line of ``RUN/metrics.jsonl``)."""
-
-    step: int
-    policy_version: int  # the engine's version once this step's weights are in
-    groups: int
-    samples: int
-    loss: float
-    mean_ratio: float
-    reward_mean: float
-    success: float  # share of the step's trajectories whose outcome is 1
-    max_age: int  # trainer version − the version that sampled it
-    mean_age: float
-    packed_tokens: int
-    take_s: float
-    train_s: float
-    sync_s: float
+class TrainResult:
+    run_dir: Any
+    steps: int  # the run's last step
+    policy_version: int
+    status: str  # finished | stopped
+    best_heldout_success: float | None
 
 
-async def train_loop(config: Any, *, run: str | None = None, steps: int, checkpoint_every: int = 0,
-                     on_step: Callable[[StepReport], None] | None = None) -> list[StepReport]:
-    """Train for ``steps`` steps on ``[rollout]``'s scaffold and tasks; return each step's report."""
-    from forge_cli.engine.default_model import resolve_model_path
-    from forge_cli.engine.hf import load_hf
+async def train_loop(config: Any, *, run: str | None = None, steps: int | None = None, minutes: float | None = None,
+                     resume: bool = False, warm_start: bool = False, save_warm_to: Any = None,
+                     on_event: Event | None = None) -> TrainResult:
+    """Train on ``[rollout]``'s scaffold and tasks until ``steps`` steps (the run's total) or
+    ``minutes`` of wall time, whichever comes first; Ctrl-C (cancellation) checkpoints and stops.
+    ``warm_start``: first the supervised warm start (:mod:`.warmstart`), its weights kept at
+    ``save_warm_to`` if given."""
     from forge_cli.gateway.server import serve_gateway
     from forge_cli.pool.scheduler import Scheduler
-    from forge_cli.rollout.driver import RolloutRequest, rollout
+    from forge_cli.rollout.driver import request_from_config, rollout
     from forge_cli.train.batch import build_samples
-    from forge_cli.train.checkpoint import TrainerState, save_checkpoint
-    from forge_cli.train.engines import make_train_engine
+    from forge_cli.train.distributed import make_loop_trainer
+    from forge_cli.train.evaluate import evaluate
+    from forge_cli.train.metrics import MetricsLog, step_fields, write_state
+    from forge_cli.train.resume import restore, save, trainer_model
 
-    if steps < 1:
+    if steps is not None and steps < 1:
         raise ForgeError(f"steps must be at least 1, got {steps}")
-    P, r = config.train.groups_per_step, config.rollout
-    request = RolloutRequest(scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split,
-                             groups=steps * P + config.pool.max_active_groups, n=config.train.group_size,
-                             concurrency=r.concurrency, trajectory_timeout_s=r.trajectory_timeout_s,
-                             max_tokens_per_trajectory=r.max_tokens_per_trajectory, seed=config.run.seed, executor=r.executor,
-                             ray_address=r.ray_address)
-    model, _ = load_hf(resolve_model_path(config.model.path))  # the trainer's own copy of the weights
-    model.train()
-    reports: list[StepReport] = []
+    if minutes is not None and not minutes > 0:
+        raise ForgeError(f"minutes must be > 0, got {minutes}")
+    tell = on_event or (lambda kind, fields: None)
+    deadline = time.monotonic() + minutes * 60 if minutes else None
+    P = config.train.groups_per_step
     async with serve_gateway(config, run) as gw:
-        trainer = make_train_engine(config.train.engine, model, config.train.lr, precision=config.train.precision)
-        scheduler = Scheduler.from_config(config.pool, P)
-        producer = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True))
-        metrics = (gw.run_dir / "metrics.jsonl").open("a")
+        model = trainer_model(config, gw.run_dir, resume)
+        trainer = make_loop_trainer(config, model)
+        log = MetricsLog(gw.run_dir)
+        step, version, best = await restore(gw, trainer, model, resume)
+        write_state(gw.run_dir, status="running", step=step, policy_version=version, minutes=minutes, error=None,
+                    started_at=time.time(), best_heldout_success=best)
+        status = "stopped"
         try:
-            version = gw.engine.version
-            while len(reports) < steps:
-                t0 = time.monotonic()
-                batch = await asyncio.to_thread(scheduler.take, gw.pool, version)
-                if not batch.groups:
-                    if producer.done():  # it ended (or failed) before the steps were done
-                        producer.result()
-                        raise ForgeError("the rollout ran out of tasks before the last train step")
-                    await asyncio.sleep(0.1)
-                    continue
-                samples = build_samples(batch)
-                t1 = time.monotonic()
-                stats = await asyncio.to_thread(
-                    trainer.step, samples.samples, config.train.loss, temperature=samples.temperature or 1.0,
-                    attention=config.train.attention, split=config.train.split, budget=config.train.micro_batch_tokens)
-                t2 = time.monotonic()
-                version = await gw.engine.load_weights(trainer.state_dict())  # pause, swap, resume: no request lost
-                await asyncio.to_thread(gw.pool.publish_version, version)
-                trajectories = [t for g in batch.groups for t in g.trajectories]
-                report = StepReport(
-                    step=len(reports) + 1, policy_version=version, groups=len(batch.groups), samples=len(samples.samples),
-                    loss=float(stats.loss), mean_ratio=float(stats.mean_ratio),
-                    reward_mean=sum(t.reward or 0.0 for t in trajectories) / max(len(trajectories), 1),
-                    success=sum(1 for t in trajectories if t.rewards.get("outcome", 0.0) >= 1.0) / max(len(trajectories), 1),
-                    max_age=samples.max_age, mean_age=samples.mean_age, packed_tokens=int(stats.packed_tokens),
-                    take_s=t1 - t0, train_s=t2 - t1, sync_s=time.monotonic() - t2)
-                reports.append(report)
-                metrics.write(json.dumps(asdict(report)) + "\n")
-                metrics.flush()
-                if checkpoint_every and report.step % checkpoint_every == 0:
-                    await asyncio.to_thread(save_checkpoint, gw.run_dir / "checkpoints", model, trainer.optimizer, None,
-                                            TrainerState(step=report.step, policy_version=version))
-                if on_step is not None:
-                    on_step(report)
+            if warm_start and not resume:
+                from forge_cli.train.warmstart import warm_start as run_warm_start
+
+                warm = await run_warm_start(config, gw, trainer, log=log, on_event=tell, deadline=deadline)
+                version, best = gw.engine.version, warm.heldout_success
+                if save_warm_to is not None:
+                    from forge_cli.train.run import keep_warm_model, warm_record
+
+                    await asyncio.to_thread(keep_warm_model, model, config.model.path, save_warm_to, warm_record(config, warm))
+            scheduler = Scheduler.from_config(config.pool, P)
+            difficulty: dict[str, float] = {}
+            request = request_from_config(config, groups=None, first_group=_next_group(gw.pool))
+            live: dict[str, float] = {}
+            producer = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True,
+                                                   on_progress=lambda p: _progress(p, live, difficulty, tell)))
+            try:
+                last, sampled = time.monotonic(), 0.0
+                while (steps is None or step < steps) and (deadline is None or time.monotonic() < deadline):
+                    t0 = time.monotonic()
+                    batch, waited = await _take(scheduler, gw, version, producer, deadline)
+                    if batch is None:
+                        break  # out of time while waiting for data
+                    samples = build_samples(batch)
+                    t1 = time.monotonic()
+                    stats = await asyncio.to_thread(
+                        trainer.step, samples.samples, config.train.loss, temperature=samples.temperature or 1.0,
+                        attention=config.train.attention, split=config.train.split, budget=config.train.micro_batch_tokens)
+                    t2 = time.monotonic()
+                    version = await gw.engine.load_weights(trainer.state_dict())  # pause, swap, resume: no request lost
+                    await asyncio.to_thread(gw.pool.publish_version, version)
+                    step, now = step + 1, time.monotonic()
+                    fields = step_fields(batch, samples, stats, difficulty=difficulty)
+                    fields |= {"policy_version": version, "take_s": t1 - t0, "wait_s": waited,
+                               "train_s": t2 - t1, "sync_s": now - t2, "step_s": now - last,
+                               "samples_per_s": fields["trajectories"] / max(now - last, 1e-9),
+                               "train_tokens_per_s": fields["unique_tokens"] / max(t2 - t1, 1e-9),
+                               "rollout_tokens_per_s": (live.get("output_tokens", 0.0) - sampled) / max(now - last, 1e-9),
+                               "group_ids": [g.id for g in batch.groups]}
+                    last, sampled = now, live.get("output_tokens", 0.0)
+                    tell("step", log.write("step", step, **fields))
+                    if config.train.eval_every and step % config.train.eval_every == 0:
+                        result = await evaluate(config, gw, tasks=config.train.eval_tasks,
+                                                samples_per_task=config.train.eval_samples)
+                        best = max(best or 0.0, result.success)
+                        tell("eval", log.write("eval", step, **result.line()))
+                        last = time.monotonic()
+                    if config.train.checkpoint_every and step % config.train.checkpoint_every == 0:
+                        await save(config, gw.run_dir, model, trainer, step, version)
+                    write_state(gw.run_dir, step=step, policy_version=version, best_heldout_success=best)
+                status = "finished"
+            finally:
+                producer.cancel()
+                await asyncio.gather(producer, return_exceptions=True)
+        except BaseException as exc:
+            write_state(gw.run_dir, status="failed" if not isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+                        else "stopped", error=None if isinstance(exc, asyncio.CancelledError) else str(exc)[:500])
+            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) and step:
+                await asyncio.shield(save(config, gw.run_dir, model, trainer, step, version))  # Ctrl-C: keep the last step
+            raise
         finally:
-            producer.cancel()
-            await asyncio.gather(producer, return_exceptions=True)
-            metrics.close()
+            log.close()
             trainer.close()
-    return reports
+        if step:
+            await save(config, gw.run_dir, model, trainer, step, version)
+        write_state(gw.run_dir, status=status, step=step, policy_version=version, best_heldout_success=best)
+        tell("status", {"status": status, "step": step})
+        return TrainResult(gw.run_dir, step, version, status, best)
+
+
+async def _take(scheduler: Any, gw: Any, version: int, producer: asyncio.Task,
+                deadline: float | None) -> tuple[Any, float]:
+    """The next batch of P groups and how long the trainer waited for it (idle), waiting for the
+    rollouts as long as it takes — or until the deadline (then no batch)."""
+    started = time.monotonic()
+    while True:
+        t = time.monotonic()
+        batch = await asyncio.to_thread(scheduler.take, gw.pool, version)
+        if batch.groups:
+            return batch, t - started
+        if producer.done():  # it ended (or failed) before the steps were done
+            producer.result()
+            raise ForgeError("the rollout stopped producing before the last train step")
+        if deadline is not None and time.monotonic() >= deadline:
+            return None, time.monotonic() - started
+        await asyncio.sleep(0.05)
+
+
+def _progress(progress: Any, live: dict[str, float], difficulty: dict[str, float], tell: Event) -> None:
+    """The producer's live counts: kept for the step's rates and shown."""
+    live["output_tokens"] = progress.output_tokens
+    if len(difficulty) < len(progress.difficulty):
+        for task_id, value in progress.difficulty.items():
+            try:
+                difficulty.setdefault(task_id, float(value))
+            except (TypeError, ValueError):  # a suite whose difficulty is not a number
+                pass
+    tell("rollout", {"running": progress.running, "finished": progress.finished, "solved": progress.solved,
+                     "output_tokens": progress.output_tokens, "elapsed_s": time.monotonic() - progress.started_at})
+
+
+
+def _next_group(pool: Any) -> int:
+    """The task stream's next index: how many training groups the pool's queue has had."""
+    return int(pool.stats()["queue"]["next_index"])

@@ -50,3 +50,8 @@ def reinforce(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, cfg
     """REINFORCE (Williams 1992) with advantages: ``−Â · log π``; ignores ``old_logp``."""
     return -adv * logp
 
+
+
+def cross_entropy(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, cfg: Any) -> torch.Tensor:
+    """Supervised cross-entropy: ``−log π`` of each target token; ignores ``old_logp`` and ``adv``."""
+    return -logp

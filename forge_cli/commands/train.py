@@ -1,0 +1,84 @@
+"""``forge train``: a thin caller of :func:`forge_cli.train.run.train`, with a live display."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("train")
+    def train_command(
+        minutes: Optional[float] = typer.Option(None, "--minutes", help="Wall-time budget (default train.minutes; 15 on the embedded default model, none with a model.path)."),
+        steps: Optional[int] = typer.Option(None, "--steps", help="Stop after this many train steps (the run's total, counting a resumed run's earlier steps)."),
+        run: Optional[str] = typer.Option(None, "--run", help="Name of the run folder under run.dir (default: a timestamp)."),
+        resume: Optional[str] = typer.Option(None, "--resume", help="Continue this run from its last checkpoint (after Ctrl-C, a crash or SIGKILL), with its own config."),
+        model: Optional[Path] = typer.Option(None, "--model", help="HF model folder to train (default model.path, else the embedded default, warm-started on first use)."),
+        scaffold: Optional[str] = typer.Option(None, "--scaffold", help="Scaffold the policy runs in (default rollout.scaffold)."),
+        task: Optional[str] = typer.Option(None, "--task", help="Task suite (default rollout.task)."),
+        mix: Optional[str] = typer.Option(None, "--mix", help="Mixed suites by weight, like calc=2,qa=1 (default rollout.mix)."),
+        warmstart: Optional[str] = typer.Option(None, "--warmstart", help="auto, always or never (default train.warmstart.when)."),
+        live: bool = typer.Option(True, "--live/--no-live", help="Redraw a live view (off: one line per step, for logs)."),
+    ) -> None:
+        """Train the policy with RL: gateway, rollouts on tasks, data pool, windowed-FIFO scheduler,
+        prefix-tree trainer, weights back into the engine. Writes RUN/metrics.jsonl, TensorBoard
+        files and checkpoints (forge report RUN plots them)."""
+        import asyncio
+
+        from forge_cli.commands._common import config_with
+        from forge_cli.console import err_console
+        from forge_cli.errors import ForgeError
+        from forge_cli.rollout.stream import parse_mix
+
+        if steps is not None and steps < 1:
+            raise ForgeError(f"--steps must be at least 1, got {steps}")
+        if minutes is not None and not minutes > 0:
+            raise ForgeError(f"--minutes must be > 0, got {minutes}")
+        if resume is not None and (run is not None or model is not None):
+            raise ForgeError("--resume continues a run with its own config: drop --run and --model")
+        config = config_with([("model.path", "--model", str(model) if model else None),
+                              ("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
+                              ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
+                              ("train.warmstart.when", "--warmstart", warmstart)])
+        try:
+            result = asyncio.run(_with_display(config, run=run, resume=resume, steps=steps, minutes=minutes, live=live))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            err_console.print("training stopped: the last step is checkpointed (continue with forge train --resume RUN)")
+            raise typer.Exit(130) from None
+        if result is not None:
+            from forge_cli.console import console
+
+            best = "—" if result.best_heldout_success is None else f"{result.best_heldout_success:.1%}"
+            console.print(f"[green]{result.status}[/] at step {result.steps} (policy v{result.policy_version}), best held-out "
+                          f"success {best}; run: {result.run_dir}  (forge report {result.run_dir.name})")
+
+
+async def _with_display(config: Any, *, run: str | None, resume: str | None, steps: int | None, minutes: float | None,
+                        live: bool) -> Any:
+    import asyncio
+    import contextlib
+    import signal
+
+    from rich.live import Live
+
+    from forge_cli.console import err_console
+    from forge_cli.train.display import TrainDisplay
+    from forge_cli.train.run import train
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    view = TrainDisplay(steps=steps, minutes=minutes, title=f"forge train{f' --resume {resume}' if resume else ''}")
+
+    def on_event(kind: str, fields: dict[str, Any]) -> None:
+        view.update(kind, fields)
+        if kind == "status" and fields.get("minutes") is not None:
+            view.minutes = fields["minutes"]
+        if not live and kind in ("step", "eval", "warmstart"):
+            keys = ("loss", "reward_mean", "success", "heldout_success", "mean_age", "policy_version")
+            err_console.print(f"{kind} {fields.get('step')}: " + ", ".join(
+                f"{k} {fields[k]:.4g}" if isinstance(fields.get(k), float) else f"{k} {fields[k]}" for k in keys if k in fields))
+
+    display = Live(view, console=err_console, refresh_per_second=2, transient=False) if live else contextlib.nullcontext()
+    with display:
+        return await train(config, run=run, resume=resume, steps=steps, minutes=minutes, on_event=on_event)

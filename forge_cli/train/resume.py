@@ -1,0 +1,95 @@
+"""The loop's checkpoints: what it saves each time and how a resumed run picks up.
+
+A checkpoint (:mod:`forge_cli.train.checkpoint`) is a Hugging Face model folder — with the
+policy's tokenizer and chat template copied in, so ``forge gateway serve --model
+RUN/checkpoints/step-N/model`` serves it — plus the optimizer, the RNG states, the step and the
+policy version. Resuming (``forge train --resume RUN``):
+
+1. the trainer's model and optimizer load the latest checkpoint;
+2. the groups consumed by steps after it (their updates died with the process) go back to the
+   queue (``unconsume_after``), so each is trained exactly once;
+3. the groups a killed driver left unrewarded are dropped (their trajectories were cut off, not
+   failed by the agent); the gateway already failed the trajectories it left running;
+4. the engine gets the checkpoint's weights *as* the checkpoint's policy version, and the pool
+   is told that version, so ages and admission go on from where they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+from forge_cli.errors import ForgeError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def trainer_model(config: Any, run_dir: Path, resume: bool) -> Any:
+    """The trainer's own copy of the policy (the engine holds another), in train mode."""
+    from forge_cli.engine.default_model import resolve_model_path
+    from forge_cli.engine.hf import load_hf
+
+    model, _ = load_hf(resolve_model_path(config.model.path))
+    model.train()
+    return model
+
+
+def optimizer_of(trainer: Any) -> Any:
+    """The optimizer whose state a checkpoint keeps (DeepSpeed's wrapper for a DeepSpeed engine)."""
+    inner = getattr(trainer, "engine", None)
+    if inner is not None and getattr(inner, "optimizer", None) is not None and not hasattr(trainer, "optimizer"):
+        return inner.optimizer
+    optimizer = getattr(trainer, "optimizer", None)
+    if optimizer is None and inner is not None:
+        optimizer = getattr(inner, "optimizer", None)
+    if optimizer is None:
+        raise ForgeError(f"train engine {type(trainer).__name__} exposes no optimizer to checkpoint")
+    return optimizer
+
+
+async def restore(gw: Any, trainer: Any, model: Any, resume: bool) -> tuple[int, int, float | None]:
+    """Bring the run to its latest checkpoint (see the module's docstring); returns (step, policy
+    version, best held-out success so far). A fresh run returns (0, the engine's version, None)."""
+    from forge_cli.train.checkpoint import load_checkpoint
+    from forge_cli.train.metrics import read_state
+
+    root = gw.run_dir / "checkpoints"
+    if not resume:
+        if (root / "latest").is_file():
+            raise ForgeError(f"run {gw.run_dir.name} already has checkpoints: continue it with --resume "
+                             f"{gw.run_dir.name}, or choose a new --run")
+        return 0, gw.engine.version, None
+    state = await asyncio.to_thread(load_checkpoint, root, model, optimizer_of(trainer))
+    dropped = await asyncio.to_thread(gw.pool.drop_unrewarded)
+    if state is None:  # killed before its first checkpoint: start over on what the pool holds
+        given_back = await asyncio.to_thread(gw.pool.unconsume_after, 0)
+        step, version = 0, gw.engine.version
+    else:
+        given_back = await asyncio.to_thread(gw.pool.unconsume_after, state.policy_version)
+        step, version = state.step, state.policy_version
+        await gw.engine.load_weights(trainer.state_dict(), version=version)
+    await asyncio.to_thread(gw.pool.publish_version, version)
+    best = read_state(gw.run_dir).get("best_heldout_success")
+    gw.resumed = {"step": step, "policy_version": version, "groups_given_back": given_back, "groups_dropped": dropped}
+    return step, version, best
+
+
+async def save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, version: int) -> Path:
+    """Checkpoint step ``step`` (trained into policy ``version``) off the event loop."""
+    return await asyncio.to_thread(_save, config, Path(run_dir), model, trainer, step, version)
+
+
+def _save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, version: int) -> Path:
+    from forge_cli.engine.default_model import resolve_model_path
+    from forge_cli.train.checkpoint import TrainerState, save_checkpoint
+
+    folder = save_checkpoint(run_dir / "checkpoints", model, optimizer_of(trainer), None,
+                             TrainerState(step=step, policy_version=version))
+    source = resolve_model_path(config.model.path)
+    for name in TOKENIZER_FILES:  # a servable model folder
+        if (source / name).is_file():
+            shutil.copy2(source / name, folder / "model" / name)
+    return folder

@@ -1,0 +1,154 @@
+"""``forge train`` and ``forge model warmstart`` as library calls: which policy a run starts from,
+its time budget, then the loop (:mod:`forge_cli.train.loop`).
+
+The embedded default (no ``model.path``): the first run creates the default model (``forge model
+init``), warm-starts it inside the run and keeps the warm copy in ``FORGE_HOME/models/default-warm``
+(with ``warmstart.json``: how it was made and its measured held-out rate), which later runs start
+from. A run of the embedded default is bounded to :data:`DEFAULT_MINUTES` unless told otherwise;
+a user's model has no bound unless ``--minutes``/``train.minutes`` sets one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forge_cli.errors import ForgeError
+
+DEFAULT_MINUTES = 15.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a new run starts from."""
+
+    config: Any  # with model.path set to the policy it starts from
+    warm_start: bool
+    save_warm_to: Path | None  # where the warm-started embedded default is kept
+    minutes: float | None
+
+
+def warm_model_dir() -> Path:
+    from forge_cli.engine.default_model import default_model_dir
+
+    return default_model_dir().with_name("default-warm")
+
+
+def plan(config: Any, *, minutes: float | None = None) -> Plan:
+    """The policy, warm start and budget of a new run (see the module's docstring)."""
+    from forge_cli.engine.default_model import init_default_model, resolve_model_path
+
+    when = config.train.warmstart.when
+    config = config.model_copy(deep=True)
+    embedded = config.model.path is None
+    budget = minutes if minutes is not None else config.train.minutes
+    if budget is None and embedded:
+        budget = DEFAULT_MINUTES
+    if not embedded:
+        resolve_model_path(config.model.path)  # a clear error for a folder that is not a model
+        return Plan(config, when == "always", None, budget)
+    warm = warm_model_dir()
+    if when == "auto" and (warm / "config.json").is_file():
+        config.model.path = str(warm)
+        return Plan(config, False, None, budget)
+    config.model.path = str(init_default_model())  # creates it on first use
+    return Plan(config, when != "never", warm if when == "auto" else None, budget)
+
+
+async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
+                minutes: float | None = None, on_event: Any = None) -> Any:
+    """Run ``forge train``: a new run (``run`` names it) or ``resume`` an existing one; returns
+    the loop's :class:`~forge_cli.train.loop.TrainResult`."""
+    from forge_cli.train.distributed import run_follower, world
+    from forge_cli.train.loop import train_loop
+
+    rank, _ = world()
+    if rank > 0:  # another trainer process of a DeepSpeed launch: it follows rank 0
+        await asyncio.to_thread(run_follower)
+        return None
+    if resume is not None:
+        from forge_cli.runs import resolve_run, run_config
+
+        run_dir = resolve_run(config, resume)
+        saved = run_config(config, run_dir)
+        saved.run.dir = run_dir.parent
+        if not (run_dir / "checkpoints" / "latest").is_file() and not (run_dir / "pool.sqlite").exists():
+            raise ForgeError(f"run {run_dir.name} has nothing to resume (no checkpoint, no pool)")
+        budget = minutes if minutes is not None else saved.train.minutes
+        return await train_loop(saved, run=run_dir.name, steps=steps, minutes=budget, resume=True, on_event=on_event)
+    p = plan(config, minutes=minutes)
+    if run is not None:
+        from forge_cli.runs import check_run_name
+
+        check_run_name(run)
+    return await train_loop(p.config, run=run, steps=steps, minutes=p.minutes, warm_start=p.warm_start,
+                            save_warm_to=p.save_warm_to, on_event=on_event)
+
+
+def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, Any]) -> Path:
+    """Save the warm-started weights as a servable model folder at ``target`` (replacing it
+    atomically), with the tokenizer of ``source`` and ``warmstart.json``."""
+    from forge_cli.train.resume import TOKENIZER_FILES
+
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.writing")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if (Path(source) / name).is_file():
+            shutil.copy2(Path(source) / name, tmp / name)
+    (tmp / "warmstart.json").write_text(json.dumps({**record, "created_at": time.time()}, indent=2))
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+async def warmstart(config: Any, *, out: Path | None = None, run: str | None = None,
+                    on_event: Any = None) -> tuple[Any, Path]:
+    """``forge model warmstart``: warm-start ``model.path`` (default: the embedded default, created
+    if need be) in a run of its own and save the result at ``out`` (default: the embedded default's
+    warm copy, which ``forge train`` then starts from). Returns (the result, the folder)."""
+    from forge_cli.engine.default_model import init_default_model
+
+    config = config.model_copy(deep=True)
+    if config.model.path is None:
+        config.model.path = str(init_default_model())
+    target = Path(out) if out is not None else warm_model_dir()
+    return await _warmstart(config, target, run, on_event), target
+
+
+async def _warmstart(config: Any, target: Path, run: str | None, on_event: Any) -> Any:
+    from forge_cli.gateway.server import serve_gateway
+    from forge_cli.train.distributed import make_loop_trainer
+    from forge_cli.train.metrics import MetricsLog
+    from forge_cli.train.resume import trainer_model
+    from forge_cli.train.warmstart import warm_start
+
+    async with serve_gateway(config, run) as gw:
+        model = trainer_model(config, gw.run_dir, False)
+        trainer = make_loop_trainer(config, model)
+        log = MetricsLog(gw.run_dir)
+        try:
+            result = await warm_start(config, gw, trainer, log=log, on_event=on_event)
+        finally:
+            log.close()
+            trainer.close()
+        await asyncio.to_thread(keep_warm_model, model, Path(config.model.path), target, warm_record(config, result))
+        return result
+
+
+def warm_record(config: Any, result: Any) -> dict[str, Any]:
+    """What ``warmstart.json`` says of a warm start."""
+    from dataclasses import asdict
+
+    return {"from": str(config.model.path), "suite": config.rollout.task, "mix": dict(config.rollout.mix),
+            "scaffold": config.rollout.scaffold, **asdict(result)}

@@ -1,0 +1,117 @@
+"""The warm start: supervised fine-tuning on synthetic traces, so that RL starts from a policy that
+makes well-formed tool calls and solves some — not most — held-out tasks.
+
+The traces are written by the project itself: the scripted demo policies
+(:mod:`forge_cli.tasks.demo_policies`) solve train-split tasks through a real gateway, the real
+scaffold and the real tools, so each trace's tokens are exactly what the policy will see and emit
+in RL (one place where text becomes tokens). The policy learns their completions with
+cross-entropy (``[train.loss] type = "cross_entropy"``) through the same prefix-tree train step,
+and stops on a *measured* rate — sampled held-out success, every ``eval_every`` steps — not on a
+step count: a tiny model learns to copy suddenly (../shared/recipes/learning-on-cpu.md), so a
+fixed number of steps gives anything from 0 to 90 %.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from forge_cli.errors import ForgeError
+
+
+@dataclass(frozen=True)
+class WarmStartResult:
+    steps: int
+    seconds: float
+    heldout_success: float | None  # at the last evaluation
+    reason: str  # "target reached" | "time budget"
+    traces: int
+
+
+async def synthetic_samples(config: Any, run_dir: Path, traces: int) -> list[Any]:
+    """Cross-entropy samples of the completions of ``traces`` solved train-split trajectories,
+    recorded by a scripted gateway of their own (its run folder: ``run_dir``)."""
+    from forge_cli.engine import ScriptedEngineConfig
+    from forge_cli.gateway.server import serve_gateway
+    from forge_cli.pool.types import Sample
+    from forge_cli.rollout.driver import request_from_config, rollout
+    from forge_cli.tasks.demo_policies import policy_for
+
+    request = request_from_config(config, groups=traces, n=1, split="train", first_group=0)
+    policy = policy_for(request.weights)
+    scripted = config.model_copy(deep=True)
+    scripted.model.engine = ScriptedEngineConfig(policy=policy)
+    scripted.model.replicas = 1
+    scripted.gateway.port, scripted.gateway.socket = 0, ""
+    scripted.run.dir = Path(run_dir).parent
+    scripted.pool.url = "sqlite"
+    samples: list[Sample] = []
+    async with serve_gateway(scripted, Path(run_dir).name) as gw:
+        await rollout(scripted, request, gateway=gw)
+        for group in await asyncio.to_thread(gw.pool.groups):
+            for t in (await asyncio.to_thread(gw.pool.group, group.id)).trajectories:
+                if t.rewards.get("outcome", 0.0) < 1.0:
+                    continue  # only what solved its task
+                samples += [Sample(tokens=list(c.prompt_ids) + list(c.output_ids), prompt_len=len(c.prompt_ids),
+                                   old_logprobs=[0.0] * len(c.output_ids), advantages=[1.0] * len(c.output_ids),
+                                   completion_id=c.id, policy_version=0) for c in t.completions if c.output_ids]
+    if not samples:
+        raise ForgeError(f"the demo policy ({policy}) solved none of {traces} train tasks: nothing to warm-start on")
+    return samples
+
+
+async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
+                     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                     deadline: float | None = None) -> WarmStartResult:
+    """Supervised steps on synthetic traces until sampled held-out success reaches
+    ``[train.warmstart] target_success`` (or ``max_minutes``/``deadline``); the engine ends up
+    serving the warm weights, and the optimizer's state is cleared for RL."""
+    from forge_cli.train.config import CrossEntropyLoss
+    from forge_cli.train.evaluate import evaluate
+    from forge_cli.train.resume import optimizer_of
+
+    ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
+    started = time.monotonic()
+    tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
+    samples = await synthetic_samples(config, gw.run_dir / "warmstart", ws.traces)
+    stop_at = started + ws.max_minutes * 60
+    stop_at = min(stop_at, deadline) if deadline is not None else stop_at
+    optimizer = optimizer_of(trainer)
+    rl_lr = [g["lr"] for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        g["lr"] = ws.lr
+    rng, step, success, reason = random.Random(config.run.seed), 0, None, "time budget"
+    tell("status", {"status": f"warm start: {len(samples)} completions", "step": 0})
+    try:
+        while True:
+            batch = rng.sample(samples, min(ws.batch_size, len(samples)))
+            stats = await asyncio.to_thread(trainer.step, batch, CrossEntropyLoss(), temperature=1.0,
+                                            attention=config.train.attention, split=config.train.split,
+                                            budget=config.train.micro_batch_tokens)
+            step += 1
+            line: dict[str, Any] = {"loss": float(stats.loss), "tokens": int(stats.tokens),
+                                    "unique_tokens": int(stats.packed_tokens)}
+            out_of_time = time.monotonic() >= stop_at
+            if step % ws.eval_every == 0 or out_of_time:
+                await gw.engine.load_weights(trainer.state_dict())
+                result = await evaluate(config, gw, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
+                success = line["heldout_success"] = result.success
+                line["policy_version"] = result.policy_version
+            if log is not None:
+                line = log.write("warmstart", step, **line)
+            tell("warmstart", line)
+            if success is not None and success >= ws.target_success:
+                reason = "target reached"
+                break
+            if out_of_time:
+                break
+    finally:
+        for g, lr in zip(optimizer.param_groups, rl_lr):
+            g["lr"] = lr
+        optimizer.state.clear()  # RL starts with fresh moments: the supervised ones point elsewhere
+    return WarmStartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
+                           traces=ws.traces)
