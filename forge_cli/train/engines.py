@@ -71,26 +71,38 @@ class TorchEngine(_Closing):
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
 
+def init_distributed() -> bool:
+    """Join the launcher's process group (NCCL on CUDA, gloo on CPU) unless this process is in one
+    already; True if it joined here. Without a launcher it is a group of one (RANK 0, WORLD_SIZE 1).
+    On CUDA each process takes the GPU of its ``LOCAL_RANK`` first, so that collectives run there."""
+    from forge_cli.paths import forge_home
+
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(forge_home() / "torch_extensions"))
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")):
+        os.environ.setdefault(key, value)
+    import deepspeed
+
+    if not torch.cuda.is_available():
+        # DeepSpeed's CPU backend would compile a shared-memory allreduce (~20 s per cold start;
+        # gloo's allreduce does the same job). Marked incompatible, nothing compiles. DeepSpeed
+        # keeps this dict for the process, so the edit holds.
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    if torch.distributed.is_initialized():
+        return False
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    return True
+
+
 class DeepSpeedEngine(_Closing):
     name = "deepspeed"
 
     def __init__(self, model: Any, lr: float, zero_stage: int = 1, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
                  precision: str = "auto") -> None:
-        from forge_cli.paths import forge_home
-
-        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(forge_home() / "torch_extensions"))
-        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")):
-            os.environ.setdefault(key, value)
         import deepspeed
 
-        if not torch.cuda.is_available():
-            # DeepSpeed's CPU backend would compile a shared-memory allreduce (~20 s per cold start;
-            # gloo's allreduce does the same job). Marked incompatible, nothing compiles. DeepSpeed
-            # keeps this dict for the process, so the edit holds.
-            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-        self._owns_group = not torch.distributed.is_initialized()
-        if self._owns_group:
-            deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        self._owns_group = init_distributed()
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         config = {
             "train_micro_batch_size_per_gpu": 1,
