@@ -10,8 +10,8 @@ setup:            ## create/refresh the project venv (a no-op when nothing chang
 system-deps:      ## Debian packages the tests use (PostgreSQL server), installed if missing
 	@bash scripts/system-deps.sh
 
-train: setup      ## the main job; until `forge train` lands (issue 5) it checks the machine
-	$(VENV)/bin/forge doctor
+train: setup      ## the main job: forge train on the embedded default (model init, warm start, RL; 15 minutes)
+	$(VENV)/bin/forge train
 
 test: setup system-deps  ## the whole test suite, slow tests included (what CI runs)
 	$(VENV)/bin/python -m pytest

@@ -89,8 +89,14 @@ class Registry:
     def scaffold(self, name: str) -> ScaffoldSpec:
         entry = self.scaffolds.get(name)
         if entry is None:
-            known = ", ".join(sorted(self.scaffolds)) or "none"
-            raise ForgeError(f"no scaffold named '{name}' (registered: {known})")
+            import difflib
+
+            near = difflib.get_close_matches(name, self.scaffolds, n=5, cutoff=0.5)
+            families = sorted(n for n, e in self.scaffolds.items() if "_" not in n and n.count("-") <= 1)
+            hint = f"did you mean {', '.join(near)}? " if near else ""
+            shown = ", ".join(families[:20]) or "none"
+            raise ForgeError(f"no scaffold named '{name}' ({hint}{len(self.scaffolds)} registered, among them {shown}; "
+                             "forge scaffold list shows them all)")
         return entry.value
 
     def tool_format(self, name: str) -> ToolFormat:

@@ -42,7 +42,7 @@ def test_every_builtin_suite_is_registered_by_the_builtin_plugin():
 
 
 def test_an_unknown_suite_names_the_known_ones():
-    with pytest.raises(ForgeError, match=r"no task suite named 'nope' \(registered: calc, files, kv-search, qa, reasoning"):
+    with pytest.raises(ForgeError, match=r"no task suite named 'nope' \(registered: calc, calc-1, files, kv-search, qa, reasoning"):
         task_suite("nope")
 
 

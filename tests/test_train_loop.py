@@ -54,10 +54,11 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     assert all(s["tokens"] > s["unique_tokens"] > 0 for s in steps)  # the prefix tree merged the shared prompt
     assert all(sum(s["ages"].values()) == s["samples"] and s["max_age"] >= 0 for s in steps)
     evals = [f for kind, f in seen if kind == "eval"]
-    assert len(evals) == 1 and evals[0]["step"] == 2 and evals[0]["success"] == 1.0 and evals[0]["tasks"] == 2
+    # every eval_every steps, and the final policy once more
+    assert [e["step"] for e in evals] == [2, 3] and all(e["success"] == 1.0 and e["tasks"] == 2 for e in evals)
     run = tmp_path / "runs" / "loop"
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [(line["kind"], line["step"]) for line in lines] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3)]
+    assert [(line["kind"], line["step"]) for line in lines] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("eval", 3)]
     assert all(a["time_s"] <= b["time_s"] for a, b in zip(lines, lines[1:]))
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000003"
@@ -67,7 +68,7 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     consumed = {g.id for g in pool.groups() if g.status.value == "consumed"}
     assert consumed == {gid for s in steps for gid in s["group_ids"]}
     evaluation = [g for g in pool.groups() if g.status.value == "evaluation"]
-    assert len(evaluation) == 2 and all(g.queue_index < 0 for g in evaluation)  # recorded, out of the queue
+    assert len(evaluation) == 4 and all(g.queue_index < 0 for g in evaluation)  # recorded, out of the queue
     assert len([g for g in pool.groups() if g.status.value != "evaluation"]) <= 3 + 2  # admission held
     pool.close()
 

@@ -42,8 +42,13 @@ def register(app: typer.Typer) -> None:
                               ("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("train.warmstart.when", "--warmstart", warmstart)])
+        from forge_cli.train.distributed import world
+        from forge_cli.train.run import prepare
+
+        rank, _ = world()
+        prepared = prepare(config, run=run, resume=resume, minutes=minutes) if rank == 0 else None
         try:
-            result = asyncio.run(_with_display(config, run=run, resume=resume, steps=steps, minutes=minutes, live=live))
+            result = asyncio.run(_with_display(prepared, steps=steps, live=live and rank == 0))
         except (KeyboardInterrupt, asyncio.CancelledError):
             err_console.print("training stopped: the last step is checkpointed (continue with forge train --resume RUN)")
             raise typer.Exit(130) from None
@@ -55,8 +60,7 @@ def register(app: typer.Typer) -> None:
                           f"success {best}; run: {result.run_dir}  (forge report {result.run_dir.name})")
 
 
-async def _with_display(config: Any, *, run: str | None, resume: str | None, steps: int | None, minutes: float | None,
-                        live: bool) -> Any:
+async def _with_display(prepared: Any, *, steps: int | None, live: bool) -> Any:
     import asyncio
     import contextlib
     import signal
@@ -65,20 +69,22 @@ async def _with_display(config: Any, *, run: str | None, resume: str | None, ste
 
     from forge_cli.console import err_console
     from forge_cli.train.display import TrainDisplay
-    from forge_cli.train.run import train
+    from forge_cli.train.run import execute
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
-    view = TrainDisplay(steps=steps, minutes=minutes, title=f"forge train{f' --resume {resume}' if resume else ''}")
+    if prepared is None:  # a DeepSpeed rank > 0: it follows rank 0
+        return await execute(prepared)
+    title = f"forge train --resume {prepared.run}" if prepared.resume else "forge train"
+    view = TrainDisplay(steps=steps, minutes=prepared.minutes, title=title)
 
     def on_event(kind: str, fields: dict[str, Any]) -> None:
         view.update(kind, fields)
-        if kind == "status" and fields.get("minutes") is not None:
-            view.minutes = fields["minutes"]
-        if not live and kind in ("step", "eval", "warmstart"):
+        quiet = kind == "warmstart" and fields.get("heldout_success") is None and fields.get("step", 0) % 25
+        if not live and kind in ("step", "eval", "warmstart") and not quiet:
             keys = ("loss", "reward_mean", "success", "heldout_success", "mean_age", "policy_version")
             err_console.print(f"{kind} {fields.get('step')}: " + ", ".join(
                 f"{k} {fields[k]:.4g}" if isinstance(fields.get(k), float) else f"{k} {fields[k]}" for k in keys if k in fields))
 
     display = Live(view, console=err_console, refresh_per_second=2, transient=False) if live else contextlib.nullcontext()
     with display:
-        return await train(config, run=run, resume=resume, steps=steps, minutes=minutes, on_event=on_event)
+        return await execute(prepared, steps=steps, on_event=on_event)

@@ -51,6 +51,9 @@ class VLLMEngine(Engine):
         enable_prefix_caching: bool = True,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # vLLM's INFO lines (its engine process prints them too) would bury the CLI's own display;
+        # VLLM_LOGGING_LEVEL=INFO in the environment brings them back
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         try:
             from transformers import AutoTokenizer
             from vllm.engine.arg_utils import AsyncEngineArgs

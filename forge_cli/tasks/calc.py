@@ -96,13 +96,14 @@ def tools(task: Task, workdir: Path) -> Sequence[Tool]:
     return (calculator_tool(),)
 
 
-def calc_suite(max_ops: int = 4) -> TaskSuite:
-    """The ``calc`` suite with difficulties 1..``max_ops`` (operations per task)."""
+def calc_suite(max_ops: int = 4, name: str = NAME) -> TaskSuite:
+    """The ``calc`` suite with difficulties 1..``max_ops`` (operations per task), registered as ``name``."""
     if max_ops < 1 or max_ops > len(STEP_NAMES):
         raise ForgeError(f"calc: max_ops must be between 1 and {len(STEP_NAMES)}, not {max_ops}")
 
     def make(split: Split, n: int, seed: int) -> list[Task]:
-        return draw(NAME, split, n, seed, lambda rng: generate(rng, max_ops))
+        return draw(name, split, n, seed, lambda rng: generate(rng, max_ops))
 
-    return TaskSuite(name=NAME, description="Integer arithmetic with a calculator tool, 1-4 operations "
-                     "(difficulty = operations); numeric verifier.", make=make, verifier=NumericMatch(), tools=tools)
+    ops = "one operation" if max_ops == 1 else f"1-{max_ops} operations (difficulty = operations)"
+    return TaskSuite(name=name, description=f"Integer arithmetic with a calculator tool, {ops}; numeric verifier.",
+                     make=make, verifier=NumericMatch(), tools=tools)

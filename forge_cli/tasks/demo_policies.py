@@ -122,7 +122,7 @@ def _user_task(messages: list[dict[str, Any]]) -> str:
 
 
 # suite -> the demo policy that solves it (what the warm start's synthetic traces come from)
-DEMO_POLICIES: dict[str, str] = {"calc": "calc", "kv-search": "kv_search", "files": "files_shell"}
+DEMO_POLICIES: dict[str, str] = {"calc": "calc", "calc-1": "calc", "kv-search": "kv_search", "files": "files_shell"}
 
 
 def by_tools(context: dict[str, Any]) -> str:

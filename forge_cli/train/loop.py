@@ -45,7 +45,6 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
     from forge_cli.rollout.driver import request_from_config, rollout
     from forge_cli.train.batch import build_samples
     from forge_cli.train.distributed import make_loop_trainer
-    from forge_cli.train.evaluate import evaluate
     from forge_cli.train.metrics import MetricsLog, step_fields, write_state
     from forge_cli.train.resume import restore, save, trainer_model
 
@@ -63,7 +62,6 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
         step, version, best = await restore(gw, trainer, model, resume)
         write_state(gw.run_dir, status="running", step=step, policy_version=version, minutes=minutes, error=None,
                     started_at=time.time(), best_heldout_success=best)
-        status = "stopped"
         try:
             if warm_start and not resume:
                 from forge_cli.train.warmstart import warm_start as run_warm_start
@@ -106,18 +104,20 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                     last, sampled = now, live.get("output_tokens", 0.0)
                     tell("step", log.write("step", step, **fields))
                     if config.train.eval_every and step % config.train.eval_every == 0:
-                        result = await evaluate(config, gw, tasks=config.train.eval_tasks,
-                                                samples_per_task=config.train.eval_samples)
-                        best = max(best or 0.0, result.success)
-                        tell("eval", log.write("eval", step, **result.line()))
+                        best = await _evaluate(config, gw, log, tell, step, best)
                         last = time.monotonic()
                     if config.train.checkpoint_every and step % config.train.checkpoint_every == 0:
                         await save(config, gw.run_dir, model, trainer, step, version)
                     write_state(gw.run_dir, step=step, policy_version=version, best_heldout_success=best)
-                status = "finished"
             finally:
                 producer.cancel()
                 await asyncio.gather(producer, return_exceptions=True)
+            if config.train.eval_every and step and step % config.train.eval_every:  # the final policy, measured
+                tell("status", {"status": "final held-out evaluation", "step": step})
+                best = await _evaluate(config, gw, log, tell, step, best)
+            if step:
+                await save(config, gw.run_dir, model, trainer, step, version)
+            status = "finished"
         except BaseException as exc:
             write_state(gw.run_dir, status="failed" if not isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
                         else "stopped", error=None if isinstance(exc, asyncio.CancelledError) else str(exc)[:500])
@@ -127,11 +127,18 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
         finally:
             log.close()
             trainer.close()
-        if step:
-            await save(config, gw.run_dir, model, trainer, step, version)
         write_state(gw.run_dir, status=status, step=step, policy_version=version, best_heldout_success=best)
         tell("status", {"status": status, "step": step})
         return TrainResult(gw.run_dir, step, version, status, best)
+
+
+async def _evaluate(config: Any, gw: Any, log: Any, tell: Event, step: int, best: float | None) -> float:
+    """A held-out evaluation of the weights the engine serves, logged; returns the best rate so far."""
+    from forge_cli.train.evaluate import evaluate
+
+    result = await evaluate(config, gw, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
+    tell("eval", log.write("eval", step, **result.line()))
+    return max(best or 0.0, result.success)
 
 
 async def _take(scheduler: Any, gw: Any, version: int, producer: asyncio.Task,

@@ -60,17 +60,21 @@ def plan(config: Any, *, minutes: float | None = None) -> Plan:
     return Plan(config, when != "never", warm if when == "auto" else None, budget)
 
 
-async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
-                minutes: float | None = None, on_event: Any = None) -> Any:
-    """Run ``forge train``: a new run (``run`` names it) or ``resume`` an existing one; returns
-    the loop's :class:`~forge_cli.train.loop.TrainResult`."""
-    from forge_cli.train.distributed import run_follower, world
-    from forge_cli.train.loop import train_loop
+@dataclass(frozen=True)
+class Prepared:
+    """A run ready to start: checked, its policy chosen (what :func:`prepare` returns)."""
 
-    rank, _ = world()
-    if rank > 0:  # another trainer process of a DeepSpeed launch: it follows rank 0
-        await asyncio.to_thread(run_follower)
-        return None
+    config: Any
+    run: str | None
+    resume: bool
+    minutes: float | None
+    warm_start: bool = False
+    save_warm_to: Path | None = None
+
+
+def prepare(config: Any, *, run: str | None = None, resume: str | None = None, minutes: float | None = None) -> Prepared:
+    """Check a ``forge train`` before anything starts (one ForgeError for what would fail it) and
+    choose its policy: a new run (``run`` names it), or ``resume`` an existing run with its own config."""
     if resume is not None:
         from forge_cli.runs import resolve_run, run_config
 
@@ -79,15 +83,68 @@ async def train(config: Any, *, run: str | None = None, resume: str | None = Non
         saved.run.dir = run_dir.parent
         if not (run_dir / "checkpoints" / "latest").is_file() and not (run_dir / "pool.sqlite").exists():
             raise ForgeError(f"run {run_dir.name} has nothing to resume (no checkpoint, no pool)")
-        budget = minutes if minutes is not None else saved.train.minutes
-        return await train_loop(saved, run=run_dir.name, steps=steps, minutes=budget, resume=True, on_event=on_event)
-    p = plan(config, minutes=minutes)
+        check(saved, warm_start=False)
+        return Prepared(saved, run_dir.name, True, minutes if minutes is not None else saved.train.minutes)
     if run is not None:
         from forge_cli.runs import check_run_name
 
         check_run_name(run)
-    return await train_loop(p.config, run=run, steps=steps, minutes=p.minutes, warm_start=p.warm_start,
-                            save_warm_to=p.save_warm_to, on_event=on_event)
+    check(config, warm_start=config.train.warmstart.when != "never")
+    p = plan(config, minutes=minutes)
+    return Prepared(p.config, run, False, p.minutes, p.warm_start, p.save_warm_to)
+
+
+async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
+                minutes: float | None = None, on_event: Any = None) -> Any:
+    """``forge train``: :func:`prepare`, then :func:`execute`."""
+    return await execute(prepare(config, run=run, resume=resume, minutes=minutes), steps=steps, on_event=on_event)
+
+
+async def execute(prepared: Prepared, *, steps: int | None = None, on_event: Any = None) -> Any:
+    """Run a prepared ``forge train``; returns the loop's :class:`~forge_cli.train.loop.TrainResult`
+    (None on a DeepSpeed rank > 0, which follows rank 0 instead)."""
+    from forge_cli.train.distributed import run_follower, world
+    from forge_cli.train.loop import train_loop
+
+    rank, _ = world()
+    if rank > 0:
+        await asyncio.to_thread(run_follower)
+        return None
+    p = prepared
+    return await train_loop(p.config, run=p.run, steps=steps, minutes=p.minutes, resume=p.resume,
+                            warm_start=p.warm_start, save_warm_to=p.save_warm_to, on_event=on_event)
+
+
+def check(config: Any, *, warm_start: bool) -> None:
+    """What would fail the run once started fails it now, in one line, before a model is built or
+    an engine started: the scaffold, its options, the suites of ``[rollout]`` (and a demo policy for
+    each if the run may warm-start), the reward weights, a PostgreSQL pool that does not answer."""
+    from forge_cli.plugins import get_registry
+    from forge_cli.rollout.driver import preflight, request_from_config, resolve_suite
+    from forge_cli.rollout.stream import check_mix
+
+    registry = get_registry()
+    request = request_from_config(config, groups=None)
+    spec = registry.scaffold(request.scaffold)
+    for name in check_mix(request.weights):
+        resolve_suite(name, request.verifier, registry)
+    preflight(config, request, spec, registry)
+    if warm_start and config.model.path is None:
+        from forge_cli.tasks.demo_policies import policy_for
+
+        policy_for(request.weights)
+    if config.pool.url.startswith("postgres"):
+        from forge_cli.pool.store import _redact
+
+        try:
+            import psycopg
+
+            psycopg.connect(config.pool.url, connect_timeout=5).close()
+        except ImportError:
+            raise ForgeError("pool.url names PostgreSQL but psycopg is not installed") from None
+        except psycopg.Error as exc:
+            raise ForgeError(f"the PostgreSQL pool at {_redact(config.pool.url)} does not answer: "
+                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
 
 
 def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, Any]) -> Path:

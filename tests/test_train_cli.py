@@ -1,0 +1,83 @@
+"""``forge train`` before anything starts: bad input is one red line (nothing created, no engine
+started), and the embedded default's policy and budget are chosen as documented."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forge_cli.config import load_config
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--task", "nope"], "no task suite named 'nope'"),
+    (["--scaffold", "tool-cal"], "no scaffold named 'tool-cal' (did you mean tool-call"),
+    (["--minutes", "0"], "--minutes must be > 0"),
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--model", "."], "no model at"),
+    (["--resume", "nope"], "no run 'nope'"),
+    (["--resume", "x", "--run", "y"], "--resume continues a run with its own config"),
+    (["--mix", "calc=1,qa=1"], "no demo policy writes warm-start traces for qa"),
+    (["--run", "../escape"], "run name"),
+    (["--warmstart", "sometimes"], "train.warmstart.when"),
+])
+def test_bad_input_is_one_red_line_and_nothing_starts(cli, tmp_path, args, message):
+    result = cli("--set", f"run.dir={tmp_path / 'runs'}", "train", "--no-live", *args)
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], result.output
+    assert not (tmp_path / "runs").exists()  # no run folder, no engine, no model built
+    assert not (Path.cwd() / "forge-home" / "models").exists()
+
+
+def test_a_pool_that_does_not_answer_fails_before_anything_starts(cli, tmp_path):
+    result = cli("--set", f"run.dir={tmp_path / 'runs'}", "--set", "pool.url=postgresql://forge@127.0.0.1:1/forge",
+                 "train", "--no-live")
+    assert result.exit_code == 1
+    assert "the PostgreSQL pool at postgresql://forge@127.0.0.1:1/forge does not answer" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_needs_something_to_resume(cli, tmp_path):
+    (tmp_path / "runs" / "empty").mkdir(parents=True)
+    result = cli("--set", f"run.dir={tmp_path / 'runs'}", "train", "--resume", "empty")
+    assert result.exit_code == 1 and "run empty has nothing to resume" in result.output
+
+
+def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path):
+    from forge_cli.train.run import DEFAULT_MINUTES, plan, warm_model_dir
+
+    config = load_config(env={})
+    first = plan(config)
+    assert first.warm_start and first.save_warm_to == warm_model_dir() and first.minutes == DEFAULT_MINUTES
+    assert (Path(first.config.model.path) / "config.json").is_file()  # forge model init, on first use
+    assert config.model.path is None  # the caller's config is not changed
+    warm_model_dir().mkdir(parents=True)
+    (warm_model_dir() / "config.json").write_text(json.dumps({}))
+    later = plan(config, minutes=3)
+    assert (str(later.config.model.path), later.warm_start, later.minutes) == (str(warm_model_dir()), False, 3)
+    never = plan(load_config(env={}, overrides={"train.warmstart.when": "never"}))
+    assert not never.warm_start and str(never.config.model.path) != str(warm_model_dir())
+    always = plan(load_config(env={}, overrides={"train.warmstart.when": "always"}))
+    assert always.warm_start and always.save_warm_to is None  # a fresh warm start, the kept copy left alone
+
+
+def test_a_users_model_has_no_time_bound_unless_asked(tiny_model):
+    from forge_cli.train.run import plan
+
+    config = load_config(env={}, overrides={"model.path": str(tiny_model)})
+    assert (plan(config).minutes, plan(config).warm_start) == (None, False)
+    assert plan(config, minutes=2.5).minutes == 2.5
+    assert plan(load_config(env={}, overrides={"model.path": str(tiny_model), "train.minutes": 9})).minutes == 9
+
+
+def test_every_option_is_documented(cli):
+    result = cli("train", "--help")
+    assert result.exit_code == 0
+    for option in ("--minutes", "--steps", "--run", "--resume", "--model", "--scaffold", "--task", "--mix", "--warmstart",
+                   "--live"):
+        assert option in result.output
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "forge train [--minutes M]" in readme and "forge model warmstart" in readme
