@@ -4,7 +4,8 @@
 split into trunks whose keys/values later micro-batches reuse (several backward calls per step).
 
 ``python -m tests.ds_worker loop ZERO_STAGE SEED OUT``: the loop's trainer (``make_loop_trainer`` on
-rank 0, ``run_follower`` on the others; ZERO_STAGE 0 is the torch engine) on three random batches
+rank 0, ``run_follower`` on the others; ZERO_STAGE 0 is the torch engine, a path is a forge.toml whose
+``[train]`` is used) on three random batches
 drawn from SEED; every rank writes ``OUT/rank{r}.json`` (the sha256 of its weights after each step, as
 rank 0 reads them to push them to the rollout engine; rank 0: each step's loss, mean ratio and output
 tokens; a follower: the steps it followed; the modules of the gateway,
@@ -42,7 +43,7 @@ def random_batch(seed: int, step: int):
     return out
 
 
-def loop_main(stage: int, seed: int, out: str) -> None:
+def loop_main(stage: int | str, seed: int, out: str) -> None:
     import hashlib
     import json
     from pathlib import Path
@@ -66,10 +67,13 @@ def loop_main(stage: int, seed: int, out: str) -> None:
         report["hashes"].append(digest(weights))
 
     if rank == 0:
-        from forge_cli.config import ForgeConfig
+        from forge_cli.config import ForgeConfig, load_config
 
-        engine = {"type": "torch"} if stage == 0 else {"type": "deepspeed", "zero_stage": stage}
-        config = ForgeConfig.model_validate({"train": {"engine": engine, "lr": 1e-2, "precision": "fp32"}})
+        if isinstance(stage, str):
+            config = load_config(stage, env={})
+        else:
+            engine = {"type": "torch"} if stage == 0 else {"type": "deepspeed", "zero_stage": stage}
+            config = ForgeConfig.model_validate({"train": {"engine": engine, "lr": 1e-2, "precision": "fp32"}})
         torch.manual_seed(0)
         trainer = make_loop_trainer(config, tiny_model())
         for step in range(3):
@@ -88,7 +92,8 @@ def loop_main(stage: int, seed: int, out: str) -> None:
 
 def main() -> None:
     if sys.argv[1] == "loop":
-        return loop_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        stage = sys.argv[2]
+        return loop_main(int(stage) if stage.isdigit() else stage, int(sys.argv[3]), sys.argv[4])
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from forge_cli.train.engines import make_train_engine

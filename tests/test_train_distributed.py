@@ -88,8 +88,9 @@ def test_mistakes_are_one_line(monkeypatch):
 # ---- real processes: torchrun, gloo on CPU -------------------------------------------------------------
 
 
-def _launch(stage: int, seed: int, out: Path, nproc: int) -> list[dict]:
-    """``tests.ds_worker loop`` on ``nproc`` processes (one: no launcher); each rank's report."""
+def launch(stage: int | str, seed: int, out: Path, nproc: int) -> list[dict]:
+    """``tests.ds_worker loop`` on ``nproc`` processes (one: no launcher); each rank's report. ``stage``:
+    a ZeRO stage (0: the torch engine) or a forge.toml."""
     out.mkdir()
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(out / "ext")}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
@@ -112,7 +113,7 @@ def seed() -> int:
 def reference(seed, tmp_path_factory):
     """The torch engine in one process, on the whole batch of each step."""
     out = tmp_path_factory.mktemp("reference") / "out"
-    return _launch(0, seed, out, 1)[0]["stats"], out / "rank0.pt"
+    return launch(0, seed, out, 1)[0]["stats"], out / "rank0.pt"
 
 
 @pytest.mark.slow
@@ -120,7 +121,7 @@ def reference(seed, tmp_path_factory):
 def test_two_ranks_hold_one_set_of_weights(stage, seed, reference, tmp_path):
     import torch
 
-    ranks = _launch(stage, seed, tmp_path / "out", 2)
+    ranks = launch(stage, seed, tmp_path / "out", 2)
     assert len(ranks[0]["hashes"]) == 3
     assert ranks[1]["hashes"] == ranks[0]["hashes"], f"seed {seed}: the ranks' weights differ after a step"
     assert ranks[1]["steps"] == 3
