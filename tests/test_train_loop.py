@@ -56,6 +56,7 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     evals = [f for kind, f in seen if kind == "eval"]
     # every eval_every steps, and the final policy once more
     assert [e["step"] for e in evals] == [2, 3] and all(e["success"] == 1.0 and e["tasks"] == 2 for e in evals)
+    assert all(e["reward_mean"] >= 1.0 for e in evals)  # rewarded like any group (outcome 1 + a time bonus)
     run = tmp_path / "runs" / "loop"
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [(line["kind"], line["step"]) for line in lines] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("eval", 3)]

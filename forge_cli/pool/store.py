@@ -475,7 +475,7 @@ class DataPool(PoolReads):
             row = cur.one(f"SELECT status FROM groups WHERE id = ?{lock}", (group_id,))
             if row is None:
                 raise ForgeError(f"unknown group {group_id!r}")
-            if row[0] != GroupStatus.ACTIVE.value:
+            if row[0] not in (GroupStatus.ACTIVE.value, GroupStatus.EVALUATION.value):
                 raise ForgeError(f"group {group_id} is {row[0]}: its rewards can no longer change")
             running = cur.one(
                 f"SELECT COUNT(*) FROM trajectories WHERE group_id = ? AND status NOT IN ({', '.join('?' * len(TERMINAL))})",

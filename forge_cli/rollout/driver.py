@@ -266,7 +266,7 @@ class _Run:
             result = apply_group_rewards(self.pool, group_id, outcomes=outcomes, settings=self.config.rewards,
                                          texts=texts, tools=tools)
         except ForgeError:
-            if self.pool.group(group_id).status.value == "active":
+            if self.pool.group(group_id).status.value in ("active", "evaluation"):
                 raise  # not because the scheduler dropped it: a real fault
             return [r for r, _ in ended]  # the group timed out and was dropped meanwhile
         finally:
