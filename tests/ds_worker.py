@@ -8,7 +8,8 @@ rank 0, ``run_follower`` on the others; ZERO_STAGE 0 is the torch engine, a path
 ``[train]`` is used) on three random batches
 drawn from SEED; every rank writes ``OUT/rank{r}.json`` (the sha256 of its weights after each step, as
 rank 0 reads them to push them to the rollout engine; rank 0: each step's loss, mean ratio and output
-tokens; a follower: the steps it followed; the modules of the gateway,
+tokens; a follower: the steps it followed; after the first step every rank's learning rate is cut
+to a third through ``on_every_rank``; the modules of the gateway,
 the rollout, vLLM and Ray it imported) and its last weights to ``OUT/rank{r}.pt``.
 """
 
@@ -43,6 +44,13 @@ def random_batch(seed: int, step: int):
     return out
 
 
+def set_lr(engine, lr: float) -> None:
+    """The learning rate of ``engine``'s optimizer (DeepSpeed's or torch's)."""
+    inner = getattr(engine, "engine", None)
+    for group in (inner.optimizer if inner is not None else engine.optimizer).param_groups:
+        group["lr"] = lr
+
+
 def loop_main(stage: int | str, seed: int, out: str) -> None:
     import hashlib
     import json
@@ -68,6 +76,7 @@ def loop_main(stage: int | str, seed: int, out: str) -> None:
 
     if rank == 0:
         from forge_cli.config import ForgeConfig, load_config
+        from forge_cli.train.distributed import on_every_rank
 
         if isinstance(stage, str):
             config = load_config(stage, env={})
@@ -81,6 +90,8 @@ def loop_main(stage: int | str, seed: int, out: str) -> None:
                                  split="auto", budget=12)
             report.setdefault("stats", []).append([stats.loss, stats.mean_ratio, stats.tokens])
             record(trainer.state_dict())
+            if step == 0:  # a change every rank must make alike
+                on_every_rank(trainer, set_lr, config.train.lr / 3)
         trainer.close()
     else:
         report["steps"] = run_follower(on_weights=record)

@@ -12,6 +12,8 @@ own (:data:`FOLLOW_TIMEOUT`, so a follower may wait through a long rollout), whe
   them: measured on this CPU against int32/float64 tensors packed per field, 2 M tokens take 130 ms
   pickled and 310 ms packed — pickling lists is C code, packing them is not);
 - ``state_dict`` when rank 0 reads the weights (a collective under ZeRO-3);
+- ``call``: a function that every rank applies to its engine (:func:`on_every_rank`: a learning
+  rate, an optimizer state cleared — what rank 0 alone must not change);
 - ``stop`` at the end.
 
 Each rank then trains on its share of the samples (:class:`~forge_cli.train.engines.DeepSpeedEngine`),
@@ -112,29 +114,38 @@ def _leave() -> None:
 
 class RankZeroTrainer:
     """Rank 0's train engine when several ranks train: each call the other ranks must make too is
-    sent to them first. Everything else (``model``, ``rank``, ``zero_stage``, …) is the engine's."""
+    sent to them first. Everything else (``model``, ``engine``, ``rank``, ``zero_stage``, …) is the
+    wrapped engine's, so code that reads a DeepSpeed engine's parts reads them through this too."""
 
     def __init__(self, engine: Any, group: Any) -> None:
-        self.engine = engine
+        self._inner = engine
         self._group = group
         self._lock = threading.Lock()  # the loop steps in a thread and reads weights on its event loop
         self._closed = False
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["engine"], name)
+        return getattr(self.__dict__["_inner"], name)
 
     def step(self, samples: Sequence[Any], loss_cfg: Any, **kw: Any) -> Any:
         """One update on the global batch ``samples``, on every rank."""
         with self._lock:
             samples = list(samples)
             _send(self._group, ["step", samples, loss_cfg, kw])
-            return self.engine.step(samples, loss_cfg, **kw)
+            return self._inner.step(samples, loss_cfg, **kw)
 
     def state_dict(self) -> dict[str, Any]:
         """The full weights (under ZeRO-3 every rank takes part in gathering them)."""
         with self._lock:
             _send(self._group, ["state_dict"])
-            return self.engine.state_dict()
+            return self._inner.state_dict()
+
+    def on_every_rank(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(engine, *args)`` on every rank's engine (``fn`` must be importable: it is sent by
+        name), rank 0's result returned — for what must change alike everywhere (a learning rate,
+        an optimizer state cleared)."""
+        with self._lock:
+            _send(self._group, ["call", fn, args])
+            return fn(self._inner, *args)
 
     def close(self) -> None:
         """Tell the followers to stop, then leave the process group with them."""
@@ -146,7 +157,7 @@ class RankZeroTrainer:
                 _send(self._group, ["stop"])
             except RuntimeError:  # a follower is gone (the launcher stops the rest): nobody to leave with
                 return
-            self.engine.close()
+            self._inner.close()
             _leave()
 
     def __enter__(self) -> RankZeroTrainer:
@@ -154,6 +165,14 @@ class RankZeroTrainer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def on_every_rank(trainer: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(engine, *args)`` on every rank (:meth:`RankZeroTrainer.on_every_rank`), or on the one
+    engine of a single process."""
+    if isinstance(trainer, RankZeroTrainer):
+        return trainer.on_every_rank(fn, *args)
+    return fn(trainer, *args)
 
 
 def follow(engine: Any, group: Any = None, on_weights: Callable[[dict[str, Any]], None] | None = None) -> int:
@@ -175,6 +194,9 @@ def follow(engine: Any, group: Any = None, on_weights: Callable[[dict[str, Any]]
             weights = engine.state_dict()
             if on_weights is not None:
                 on_weights(weights)
+        elif kind == "call":
+            _, fn, args = message
+            fn(engine, *args)
         else:
             raise ForgeError(f"rank 0 sent an unknown message {kind!r}")
 
