@@ -84,3 +84,27 @@ def test_the_multinode_example_trains_on_two_processes(tmp_path):
     ranks = launch(str(ROOT / "examples" / "scale" / "gpu-multinode.toml"), random.randrange(10**6), tmp_path / "out", 2)
     assert len(ranks[0]["hashes"]) == 3 and ranks[1]["hashes"] == ranks[0]["hashes"]
     assert ranks[1]["steps"] == 3
+
+
+def test_engine_args_reach_vllm_checked_against_its_fields():
+    """What [model.engine] engine_args passes to vLLM's AsyncEngineArgs (the engine itself is not started)."""
+    from vllm.config import KVTransferConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from forge_cli.engine.vllm import vllm_engine_args
+    from forge_cli.errors import ForgeError
+
+    forge_set = {"model": "m", "logprobs_mode": "processed_logprobs", "max_model_len": 128}
+    speculative = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+    got = vllm_engine_args({"speculative_config": speculative, "tensor_parallel_size": 2,
+                            "kv_transfer_config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, forge_set)
+    assert got["speculative_config"] == speculative and got["tensor_parallel_size"] == 2
+    assert isinstance(got["kv_transfer_config"], KVTransferConfig) and got["kv_transfer_config"].kv_role == "kv_both"
+    args = AsyncEngineArgs(**forge_set, **got)  # what VLLMEngine builds its AsyncLLM from
+    assert args.speculative_config == speculative and args.tensor_parallel_size == 2
+    with pytest.raises(ForgeError, match="'speculative' is not one of vLLM's engine arguments"):
+        vllm_engine_args({"speculative": speculative}, forge_set)
+    with pytest.raises(ForgeError, match="'logprobs_mode' is set by Forge"):
+        vllm_engine_args({"logprobs_mode": "raw_logprobs"}, forge_set)
+    with pytest.raises(ForgeError, match="kv_transfer_config"):
+        vllm_engine_args({"kv_transfer_config": {"kv_role": "sideways"}}, forge_set)

@@ -30,13 +30,16 @@ class VLLMEngineConfig(_EngineConfig):
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="CUDA: the share of GPU memory vLLM may take.")
     kv_cache_bytes: int = Field(256 * 1024 * 1024, gt=0, description="CPU: bytes of KV cache.")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prompt prefixes.")
+    engine_args: dict[str, Any] = Field(default_factory=dict, description=(
+        "More of vLLM's AsyncEngineArgs, passed as they are (speculative_config, kv_transfer_config, "
+        "tensor_parallel_size, …); checked against vLLM's fields when the engine starts."))
 
     def build(self, model_path: str | Path, max_model_len: int | None) -> Any:
         from forge_cli.engine.vllm import VLLMEngine
 
         return VLLMEngine(model_path, max_model_len=max_model_len, kv_cache_bytes=self.kv_cache_bytes,
                           gpu_memory_utilization=self.gpu_memory_utilization,
-                          enable_prefix_caching=self.enable_prefix_caching)
+                          enable_prefix_caching=self.enable_prefix_caching, engine_args=self.engine_args)
 
 
 class HFEngineConfig(_EngineConfig):

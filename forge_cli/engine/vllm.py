@@ -38,6 +38,34 @@ def _on_cuda() -> bool:
         return False
 
 
+def vllm_engine_args(extra: dict[str, Any], forge_set: dict[str, Any]) -> dict[str, Any]:
+    """``[model.engine] engine_args`` as vLLM's ``AsyncEngineArgs`` takes them: each key must be one of
+    its fields and none of those Forge sets itself (``forge_set``); a ``kv_transfer_config`` table
+    becomes vLLM's ``KVTransferConfig`` (``speculative_config`` and the other config tables vLLM
+    takes as dicts itself)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    out = {}
+    for key, value in extra.items():
+        if key not in fields:
+            raise ForgeError(f"model.engine.engine_args: {key!r} is not one of vLLM's engine arguments (AsyncEngineArgs)")
+        if key in forge_set:
+            raise ForgeError(f"model.engine.engine_args: {key!r} is set by Forge (model.path, model.max_model_len or "
+                             "another [model.engine] key; logprobs_mode must stay processed_logprobs)")
+        if key == "kv_transfer_config" and isinstance(value, dict):
+            from vllm.config import KVTransferConfig
+
+            try:
+                value = KVTransferConfig(**value)
+            except Exception as exc:  # pydantic's or vLLM's own checks
+                raise ForgeError(f"model.engine.engine_args.kv_transfer_config: {exc}".splitlines()[0]) from None
+        out[key] = value
+    return out
+
+
 class VLLMEngine(Engine):
     name = "vllm"
 
@@ -49,6 +77,7 @@ class VLLMEngine(Engine):
         kv_cache_bytes: int = 256 * 1024 * 1024,
         gpu_memory_utilization: float = 0.5,
         enable_prefix_caching: bool = True,
+        engine_args: dict[str, Any] | None = None,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         # vLLM's INFO lines (its engine process prints them too) would bury the CLI's own display;
@@ -83,6 +112,7 @@ class VLLMEngine(Engine):
         else:
             # CPU: eager start-up; the default 128-token blocks never cache short prompts
             kwargs.update(enforce_eager=True, dtype="float32", block_size=32, kv_cache_memory_bytes=kv_cache_bytes)
+        kwargs.update(vllm_engine_args(engine_args or {}, kwargs))
         try:
             self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         except Exception as exc:  # vLLM raises many types at start-up
