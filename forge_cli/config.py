@@ -26,7 +26,7 @@ from forge_cli.errors import ForgeError
 from forge_cli.pool.scheduler import SchedulerConfig, WindowedFIFOScheduler
 from forge_cli.rollout.executors import EXECUTORS
 from forge_cli.rewards.config import RewardsConfig
-from forge_cli.train.config import (ATTENTION_MODES, SPLITS, CISPOLoss, LossConfig, TorchTrainEngine, TrainEngineConfig,
+from forge_cli.train.config import (ATTENTION_MODES, SPLITS, CISPOLoss, DeepSpeedTrainEngine, LossConfig, TrainEngineConfig,
                                     WarmStartConfig)
 
 if sys.version_info >= (3, 11):
@@ -110,9 +110,9 @@ class PoolConfig(Section):
 class TrainConfig(Section):
     """The trainer."""
 
-    engine: TrainEngineConfig = Field(default_factory=TorchTrainEngine, description=(
-        'Train engine: [train.engine] with type = "torch" | "deepspeed" (and zero_stage); train.engine = "deepspeed" '
-        'is short for its table.'))
+    engine: TrainEngineConfig = Field(default_factory=DeepSpeedTrainEngine, description=(
+        'Train engine: [train.engine] with type = "deepspeed" (and zero_stage; the default: one process or many under '
+        'its launcher) | "torch" (one process); train.engine = "torch" is short for its table.'))
     lr: float = Field(5e-5, gt=0, description="Learning rate (AdamW).")
     groups_per_step: int = Field(4, gt=0, description="P: groups consumed per train step.")
     group_size: int = Field(8, gt=0, description="n: trajectories sampled per task.")

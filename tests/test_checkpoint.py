@@ -41,3 +41,47 @@ def test_sigkill_then_resume_gives_the_same_steps(tmp_path):
         assert float(loss) == pytest.approx(float(by_step[int(step)][1]), rel=1e-6, abs=1e-9)
         assert draw == by_step[int(step)][2]  # the RNG state came back too
     assert seen == straight[:3]
+
+
+@pytest.mark.parametrize("engine", ["torch", "deepspeed"])
+def test_the_loops_checkpoint_resumes_the_identical_next_step(tiny_model, tmp_path, engine):
+    """What ``forge train --resume`` does — weights into the model before the engine wraps it, then
+    the optimizer's state — gives the step the uninterrupted run takes, under either engine."""
+    import random
+
+    import torch
+
+    from forge_cli.config import load_config
+    from forge_cli.train.checkpoint import load_checkpoint
+    from forge_cli.train.config import CISPOLoss
+    from forge_cli.train.distributed import make_loop_trainer
+    from forge_cli.train.resume import _save, optimizer_of, trainer_model
+    from tests.test_prefix_tree import forest
+
+    config = load_config(env={}, overrides={"model.path": str(tiny_model), "train.engine": engine, "train.lr": 1e-2})
+    rng = random.Random(3)
+    batches = [[s for s in forest(rng, vocab=200)] for _ in range(3)]
+    for batch in batches:  # the behaviour logprobs near the model's, advantages of both signs
+        for s in batch:
+            s.old_logprobs[:] = [-5.0] * len(s.old_logprobs)
+    kw = dict(temperature=1.0, attention="auto", split="auto", budget=4096)
+    straight = make_loop_trainer(config, trainer_model(config, tmp_path, False))
+    for batch in batches:
+        straight.step(batch, CISPOLoss(), **kw)
+    expected = {k: v.clone() for k, v in straight.state_dict().items()}
+
+    first = trainer_model(config, tmp_path, False)
+    trainer = make_loop_trainer(config, first)
+    for batch in batches[:2]:
+        trainer.step(batch, CISPOLoss(), **kw)
+    _save(config, tmp_path, first, trainer, step=2, version=2)
+    resumed_model = trainer_model(config, tmp_path, True)  # the checkpoint's weights
+    resumed = make_loop_trainer(config, resumed_model)
+    state = load_checkpoint(tmp_path / "checkpoints", None, optimizer_of(resumed))
+    assert (state.step, state.policy_version) == (2, 2)
+    resumed.step(batches[2], CISPOLoss(), **kw)
+    got = resumed.state_dict()
+    for engine_ in (resumed, trainer, straight):  # one process group for the three (closing leaves it)
+        engine_.close()
+    for name, value in expected.items():
+        assert torch.allclose(got[name], value, rtol=1e-5, atol=1e-6), name

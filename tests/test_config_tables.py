@@ -114,8 +114,11 @@ def test_every_union_section_is_its_own_name_table():
         assert load_config(env={}, overrides={"train.engine": name}).train.engine.type == name
     engine = load_config(env={}, overrides={"train.engine.type": "deepspeed", "train.engine.zero_stage": 3}).train.engine
     assert engine.zero_stage == 3
+    default = load_config(env={}).train.engine  # DeepSpeed is the default, ZeRO-1
+    assert (default.type, default.zero_stage) == ("deepspeed", 1)
+    assert load_config(env={}, overrides={"train.engine.zero_stage": 2}).train.engine.zero_stage == 2
     with pytest.raises(ForgeError, match="train.engine.zero_stage: unknown key for type = 'torch'"):
-        load_config(env={}, overrides={"train.engine.zero_stage": 3})
+        load_config(env={}, overrides={"train.engine.type": "torch", "train.engine.zero_stage": 3})
     with pytest.raises(ForgeError, match="pool.window_fraction: unknown key"):  # it is windowed_fifo's own field now
         load_config(env={}, overrides={"pool.window_fraction": 0.5})
 

@@ -67,7 +67,7 @@ def test_one_process_gets_the_plain_engine(monkeypatch):
     _env(monkeypatch, RANK=None, WORLD_SIZE=None)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=1))
-    trainer = make_loop_trainer(ForgeConfig(), model)
+    trainer = make_loop_trainer(ForgeConfig.model_validate({"train": {"engine": "torch"}}), model)
     assert type(trainer) is TorchEngine and trainer.model is model
 
 
@@ -77,7 +77,7 @@ def test_mistakes_are_one_line(monkeypatch):
 
     _env(monkeypatch, RANK="0", WORLD_SIZE="2")
     with pytest.raises(ForgeError, match='need train.engine = "deepspeed"'):
-        make_loop_trainer(ForgeConfig(), None)  # torch is one process
+        make_loop_trainer(ForgeConfig.model_validate({"train": {"engine": "torch"}}), None)  # torch is one process
     with pytest.raises(ForgeError, match="rank 0 runs the loop"):
         run_follower()
     _env(monkeypatch, RANK="1")

@@ -62,6 +62,8 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     assert [(line["kind"], line["step"]) for line in lines] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("eval", 3)]
     assert all(a["time_s"] <= b["time_s"] for a, b in zip(lines, lines[1:]))
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    log = (run / "log.txt").read_text()
+    assert log.count(" step {") == 3 and log.count(" eval {") == 2 and "status {'status': 'finished'" in log
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000003"
     assert (run / "checkpoints" / "step-00000003" / "model" / "tokenizer.json").is_file()  # servable as it is
     assert json.loads((run / "train_state.json").read_text())["status"] == "finished"
@@ -86,9 +88,9 @@ def test_bad_budgets_are_refused_before_anything_starts(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def forge_train(tmp_path: Path, tiny_model: Path, *args: str) -> subprocess.Popen:
+def forge_train(tmp_path: Path, tiny_model: Path, *args: str, engine: str = "torch") -> subprocess.Popen:
     sets = {**SCRIPTED, "model.path": str(tiny_model), "run.dir": str(tmp_path / "runs"), "train.checkpoint_every": 2,
-            "train.eval_every": 0, "train.warmstart.when": "never"}
+            "train.eval_every": 0, "train.warmstart.when": "never", "train.engine": engine}
     cmd = [sys.executable, "-m", "forge_cli"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     env = {**os.environ, "FORGE_HOME": str(tmp_path / "home")}
     return subprocess.Popen(cmd + ["train", "--no-live", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -96,13 +98,13 @@ def forge_train(tmp_path: Path, tiny_model: Path, *args: str) -> subprocess.Pope
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-def test_sigkill_at_a_random_moment_then_resume_loses_and_repeats_nothing(tiny_model, tmp_path, seed):
+@pytest.mark.parametrize(("seed", "engine"), [(0, "torch"), (1, "deepspeed")])
+def test_sigkill_at_a_random_moment_then_resume_loses_and_repeats_nothing(tiny_model, tmp_path, seed, engine):
     from forge_cli.pool import DataPool
 
     rng = random.Random(seed)
     run = tmp_path / "runs" / "killed"
-    proc = forge_train(tmp_path, tiny_model, "--run", "killed", "--steps", "8")
+    proc = forge_train(tmp_path, tiny_model, "--run", "killed", "--steps", "8", engine=engine)
     # kill it somewhere between its first step and its last: mid-rollout, mid-step or mid-checkpoint
     kill_after = rng.uniform(0.0, 2.0)
     deadline = time.monotonic() + 240
@@ -118,7 +120,7 @@ def test_sigkill_at_a_random_moment_then_resume_loses_and_repeats_nothing(tiny_m
     before = timeline(run)
     checkpoint = (run / "checkpoints" / "latest").read_text().strip() if (run / "checkpoints" / "latest").exists() else None
 
-    resumed = forge_train(tmp_path, tiny_model, "--resume", "killed", "--steps", "8")
+    resumed = forge_train(tmp_path, tiny_model, "--resume", "killed", "--steps", "8", engine=engine)
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     assert "finished at step 8" in out

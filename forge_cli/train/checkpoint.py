@@ -29,16 +29,19 @@ class TrainerState:
     pool_cursor: int | None = None
 
 
-def save_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any, state: TrainerState, keep: int = 2) -> Path:
+def save_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any, state: TrainerState, keep: int = 2,
+                    weights: dict[str, Any] | None = None) -> Path:
+    """Write checkpoint ``state.step``: ``model`` in HF format (with ``weights`` as its state dict if
+    given: a gathered ZeRO-3 one), ``optimizer``'s state (None: not kept) and the RNGs."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{state.step:08d}"
     tmp = root / f".step-{state.step:08d}.writing"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    model.save_pretrained(tmp / "model", safe_serialization=True, **({"state_dict": weights} if weights is not None else {}))
     torch.save(
         {
-            "optimizer": optimizer.state_dict(),
+            "optimizer": optimizer.state_dict() if optimizer is not None else None,
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "rng": {"python": random.getstate(), "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
@@ -58,7 +61,8 @@ def save_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any, stat
 
 
 def load_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any = None) -> TrainerState | None:
-    """Restore the latest checkpoint into ``model``/``optimizer``/``scheduler`` and the RNGs; None if there is none."""
+    """Restore the latest checkpoint into ``model``/``optimizer``/``scheduler`` and the RNGs; None if
+    there is none. ``model=None`` leaves the weights alone (a caller that loaded them already)."""
     root = Path(root)
     pointer = root / "latest"
     if not pointer.is_file():
@@ -67,11 +71,16 @@ def load_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any = Non
     from forge_cli.engine.weights import load_into
 
     try:
-        load_into(model, folder / "model")
+        if model is not None:
+            load_into(model, folder / "model")
         blob = torch.load(folder / "trainer_state.pt", weights_only=False)
     except (OSError, RuntimeError) as exc:
         raise ForgeError(f"cannot read checkpoint {folder}: {exc}") from None
-    optimizer.load_state_dict(blob["optimizer"])
+    if optimizer is not None and blob["optimizer"] is not None:
+        if type(optimizer).__module__.startswith("deepspeed"):  # a ZeRO optimizer takes one state per rank
+            optimizer.load_state_dict([blob["optimizer"]], load_from_fp32_weights=False)
+        else:
+            optimizer.load_state_dict(blob["optimizer"])
     if scheduler is not None and blob["scheduler"] is not None:
         scheduler.load_state_dict(blob["scheduler"])
     random.setstate(blob["rng"]["python"])

@@ -15,6 +15,7 @@ driver left without rewards, so nothing recorded is lost or trained on twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -45,17 +46,24 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
     from forge_cli.rollout.driver import request_from_config, rollout
     from forge_cli.train.batch import build_samples
     from forge_cli.train.distributed import make_loop_trainer
-    from forge_cli.train.metrics import MetricsLog, step_fields, write_state
+    from forge_cli.train.metrics import MetricsLog, run_log, step_fields, write_state
     from forge_cli.train.resume import restore, save, trainer_model
 
     if steps is not None and steps < 1:
         raise ForgeError(f"steps must be at least 1, got {steps}")
     if minutes is not None and not minutes > 0:
         raise ForgeError(f"minutes must be > 0, got {minutes}")
-    tell = on_event or (lambda kind, fields: None)
+    shown = on_event or (lambda kind, fields: None)
     deadline = time.monotonic() + minutes * 60 if minutes else None
     P = config.train.groups_per_step
-    async with serve_gateway(config, run) as gw:
+    async with serve_gateway(config, run) as gw, contextlib.AsyncExitStack() as stack:
+        logger = stack.enter_context(run_log(gw.run_dir))
+
+        def tell(kind: str, fields: dict[str, Any]) -> None:
+            if kind != "rollout":
+                logger.info("%s %s", kind, {k: v for k, v in fields.items() if k != "group_ids"})
+            shown(kind, fields)
+
         model = trainer_model(config, gw.run_dir, resume)
         trainer = make_loop_trainer(config, model)
         log = MetricsLog(gw.run_dir)
@@ -68,7 +76,7 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
 
                 warm = await run_warm_start(config, gw, trainer, log=log, on_event=tell, deadline=deadline)
                 version, best = gw.engine.version, warm.heldout_success
-                if save_warm_to is not None:
+                if save_warm_to is not None and warm.reason == "target reached":  # else the next run warm-starts anew
                     from forge_cli.train.run import keep_warm_model, warm_record
 
                     await asyncio.to_thread(keep_warm_model, model, config.model.path, save_warm_to, warm_record(config, warm))

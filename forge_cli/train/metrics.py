@@ -15,12 +15,14 @@ failed, the step, the policy version, the best held-out success — and is repla
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 class MetricsLog:
@@ -60,6 +62,30 @@ class MetricsLog:
         self._fh.close()
         if self._tb is not None:
             self._tb.close()
+
+
+@contextlib.contextmanager
+def run_log(run_dir: Path) -> Iterator[logging.Logger]:
+    """``RUN/log.txt``: what the run did, one timestamped line per event, and the warnings and
+    errors any library logged meanwhile (vLLM's among them)."""
+    handler = logging.FileHandler(Path(run_dir) / "log.txt")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("forge.train")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # the file only: a console handler would break the live display
+    logger.addHandler(handler)
+    root = logging.getLogger()
+    handler_warn = logging.FileHandler(Path(run_dir) / "log.txt")
+    handler_warn.setFormatter(handler.formatter)
+    handler_warn.setLevel(logging.WARNING)
+    root.addHandler(handler_warn)
+    try:
+        yield logger
+    finally:
+        logger.removeHandler(handler)
+        root.removeHandler(handler_warn)
+        handler.close()
+        handler_warn.close()
 
 
 def write_state(run_dir: Path, **fields: Any) -> dict[str, Any]:

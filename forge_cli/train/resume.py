@@ -5,7 +5,8 @@ policy's tokenizer and chat template copied in, so ``forge gateway serve --model
 RUN/checkpoints/step-N/model`` serves it — plus the optimizer, the RNG states, the step and the
 policy version. Resuming (``forge train --resume RUN``):
 
-1. the trainer's model and optimizer load the latest checkpoint;
+1. the trainer's model loads the latest checkpoint's weights (before the train engine wraps it),
+   its optimizer the checkpoint's state;
 2. the groups consumed by steps after it (their updates died with the process) go back to the
    queue (``unconsume_after``), so each is trained exactly once;
 3. the groups a killed driver left unrewarded are dropped (their trajectories were cut off, not
@@ -28,11 +29,22 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def trainer_model(config: Any, run_dir: Path, resume: bool) -> Any:
-    """The trainer's own copy of the policy (the engine holds another), in train mode."""
+    """The trainer's own copy of the policy (the engine holds another), in train mode — a resumed
+    run's with the latest checkpoint's weights, loaded before the train engine wraps it (DeepSpeed
+    copies them to every rank and into its own master weights at ``initialize``)."""
     from forge_cli.engine.default_model import resolve_model_path
     from forge_cli.engine.hf import load_hf
 
     model, _ = load_hf(resolve_model_path(config.model.path))
+    pointer = Path(run_dir) / "checkpoints" / "latest"
+    if resume and pointer.is_file():
+        from forge_cli.engine.weights import load_into
+
+        folder = pointer.parent / pointer.read_text().strip() / "model"
+        try:
+            load_into(model, folder)
+        except (OSError, RuntimeError) as exc:
+            raise ForgeError(f"cannot read checkpoint {folder}: {exc}") from None
     model.train()
     return model
 
@@ -62,7 +74,7 @@ async def restore(gw: Any, trainer: Any, model: Any, resume: bool) -> tuple[int,
             raise ForgeError(f"run {gw.run_dir.name} already has checkpoints: continue it with --resume "
                              f"{gw.run_dir.name}, or choose a new --run")
         return 0, gw.engine.version, None
-    state = await asyncio.to_thread(load_checkpoint, root, model, optimizer_of(trainer))
+    state = await asyncio.to_thread(load_checkpoint, root, None, optimizer_of(trainer))  # weights: trainer_model
     dropped = await asyncio.to_thread(gw.pool.drop_unrewarded)
     if state is None:  # killed before its first checkpoint: start over on what the pool holds
         given_back = await asyncio.to_thread(gw.pool.unconsume_after, 0)
@@ -86,8 +98,13 @@ def _save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, versi
     from forge_cli.engine.default_model import resolve_model_path
     from forge_cli.train.checkpoint import TrainerState, save_checkpoint
 
-    folder = save_checkpoint(run_dir / "checkpoints", model, optimizer_of(trainer), None,
-                             TrainerState(step=step, policy_version=version))
+    from forge_cli.train.distributed import world
+
+    # with several trainer processes rank 0's optimizer holds only its own partition: its moments
+    # are not kept (a resumed run starts them afresh), rather than kept wrong
+    optimizer = optimizer_of(trainer) if world()[1] == 1 else None
+    folder = save_checkpoint(run_dir / "checkpoints", model, optimizer, None, TrainerState(step=step, policy_version=version),
+                             weights=trainer.state_dict())
     source = resolve_model_path(config.model.path)
     for name in TOKENIZER_FILES:  # a servable model folder
         if (source / name).is_file():

@@ -71,8 +71,8 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
     ``[train.warmstart] target_success`` (or ``max_minutes``/``deadline``); the engine ends up
     serving the warm weights, and the optimizer's state is cleared for RL."""
     from forge_cli.train.config import CrossEntropyLoss
+    from forge_cli.train.distributed import on_every_rank
     from forge_cli.train.evaluate import evaluate
-    from forge_cli.train.resume import optimizer_of
 
     ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
     started = time.monotonic()
@@ -80,10 +80,7 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
     samples = await synthetic_samples(config, gw.run_dir / "warmstart", ws.traces)
     stop_at = started + ws.max_minutes * 60
     stop_at = min(stop_at, deadline) if deadline is not None else stop_at
-    optimizer = optimizer_of(trainer)
-    rl_lr = [g["lr"] for g in optimizer.param_groups]
-    for g in optimizer.param_groups:
-        g["lr"] = ws.lr
+    rl_lr = on_every_rank(trainer, set_lr, ws.lr)
     rng, step, success, reason = random.Random(config.run.seed), 0, None, "time budget"
     tell("status", {"status": f"warm start: {len(samples)} completions", "step": 0})
     try:
@@ -110,8 +107,30 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
             if out_of_time:
                 break
     finally:
-        for g, lr in zip(optimizer.param_groups, rl_lr):
-            g["lr"] = lr
-        optimizer.state.clear()  # RL starts with fresh moments: the supervised ones point elsewhere
+        on_every_rank(trainer, set_lr, rl_lr)
+        on_every_rank(trainer, clear_moments)  # RL starts with fresh moments: the supervised ones point elsewhere
     return WarmStartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
                            traces=ws.traces)
+
+
+def set_lr(engine: Any, lr: float) -> float:
+    """Set the learning rate of ``engine``'s optimizer (on every rank through ``on_every_rank``);
+    return the one it had."""
+    from forge_cli.train.resume import optimizer_of
+
+    groups = optimizer_of(engine).param_groups
+    before = groups[0]["lr"]
+    for group in groups:
+        group["lr"] = lr
+    return before
+
+
+def clear_moments(engine: Any) -> None:
+    """Forget the optimizer's moments (Adam's state), keeping its parameters."""
+    from forge_cli.train.resume import optimizer_of
+
+    optimizer = optimizer_of(engine)
+    inner = getattr(optimizer, "optimizer", None)  # DeepSpeed's ZeRO wrapper keeps the torch optimizer inside
+    for opt in (optimizer, inner):
+        if opt is not None and hasattr(opt, "state"):
+            opt.state.clear()
