@@ -21,14 +21,22 @@ from forge_cli.config import load_config
     (["--resume", "x", "--run", "y"], "--resume continues a run with its own config"),
     (["--mix", "calc=1,qa=1"], "no demo policy writes warm-start traces for qa"),
     (["--run", "../escape"], "run name"),
+    (["--run", "taken"], "run taken exists"),
     (["--warmstart", "sometimes"], "train.warmstart.when"),
 ])
 def test_bad_input_is_one_red_line_and_nothing_starts(cli, tmp_path, args, message):
+    if "taken" in args:
+        (tmp_path / "taken" / "runs").mkdir(parents=True)
+        (tmp_path / "runs" / "taken").mkdir(parents=True)
+        (tmp_path / "runs" / "taken" / "config.json").write_text("{}")
     result = cli("--set", f"run.dir={tmp_path / 'runs'}", "train", "--no-live", *args)
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], result.output
-    assert not (tmp_path / "runs").exists()  # no run folder, no engine, no model built
+    if "taken" in args:
+        assert (tmp_path / "runs" / "taken" / "config.json").read_text() == "{}"  # left as it was
+    else:
+        assert not (tmp_path / "runs").exists()  # no run folder, no engine, no model built
     assert not (Path.cwd() / "forge-home" / "models").exists()
 
 
@@ -56,6 +64,11 @@ def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path)
     assert config.model.path is None  # the caller's config is not changed
     warm_model_dir().mkdir(parents=True)
     (warm_model_dir() / "config.json").write_text(json.dumps({}))
+    assert plan(config).warm_start  # a copy that does not say what it was warm-started on is not reused
+    record = {"suite": config.rollout.task, "mix": {}, "scaffold": config.rollout.scaffold}
+    (warm_model_dir() / "warmstart.json").write_text(json.dumps(record))
+    other = plan(load_config(env={}, overrides={"rollout.task": "kv-search"}))
+    assert other.warm_start  # warm-started on another suite: warm-start anew
     later = plan(config, minutes=3)
     assert (str(later.config.model.path), later.warm_start, later.minutes) == (str(warm_model_dir()), False, 3)
     never = plan(load_config(env={}, overrides={"train.warmstart.when": "never"}))

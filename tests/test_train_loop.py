@@ -97,47 +97,83 @@ def forge_train(tmp_path: Path, tiny_model: Path, *args: str, engine: str = "tor
                             text=True)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("seed", "engine"), [(0, "torch"), (1, "deepspeed")])
-def test_sigkill_at_a_random_moment_then_resume_loses_and_repeats_nothing(tiny_model, tmp_path, seed, engine):
+STEPS = 12
+
+
+def check_resumed(run: Path, before: dict[int, dict], kept: int) -> None:
+    """The run's history after a resume: every step once, the checkpointed part as it was, no group
+    trained twice, the pool's consumed groups exactly the trained ones, nothing recorded lost."""
     from forge_cli.pool import DataPool
 
-    rng = random.Random(seed)
-    run = tmp_path / "runs" / "killed"
-    proc = forge_train(tmp_path, tiny_model, "--run", "killed", "--steps", "8", engine=engine)
-    # kill it somewhere between its first step and its last: mid-rollout, mid-step or mid-checkpoint
-    kill_after = rng.uniform(0.0, 2.0)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        metrics = run / "metrics.jsonl"
-        if metrics.is_file() and metrics.read_text().count('"kind": "step"') >= 1 + seed:
-            break
-        time.sleep(0.05)
-    time.sleep(kill_after)
-    assert proc.poll() is None, proc.stdout.read()
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    before = timeline(run)
-    checkpoint = (run / "checkpoints" / "latest").read_text().strip() if (run / "checkpoints" / "latest").exists() else None
-
-    resumed = forge_train(tmp_path, tiny_model, "--resume", "killed", "--steps", "8", engine=engine)
-    out, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out
-    assert "finished at step 8" in out
     after = timeline(run)
-    assert sorted(after) == list(range(1, 9))
-    kept = int(checkpoint.split("-")[1]) if checkpoint else 0
-    assert all(after[s]["group_ids"] == before[s]["group_ids"] for s in range(1, kept + 1))  # checkpointed history stands
+    assert sorted(after) == list(range(1, STEPS + 1))
+    assert all(after[s]["group_ids"] == before[s]["group_ids"] for s in range(1, kept + 1))
     trained = [gid for s in after.values() for gid in s["group_ids"]]
     assert len(trained) == len(set(trained))  # nothing trained twice
     pool = DataPool.sqlite(run / "pool.sqlite")
     groups = pool.groups()
     consumed = {g.id for g in groups if g.status.value == "consumed"}
     assert consumed == set(trained)  # every group the pool says was trained is in the run's history, and only those
-    # nothing recorded was lost: every group is trained, still queued, or dropped because the kill cut it off
+    # nothing recorded was lost: every group is trained, still queued, or dropped because it was cut off
     assert all(g.status.value in ("consumed", "active", "dropped") for g in groups)
-    assert not [t for g in groups for t in g.trajectories if t.status.value in ("running", "queued") and g.status.value == "dropped"]
-    assert [line["policy_version"] for _, line in sorted(after.items())] == list(range(1, 9))
+    assert not [t for g in groups for t in g.trajectories if t.status.value in ("running", "queued")]
+    assert all(t.error == "interrupted" for g in groups if g.status.value == "dropped" for t in g.trajectories
+               if t.status.value == "failed")
+    versions = [line["policy_version"] for _, line in sorted(after.items())]
+    assert versions == sorted(set(versions))  # no version names two policies
     state = json.loads((run / "train_state.json").read_text())
-    assert (state["status"], state["step"]) == ("finished", 8)
+    assert (state["status"], state["step"]) == ("finished", STEPS)
     pool.close()
+
+
+def wait_for_steps(run: Path, proc: subprocess.Popen, n: int) -> None:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        metrics = run / "metrics.jsonl"
+        if metrics.is_file() and metrics.read_text().count('"kind": "step"') >= n:
+            return
+        time.sleep(0.05)
+
+
+def latest_step(run: Path) -> int:
+    pointer = run / "checkpoints" / "latest"
+    return int(pointer.read_text().strip().split("-")[1]) if pointer.exists() else 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("seed", "engine"), [(0, "torch"), (1, "deepspeed")])
+def test_sigkill_at_a_random_moment_then_resume_loses_and_repeats_nothing(tiny_model, tmp_path, seed, engine):
+    rng = random.Random(seed)
+    run = tmp_path / "runs" / "killed"
+    proc = forge_train(tmp_path, tiny_model, "--run", "killed", "--steps", str(STEPS), engine=engine)
+    # kill it somewhere after its first step: mid-rollout, mid-step or mid-checkpoint
+    wait_for_steps(run, proc, 1 + seed)
+    time.sleep(rng.uniform(0.0, 2.0))
+    assert proc.poll() is None, proc.stdout.read()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before, kept = timeline(run), latest_step(run)
+    resumed = forge_train(tmp_path, tiny_model, "--resume", "killed", "--steps", str(STEPS), engine=engine)
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    assert f"finished at step {STEPS}" in out
+    check_resumed(run, before, kept)
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_the_last_step_and_resume_goes_on(tiny_model, tmp_path):
+    run = tmp_path / "runs" / "stopped"
+    proc = forge_train(tmp_path, tiny_model, "--run", "stopped", "--steps", str(STEPS))
+    wait_for_steps(run, proc, 3)
+    time.sleep(random.Random(5).uniform(0.0, 1.0))
+    assert proc.poll() is None, proc.stdout.read()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    state = json.loads((run / "train_state.json").read_text())
+    before = timeline(run)
+    assert state["status"] == "stopped" and latest_step(run) == state["step"] >= max(before)  # the last step is kept
+    resumed = forge_train(tmp_path, tiny_model, "--resume", "stopped", "--steps", str(STEPS))
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    check_resumed(run, before, latest_step(run) and state["step"])

@@ -50,7 +50,8 @@ def register(app: typer.Typer) -> None:
         try:
             result = asyncio.run(_with_display(prepared, steps=steps, live=live and rank == 0))
         except (KeyboardInterrupt, asyncio.CancelledError):
-            err_console.print("training stopped: the last step is checkpointed (continue with forge train --resume RUN)")
+            err_console.print("training stopped after checkpointing its last step, if it had taken one "
+                              "(continue with forge train --resume RUN; forge runs lists them)")
             raise typer.Exit(130) from None
         if result is not None:
             from forge_cli.console import console

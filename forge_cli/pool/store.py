@@ -591,15 +591,37 @@ class DataPool(PoolReads):
         return int(count)
 
 
+    def drop_group(self, group_id: str, reason: str) -> None:
+        """Drop an unconsumed group (its unfinished trajectories failed with ``reason``): no
+        scheduler takes it. A ForgeError if it is consumed or dropped already."""
+        now = self.clock()
+        with self._tx(queue_lock=True) as cur:
+            row = cur.one("SELECT status FROM groups WHERE id = ?", (group_id,))
+            if row is None or row[0] not in (GroupStatus.ACTIVE.value, GroupStatus.EVALUATION.value):
+                raise ForgeError(f"group {group_id} is {row[0] if row else 'unknown'}: it cannot be dropped")
+            cur.execute("UPDATE trajectories SET status = ?, finished_at = ?, error = ? WHERE group_id = ? AND status IN (?, ?)",
+                        (TrajectoryStatus.FAILED.value, now, reason, group_id,
+                         TrajectoryStatus.QUEUED.value, TrajectoryStatus.RUNNING.value))
+            cur.execute("UPDATE groups SET status = ?, consumed_at = ?, rewards_pending = 0 WHERE id = ?",
+                        (GroupStatus.DROPPED.value, now, group_id))
+
+    def max_policy_version(self) -> int | None:
+        """The newest policy version any recorded completion was sampled by (None: no completion)."""
+        with self._tx() as cur:
+            value = cur.one("SELECT MAX(policy_version) FROM completions")[0]
+        return None if value is None else int(value)
+
     def drop_unrewarded(self) -> int:
-        """Drop every queued group whose rewards were never written (``rewards_pending``) — what a
-        driver that died mid-group leaves; call it after :meth:`fail_interrupted`, before a new
+        """Drop every queued group whose rewards were never written (``rewards_pending``) or that has
+        an interrupted trajectory — what a driver that died or was stopped mid-group leaves; call it after :meth:`fail_interrupted`, before a new
         driver starts. Their trajectories were cut off, not failed by the agent: training on them
         would teach a failure that never happened. Returns how many groups were dropped."""
         now = self.clock()
         with self._tx(queue_lock=True) as cur:
-            ids = [r[0] for r in cur.all("SELECT id FROM groups WHERE status IN (?, ?) AND rewards_pending = 1",
-                                         (GroupStatus.ACTIVE.value, GroupStatus.EVALUATION.value))]
+            ids = [r[0] for r in cur.all(
+                "SELECT id FROM groups g WHERE status IN (?, ?) AND (rewards_pending = 1 OR EXISTS "
+                "(SELECT 1 FROM trajectories t WHERE t.group_id = g.id AND t.error = 'interrupted'))",
+                (GroupStatus.ACTIVE.value, GroupStatus.EVALUATION.value))]
             for gid in ids:
                 cur.execute("UPDATE trajectories SET status = ?, finished_at = ?, error = ? WHERE group_id = ? AND status IN (?, ?)",
                             (TrajectoryStatus.FAILED.value, now, "interrupted", gid,

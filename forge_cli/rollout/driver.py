@@ -338,8 +338,8 @@ class _Run:
 
     def interrupt(self) -> int:
         """Fail, as "interrupted", every trajectory of this rollout that is not over, and release its
-        groups to the scheduler (as they are, rewarded or not); how many trajectories. Nothing is
-        submitted after it."""
+        unrewarded groups as they are — or, with a consumer (``forge train``), drop them, so no trainer
+        takes a group that was cut off; how many trajectories. Nothing is submitted after it."""
         failed = 0
         with self.guard:
             self.closed = True
@@ -351,7 +351,10 @@ class _Run:
                     pass
             for group_id in sorted(self.pending):
                 try:
-                    self.pool.set_completion_rewards(group_id, [])
+                    if self.consumer:  # a trainer would take it: cut off, it must not teach a failure that never was
+                        self.pool.drop_group(group_id, "interrupted")
+                    else:
+                        self.pool.set_completion_rewards(group_id, [])
                 except ForgeError:  # dropped meanwhile
                     pass
             self.mine.clear()

@@ -78,6 +78,13 @@ def init_distributed() -> bool:
     from forge_cli.paths import forge_home
 
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(forge_home() / "torch_extensions"))
+    if "WORLD_SIZE" not in os.environ and "MASTER_PORT" not in os.environ:
+        # a group of one of our own: any free loopback port, so two runs on a machine do not collide
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")):
         os.environ.setdefault(key, value)
     import deepspeed

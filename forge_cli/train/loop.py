@@ -68,6 +68,7 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
         trainer = make_loop_trainer(config, model)
         log = MetricsLog(gw.run_dir)
         step, version, best = await restore(gw, trainer, model, resume)
+        saved = step
         write_state(gw.run_dir, status="running", step=step, policy_version=version, minutes=minutes, error=None,
                     started_at=time.time(), best_heldout_success=best)
         try:
@@ -79,10 +80,12 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                 if save_warm_to is not None and warm.reason == "target reached":  # else the next run warm-starts anew
                     from forge_cli.train.run import keep_warm_model, warm_record
 
-                    await asyncio.to_thread(keep_warm_model, model, config.model.path, save_warm_to, warm_record(config, warm))
+                    await asyncio.to_thread(keep_warm_model, model, config.model.path, save_warm_to, warm_record(config, warm),
+                                            trainer.state_dict)
+                await _unstoppable(save(config, gw.run_dir, model, trainer, 0, version))  # a kill now resumes warm
             scheduler = Scheduler.from_config(config.pool, P)
             difficulty: dict[str, float] = {}
-            request = request_from_config(config, groups=None, first_group=_next_group(gw.pool))
+            request = request_from_config(config, groups=None, first_group=_next_group(gw.pool), split="train")
             live: dict[str, float] = {}
             producer = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True,
                                                    on_progress=lambda p: _progress(p, live, difficulty, tell)))
@@ -95,12 +98,13 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                         break  # out of time while waiting for data
                     samples = build_samples(batch)
                     t1 = time.monotonic()
-                    stats = await asyncio.to_thread(
-                        trainer.step, samples.samples, config.train.loss, temperature=samples.temperature or 1.0,
-                        attention=config.train.attention, split=config.train.split, budget=config.train.micro_batch_tokens)
-                    t2 = time.monotonic()
-                    version = await gw.engine.load_weights(trainer.state_dict())  # pause, swap, resume: no request lost
-                    await asyncio.to_thread(gw.pool.publish_version, version)
+                    # train, swap, publish: one unit a Ctrl-C waits for (a thread cannot be stopped), so a
+                    # checkpoint never holds half a step or a step under the wrong number
+                    try:
+                        stats, t2, version = await _unstoppable(_advance(config, trainer, gw, samples))
+                    except asyncio.CancelledError:  # the step is done (its metrics line is not): count it
+                        step, version = step + 1, gw.engine.version
+                        raise
                     step, now = step + 1, time.monotonic()
                     fields = step_fields(batch, samples, stats, difficulty=difficulty)
                     fields |= {"policy_version": version, "take_s": t1 - t0, "wait_s": waited,
@@ -113,9 +117,10 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                     tell("step", log.write("step", step, **fields))
                     if config.train.eval_every and step % config.train.eval_every == 0:
                         best = await _evaluate(config, gw, log, tell, step, best)
-                        last = time.monotonic()
+                        last, sampled = time.monotonic(), live.get("output_tokens", 0.0)
                     if config.train.checkpoint_every and step % config.train.checkpoint_every == 0:
-                        await save(config, gw.run_dir, model, trainer, step, version)
+                        await _unstoppable(save(config, gw.run_dir, model, trainer, step, version))
+                        saved = step
                     write_state(gw.run_dir, step=step, policy_version=version, best_heldout_success=best)
             finally:
                 producer.cancel()
@@ -123,13 +128,14 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
             if config.train.eval_every and step and step % config.train.eval_every:  # the final policy, measured
                 tell("status", {"status": "final held-out evaluation", "step": step})
                 best = await _evaluate(config, gw, log, tell, step, best)
-            if step:
-                await save(config, gw.run_dir, model, trainer, step, version)
+            if step and saved != step:
+                await _unstoppable(save(config, gw.run_dir, model, trainer, step, version))
+                saved = step
             status = "finished"
         except BaseException as exc:
             write_state(gw.run_dir, status="failed" if not isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
                         else "stopped", error=None if isinstance(exc, asyncio.CancelledError) else str(exc)[:500])
-            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) and step:
+            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) and step and saved != step:
                 await asyncio.shield(save(config, gw.run_dir, model, trainer, step, version))  # Ctrl-C: keep the last step
             raise
         finally:
@@ -138,6 +144,29 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
         write_state(gw.run_dir, status=status, step=step, policy_version=version, best_heldout_success=best)
         tell("status", {"status": status, "step": step})
         return TrainResult(gw.run_dir, step, version, status, best)
+
+
+async def _advance(config: Any, trainer: Any, gw: Any, samples: Any) -> tuple[Any, float, int]:
+    """One train step on ``samples``, its weights into the engine and the version published:
+    (the step's stats, when training ended, the new version)."""
+    stats = await asyncio.to_thread(
+        trainer.step, samples.samples, config.train.loss, temperature=samples.temperature or 1.0,
+        attention=config.train.attention, split=config.train.split, budget=config.train.micro_batch_tokens)
+    trained = time.monotonic()
+    weights = await asyncio.to_thread(trainer.state_dict)  # a gather under ZeRO-3: off the event loop
+    version = await gw.engine.load_weights(weights)  # pause, swap, resume: no request lost
+    await asyncio.to_thread(gw.pool.publish_version, version)
+    return stats, trained, version
+
+
+async def _unstoppable(work: Any) -> Any:
+    """Await ``work`` to its end even if cancelled meanwhile; then let the cancellation through."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
 
 
 async def _evaluate(config: Any, gw: Any, log: Any, tell: Event, step: int, best: float | None) -> float:

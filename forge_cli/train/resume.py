@@ -11,8 +11,10 @@ policy version. Resuming (``forge train --resume RUN``):
    queue (``unconsume_after``), so each is trained exactly once;
 3. the groups a killed driver left unrewarded are dropped (their trajectories were cut off, not
    failed by the agent); the gateway already failed the trajectories it left running;
-4. the engine gets the checkpoint's weights *as* the checkpoint's policy version, and the pool
-   is told that version, so ages and admission go on from where they were.
+4. the engine gets the checkpoint's weights as the checkpoint's policy version — or as the newest
+   version anything in the pool was sampled by, if the dead process got further (those versions
+   named weights that are gone: reusing them would give one version two policies) — and the pool
+   is told it, so ages and admission go on.
 """
 
 from __future__ import annotations
@@ -81,8 +83,14 @@ async def restore(gw: Any, trainer: Any, model: Any, resume: bool) -> tuple[int,
         step, version = 0, gw.engine.version
     else:
         given_back = await asyncio.to_thread(gw.pool.unconsume_after, state.policy_version)
-        step, version = state.step, state.policy_version
-        await gw.engine.load_weights(trainer.state_dict(), version=version)
+        step = state.step
+        # versions the dead process published after the checkpoint named weights that are gone: the
+        # engine goes on past the newest one that sampled anything, so no version means two policies
+        # and no recorded sample gets a negative age
+        newest = await asyncio.to_thread(gw.pool.max_policy_version)
+        version = max(state.policy_version, newest if newest is not None else 0)
+        weights = await asyncio.to_thread(trainer.state_dict)
+        await gw.engine.load_weights(weights, version=version)
     await asyncio.to_thread(gw.pool.publish_version, version)
     best = read_state(gw.run_dir).get("best_heldout_success")
     gw.resumed = {"step": step, "policy_version": version, "groups_given_back": given_back, "groups_dropped": dropped}

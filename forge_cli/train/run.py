@@ -16,7 +16,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from forge_cli.errors import ForgeError
 
@@ -48,12 +48,12 @@ def plan(config: Any, *, minutes: float | None = None) -> Plan:
     embedded = config.model.path is None
     budget = minutes if minutes is not None else config.train.minutes
     if budget is None and embedded:
-        budget = DEFAULT_MINUTES
+        budget = config.train.minutes = DEFAULT_MINUTES  # saved with the run: a resumed run gets as long again
     if not embedded:
         resolve_model_path(config.model.path)  # a clear error for a folder that is not a model
         return Plan(config, when == "always", None, budget)
     warm = warm_model_dir()
-    if when == "auto" and (warm / "config.json").is_file():
+    if when == "auto" and (warm / "config.json").is_file() and _warmed_for(warm, config):
         config.model.path = str(warm)
         return Plan(config, False, None, budget)
     config.model.path = str(init_default_model())  # creates it on first use
@@ -88,10 +88,22 @@ def prepare(config: Any, *, run: str | None = None, resume: str | None = None, m
     if run is not None:
         from forge_cli.runs import check_run_name
 
-        check_run_name(run)
+        existing = Path(config.run.dir) / check_run_name(run)
+        if existing.is_dir() and any(existing.iterdir()):
+            raise ForgeError(f"run {run} exists ({existing}): continue it with --resume {run}, or choose another --run")
     check(config, warm_start=config.train.warmstart.when != "never")
     p = plan(config, minutes=minutes)
     return Prepared(p.config, run, False, p.minutes, p.warm_start, p.save_warm_to)
+
+
+def _warmed_for(folder: Path, config: Any) -> bool:
+    """Whether the kept warm copy was warm-started on what ``config`` trains (suite, mix, scaffold)."""
+    try:
+        record = json.loads((folder / "warmstart.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (record.get("suite"), record.get("mix") or {}, record.get("scaffold")) == (
+        config.rollout.task, dict(config.rollout.mix), config.rollout.scaffold)
 
 
 async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
@@ -147,15 +159,17 @@ def check(config: Any, *, warm_start: bool) -> None:
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
 
 
-def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, Any]) -> Path:
+def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, Any],
+                    state_dict: Callable[[], dict[str, Any]] | None = None) -> Path:
     """Save the warm-started weights as a servable model folder at ``target`` (replacing it
-    atomically), with the tokenizer of ``source`` and ``warmstart.json``."""
+    atomically), with the tokenizer of ``source`` and ``warmstart.json``; ``state_dict``: the train
+    engine's, which gathers partitioned (ZeRO-3) weights."""
     from forge_cli.train.resume import TOKENIZER_FILES
 
     target = Path(target)
     tmp = target.with_name(f".{target.name}.writing")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": state_dict()} if state_dict else {}))
     for name in TOKENIZER_FILES:
         if (Path(source) / name).is_file():
             shutil.copy2(Path(source) / name, tmp / name)
@@ -177,9 +191,11 @@ async def warmstart(config: Any, *, out: Path | None = None, run: str | None = N
     from forge_cli.engine.default_model import init_default_model
 
     config = config.model_copy(deep=True)
-    if config.model.path is None:
+    embedded = config.model.path is None
+    if embedded:
         config.model.path = str(init_default_model())
-    target = Path(out) if out is not None else warm_model_dir()
+    source = Path(config.model.path)
+    target = Path(out) if out is not None else warm_model_dir() if embedded else source.with_name(source.name + "-warm")
     return await _warmstart(config, target, run, on_event), target
 
 
@@ -199,7 +215,8 @@ async def _warmstart(config: Any, target: Path, run: str | None, on_event: Any) 
         finally:
             log.close()
             trainer.close()
-        await asyncio.to_thread(keep_warm_model, model, Path(config.model.path), target, warm_record(config, result))
+        await asyncio.to_thread(keep_warm_model, model, Path(config.model.path), target, warm_record(config, result),
+                                trainer.state_dict)
         return result
 
 
