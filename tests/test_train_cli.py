@@ -62,6 +62,9 @@ def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path)
     assert first.warm_start and first.save_warm_to == warm_model_dir() and first.minutes == DEFAULT_MINUTES
     assert (Path(first.config.model.path) / "config.json").is_file()  # forge model init, on first use
     assert config.model.path is None  # the caller's config is not changed
+    assert first.config.scaffolds["tool-call"] == {"max_tokens": 48, "max_turns": 3}  # the embedded default's
+    mine = plan(load_config(env={}, overrides={"scaffolds.tool-call.max_turns": 5}))
+    assert mine.config.scaffolds["tool-call"] == {"max_tokens": 48, "max_turns": 5}  # a setting of the user's wins
     warm_model_dir().mkdir(parents=True)
     (warm_model_dir() / "config.json").write_text(json.dumps({}))
     assert plan(config).warm_start  # a copy that does not say what it was warm-started on is not reused

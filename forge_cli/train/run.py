@@ -21,6 +21,9 @@ from typing import Any, Callable
 from forge_cli.errors import ForgeError
 
 DEFAULT_MINUTES = 15.0
+# scaffold options the embedded default trains with unless the config sets them: a tiny policy's
+# calls and answers are short, and a rambling sample should cost little
+EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {"tool-call": {"max_tokens": 48, "max_turns": 3}}
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ def plan(config: Any, *, minutes: float | None = None) -> Plan:
     budget = minutes if minutes is not None else config.train.minutes
     if budget is None and embedded:
         budget = config.train.minutes = DEFAULT_MINUTES  # saved with the run: a resumed run gets as long again
+    if embedded:
+        for scaffold, options in EMBEDDED_SCAFFOLD_OPTIONS.items():
+            config.scaffolds[scaffold] = {**options, **config.scaffolds.get(scaffold, {})}
     if not embedded:
         resolve_model_path(config.model.path)  # a clear error for a folder that is not a model
         return Plan(config, when == "always", None, budget)
