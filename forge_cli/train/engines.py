@@ -78,13 +78,7 @@ def init_distributed() -> bool:
     from forge_cli.paths import forge_home
 
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(forge_home() / "torch_extensions"))
-    if "WORLD_SIZE" not in os.environ and "MASTER_PORT" not in os.environ:
-        # a group of one of our own: any free loopback port, so two runs on a machine do not collide
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
+    alone = "WORLD_SIZE" not in os.environ and "MASTER_PORT" not in os.environ
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")):
         os.environ.setdefault(key, value)
     import deepspeed
@@ -98,7 +92,16 @@ def init_distributed() -> bool:
         return False
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
-    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if alone:  # a group of one of our own meets through a file, not a TCP port two runs could both want
+        import tempfile
+
+        store = tempfile.NamedTemporaryFile(prefix="forge-dist-", delete=False)
+        store.close()
+        os.unlink(store.name)
+        deepspeed.init_distributed(dist_backend=backend, init_method=f"file://{store.name}", rank=0, world_size=1)
+    else:
+        deepspeed.init_distributed(dist_backend=backend)
     return True
 
 

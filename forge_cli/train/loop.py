@@ -133,10 +133,11 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                 saved = step
             status = "finished"
         except BaseException as exc:
-            write_state(gw.run_dir, status="failed" if not isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-                        else "stopped", error=None if isinstance(exc, asyncio.CancelledError) else str(exc)[:500])
-            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) and step and saved != step:
+            stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+            if stopped and step and saved != step:
                 await asyncio.shield(save(config, gw.run_dir, model, trainer, step, version))  # Ctrl-C: keep the last step
+            write_state(gw.run_dir, status="stopped" if stopped else "failed", step=step, policy_version=version,
+                        best_heldout_success=best, error=None if stopped else str(exc)[:500])
             raise
         finally:
             log.close()
