@@ -100,11 +100,12 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                     t1 = time.monotonic()
                     # train, swap, publish: one unit a Ctrl-C waits for (a thread cannot be stopped), so a
                     # checkpoint never holds half a step or a step under the wrong number
+                    work, stop = asyncio.ensure_future(_advance(config, trainer, gw, samples)), None
                     try:
-                        stats, t2, version = await _unstoppable(_advance(config, trainer, gw, samples))
-                    except asyncio.CancelledError:  # the step is done (its metrics line is not): count it
-                        step, version = step + 1, gw.engine.version
-                        raise
+                        stats, t2, version = await asyncio.shield(work)
+                    except asyncio.CancelledError as cancelled:  # let the step end, record it, then stop
+                        stats, t2, version = await work
+                        stop = cancelled
                     step, now = step + 1, time.monotonic()
                     fields = step_fields(batch, samples, stats, difficulty=difficulty)
                     fields |= {"policy_version": version, "take_s": t1 - t0, "wait_s": waited,
@@ -115,6 +116,8 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                                "group_ids": [g.id for g in batch.groups]}
                     last, sampled = now, live.get("output_tokens", 0.0)
                     tell("step", log.write("step", step, **fields))
+                    if stop is not None:
+                        raise stop
                     if config.train.eval_every and step % config.train.eval_every == 0:
                         best = await _evaluate(config, gw, log, tell, step, best)
                         last, sampled = time.monotonic(), live.get("output_tokens", 0.0)
