@@ -53,12 +53,7 @@ def trainer_model(config: Any, run_dir: Path, resume: bool) -> Any:
 
 def optimizer_of(trainer: Any) -> Any:
     """The optimizer whose state a checkpoint keeps (DeepSpeed's wrapper for a DeepSpeed engine)."""
-    inner = getattr(trainer, "engine", None)
-    if inner is not None and getattr(inner, "optimizer", None) is not None and not hasattr(trainer, "optimizer"):
-        return inner.optimizer
-    optimizer = getattr(trainer, "optimizer", None)
-    if optimizer is None and inner is not None:
-        optimizer = getattr(inner, "optimizer", None)
+    optimizer = getattr(trainer, "optimizer", None) or getattr(getattr(trainer, "engine", None), "optimizer", None)
     if optimizer is None:
         raise ForgeError(f"train engine {type(trainer).__name__} exposes no optimizer to checkpoint")
     return optimizer
