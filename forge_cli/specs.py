@@ -264,16 +264,18 @@ class ToolFormat:
 class SandboxSpec:
     """A place where agents run. ``check`` returns ``None`` when usable here, else why not.
 
-    ``open(workdir, options)`` makes one trajectory's :class:`forge_cli.sandbox.base.Sandbox` on the
-    host folder ``workdir`` (``options``: the validated ``[sandboxes.NAME]`` section, an instance of
-    ``options``, or ``None``); a sandbox without ``open`` is listed but cannot run agents yet.
+    ``open(workdir, options, gateway)`` makes one trajectory's :class:`forge_cli.sandbox.base.Sandbox`
+    on the host folder ``workdir`` (``options``: the validated ``[sandboxes.NAME]`` section, an
+    instance of ``options``, or ``None``; ``gateway``: a :class:`forge_cli.sandbox.base.GatewayAccess`
+    or ``None`` — a backend that isolates the network makes the gateway reachable inside at
+    ``http://127.0.0.1:PORT`` through it); a sandbox without ``open`` is listed but cannot run agents yet.
     """
 
     name: str
     description: str
     check: Callable[[], str | None]
     options: type[BaseModel] | None = None
-    open: Callable[[Path, Any], Any] | None = None
+    open: Callable[[Path, Any, Any], Any] | None = None
 
     def validate(self) -> None:
         check_name("sandbox", self.name)

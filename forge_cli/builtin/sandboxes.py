@@ -31,8 +31,9 @@ def local_check() -> str | None:
     return None
 
 
-def open_local(workdir: Path, options: Any = None) -> "LocalSandbox":
-    """A :class:`~forge_cli.sandbox.local.LocalSandbox` on ``workdir`` with ``[sandboxes.local]``'s limits."""
+def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "LocalSandbox":
+    """A :class:`~forge_cli.sandbox.local.LocalSandbox` on ``workdir`` with ``[sandboxes.local]``'s limits
+    (``gateway``, a :class:`~forge_cli.sandbox.base.GatewayAccess`, is what a bubblewrap sandbox forwards)."""
     from forge_cli.sandbox.local import LocalSandbox
 
     opts = options if isinstance(options, LocalOptions) else LocalOptions(**(options or {}))

@@ -7,6 +7,12 @@ to :meth:`Sandbox.write_file`, :meth:`Sandbox.read_file`, :meth:`Sandbox.copy_in
 command there and always returns an :class:`ExecResult` — a program that crashes, hangs past its
 deadline, runs out of memory or cannot start is a result, never an exception. :meth:`Sandbox.close`
 ends whatever the sandbox still runs; the work directory itself belongs to the caller and stays.
+
+A backend that isolates the network is handed a :class:`GatewayAccess` when it is opened: the
+gateway's unix socket on the host and the loopback port the agent must see, so that
+``http://127.0.0.1:PORT`` inside the sandbox reaches the gateway (through ``forward.py``).
+:meth:`Sandbox.stdio_command` is the host command line that runs a program inside the sandbox with
+its stdin/stdout connected to the caller (an MCP client on the host launches stdio servers with it).
 """
 
 from __future__ import annotations
@@ -17,6 +23,16 @@ from pathlib import Path, PurePosixPath
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from forge_cli.errors import ForgeError
+
+
+@dataclass(frozen=True)
+class GatewayAccess:
+    """How a sandboxed agent reaches the gateway: ``socket`` is the gateway's unix socket on the
+    host, ``port`` the loopback port the agent is told (``http://127.0.0.1:PORT``); a backend with
+    its own network namespace forwards that port inside to the socket."""
+
+    socket: Path
+    port: int
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,13 @@ class Sandbox(Protocol):
         """Run ``command`` (an argv list, no shell) in the work directory with ``env`` added to the
         sandbox's clean environment; kill it and everything it started after ``timeout_s`` seconds
         of wall time. ``memory_bytes`` / ``cpu_time_s`` override the sandbox's own limits."""
+        ...
+
+    def stdio_command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """The host argv that runs ``command`` inside the sandbox (its cwd the work directory, ``env``
+        added to its clean environment) with stdin/stdout connected to whoever starts that argv:
+        bubblewrap's arguments then ``command``, ``docker exec -i CONTAINER …``, or ``command`` itself
+        for a plain subprocess. The caller owns the process it starts with it."""
         ...
 
     async def write_file(self, path: str, data: str | bytes) -> None:

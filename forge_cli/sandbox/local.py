@@ -159,6 +159,11 @@ class LocalSandbox:
         stdout, stderr = _tail(out_path, self.tail_bytes), _tail(err_path, self.tail_bytes)
         return _result(proc.returncode, stdout, stderr, wall, timed_out, timeout_s, memory, cpu)
 
+    def stdio_command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """``env -i`` with the sandbox's environment, ``-C`` the work directory, then ``command``."""
+        full = self.environment(env)
+        return ["env", "-i", "-C", str(self._workdir), *(f"{k}={v}" for k, v in full.items()), *map(str, command)]
+
     async def write_file(self, path: str, data: str | bytes) -> None:
         target = inside(self._workdir, path)
 
