@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -13,6 +12,7 @@ from forge_cli import hookimpl
 from forge_cli.specs import SandboxSpec
 
 if TYPE_CHECKING:
+    from forge_cli.sandbox.docker import DockerSandbox
     from forge_cli.sandbox.local import LocalSandbox
 
 
@@ -42,19 +42,26 @@ def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "Loca
 
 
 def docker_check() -> str | None:
-    """Usable when a Docker engine answers at ``$DOCKER_HOST`` (or the default socket)."""
-    try:
-        import docker  # heavy-ish; imported only when asked
-    except ImportError:
-        return "the 'docker' Python package is not installed"
-    try:
-        client = docker.from_env(timeout=3)
-        client.ping()
-        client.close()
-    except Exception as exc:  # the SDK raises several unrelated types
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        return f"no Docker engine answers at {host} ({type(exc).__name__})"
-    return None
+    """Usable when a Docker engine answers (``$DOCKER_HOST``, the system socket, or the one
+    ``scripts/docker-engine.sh`` starts) and the sandbox image is built."""
+    from forge_cli.sandbox.docker import image_problem
+
+    return image_problem()
+
+
+def open_docker(workdir: Path, options: Any = None, gateway: Any = None) -> "DockerSandbox":
+    """A :class:`~forge_cli.sandbox.docker.DockerSandbox` on ``workdir`` with ``[sandboxes.docker]``'s
+    image and limits; ``gateway`` is reached inside at ``http://127.0.0.1:PORT``."""
+    from forge_cli.sandbox.docker import DockerOptions, DockerSandbox
+
+    opts = options if isinstance(options, DockerOptions) else DockerOptions(**(options or {}))
+    return DockerSandbox(workdir, opts, gateway=gateway)
+
+
+def _docker_options() -> type[BaseModel]:
+    from forge_cli.sandbox.docker import DockerOptions  # light: the SDK is imported only when a sandbox starts
+
+    return DockerOptions
 
 
 def bubblewrap_path() -> str | None:
@@ -76,7 +83,10 @@ def register_sandboxes(register: Callable[[SandboxSpec], None]) -> None:
     register(
         SandboxSpec(
             name="docker",
-            description="A container per trajectory through the Docker SDK; the gateway's unix socket is bind-mounted.",
+            description="A container per trajectory (Docker SDK, offline images from `forge sandbox build`): no network "
+            "but the gateway's bind-mounted unix socket, read-only root, memory/pids/CPU limits, always removed.",
             check=docker_check,
+            options=_docker_options(),
+            open=open_docker,
         )
     )

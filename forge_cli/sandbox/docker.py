@@ -1,0 +1,487 @@
+"""The ``docker`` sandbox: one container per trajectory, through the Docker SDK, on a local engine.
+
+A :class:`DockerSandbox` starts its container on first use (a missing image or a dead engine is then
+an :class:`~forge_cli.sandbox.base.ExecResult` that never started, with the reason) from
+:data:`~forge_cli.sandbox.images`' ``forge-agent-base`` image (``forge sandbox build``):
+
+- **no network**: ``--network none``, only ``lo``. With a :class:`GatewayAccess` the gateway's unix
+  socket is bind-mounted at :data:`SOCKET_INSIDE` and ``forward.py`` (bind-mounted read-only) runs as
+  the container's main program, so ``http://127.0.0.1:PORT`` inside reaches the gateway;
+- **files**: the work directory bind-mounted read-write *at its host path* (launch recipes render
+  ``$workdir`` with it), ``$FORGE_HOME/agents`` read-only at its host path, nothing else of the host;
+  a read-only root, tmpfs ``/tmp`` and ``HOME`` of bounded size, a per-file size limit;
+- **limits**: memory (the cgroup's; swap off), processes (``pids``), CPUs, all capabilities
+  dropped, ``no-new-privileges``, a non-root user (uid 1000; the work directory is handed to it);
+  per-exec ``memory_bytes`` / ``cpu_time_s`` are ``prlimit`` rlimits on the command;
+- **always removed**: the container is ``auto_remove`` and its main program reads a stdin only this
+  process holds open (``stdin_once``), so when this process dies — killed or not — the stream
+  closes, the container ends and the engine removes it. :meth:`close`, an exec that reaches its
+  deadline and an exec whose caller is cancelled remove it at once (the next exec starts a fresh
+  one on the same work directory). Containers carry :data:`LABEL` and their owner process; those
+  of processes that are gone are removed when a sandbox first starts (:func:`remove_leftovers`).
+
+Exit codes above 128 are reported as ``-N`` (signal ``N``), as the engine gives ``128+N``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from forge_cli.errors import ForgeError
+from forge_cli.sandbox.base import ExecResult, GatewayAccess, inside
+
+ENGINE_SCRIPT = "scripts/docker-engine.sh"
+DEFAULT_IMAGE = "forge-agent-base:latest"
+LABEL = "forge.sandbox"
+OWNER_LABEL = "forge.owner"
+RUN_LABEL = "forge.run"
+SOCKET_INSIDE = "/run/forge/gateway.sock"
+FORWARD_INSIDE = "/opt/forge/forward.py"
+READY_FILE = "/tmp/.forge-ready"  # made by the main program once the forwarder listens
+TAIL_BYTES = 64 * 1024
+_SWEPT = False
+
+
+class DockerOptions(BaseModel):
+    """``[sandboxes.docker]``: the image and the limits of every container."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = Field(DEFAULT_IMAGE, description="Image to start (built offline by `forge sandbox build`).")
+    user: str = Field("1000:1000", description="UID:GID programs run as ('root' for agents that need it); "
+                      "the work directory is handed to that user while the sandbox runs.")
+    memory_mb: int = Field(2048, gt=0, description="Memory limit of the container (cgroup; no swap), in MiB.")
+    pids: int = Field(512, gt=0, description="Most processes and threads the container may hold at once.")
+    cpus: float = Field(1.0, gt=0, description="CPUs the container may use.")
+    tmpfs_mb: int = Field(512, gt=0, description="Size of each of the container's tmpfs /tmp and HOME, in MiB.")
+    file_size_mb: int | None = Field(1024, gt=0, description="Largest file a program may write (RLIMIT_FSIZE), in MiB.")
+    cpu_time_s: float | None = Field(None, gt=0, description="CPU-time limit per process (RLIMIT_CPU) unless an exec sets one.")
+    read_only_root: bool = Field(True, description="Mount the image's root file system read-only.")
+
+
+def engine_host() -> str:
+    """The Docker engine Forge talks to: ``$DOCKER_HOST``; else the system socket when it exists; else
+    the socket of the engine ``scripts/docker-engine.sh`` starts (``$FORGE_DOCKER_SOCK``, default
+    ``/tmp/forge-docker/docker.sock``)."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    if Path("/var/run/docker.sock").exists():
+        return "unix:///var/run/docker.sock"
+    folder = Path(os.environ.get("FORGE_DOCKER_DIR") or "/tmp/forge-docker")
+    return f"unix://{os.environ.get('FORGE_DOCKER_SOCK') or folder / 'docker.sock'}"
+
+
+def connect(timeout_s: float = 60.0) -> Any:
+    """A ``docker.DockerClient`` on :func:`engine_host` that answered a ping, or a ForgeError saying how to start one."""
+    try:
+        import docker
+    except ImportError:
+        raise ForgeError("the 'docker' Python package is not installed (pip install docker)") from None
+    host = engine_host()
+    try:
+        client = docker.DockerClient(base_url=host, timeout=int(timeout_s))
+        client.ping()
+    except Exception as exc:  # the SDK raises several unrelated types
+        raise ForgeError(f"no Docker engine answers at {host} ({type(exc).__name__}): start one with "
+                         f"`{ENGINE_SCRIPT} start` and export the DOCKER_HOST it prints") from None
+    return client
+
+
+def image_problem(image: str = DEFAULT_IMAGE, timeout_s: float = 3.0) -> str | None:
+    """Why a docker sandbox cannot start here (no engine, the image not built), or None when it can."""
+    try:
+        client = connect(timeout_s)
+    except ForgeError as exc:
+        return str(exc)
+    try:
+        client.images.get(image)
+    except Exception:
+        return f"image {image} is not built on {engine_host()} (run `forge sandbox build`)"
+    finally:
+        client.close()
+    return None
+
+
+def _owner_of(pid: int) -> str | None:
+    """``BOOT:PID:START`` naming process ``pid`` uniquely on this machine (None if it is gone)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    start = stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
+    return f"{boot}:{pid}:{start}"
+
+
+def _owner_alive(owner: str) -> bool:
+    try:
+        pid = int(owner.split(":")[1])
+    except (IndexError, ValueError):
+        return False
+    return _owner_of(pid) == owner
+
+
+def remove_leftovers(client: Any) -> list[str]:
+    """Remove the sandbox containers whose owner process is gone (a killed run's); their names."""
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+        if not _owner_alive(container.labels.get(OWNER_LABEL, "")):
+            try:
+                container.remove(force=True)
+                removed.append(container.name)
+            except Exception:  # already going (auto_remove): nothing to do
+                pass
+    return removed
+
+
+def _ids(user: str) -> tuple[int, int]:
+    if user == "root":
+        return 0, 0
+    try:
+        uid, gid = (int(part) for part in user.split(":"))
+    except ValueError:
+        raise ForgeError(f"docker sandbox: user must be 'UID:GID' or 'root', not {user!r}") from None
+    return uid, gid
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.lchown(root, uid, gid)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            try:
+                os.lchown(os.path.join(folder, name), uid, gid)
+            except FileNotFoundError:
+                pass
+
+
+class _Tail:
+    """The last ``size`` bytes written to it."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.data = size, bytearray()
+
+    def add(self, chunk: bytes | None) -> None:
+        if chunk:
+            self.data += chunk
+            if len(self.data) > 2 * self.size:
+                del self.data[: len(self.data) - self.size]
+
+    def text(self) -> str:
+        return bytes(self.data[-self.size:]).decode("utf-8", errors="replace")
+
+
+class DockerSandbox:
+    """The ``docker`` backend of :class:`~forge_cli.sandbox.base.Sandbox` (see the module's docstring).
+
+    ``workdir`` is made if missing and stays the caller's (its owner is given back on :meth:`close`);
+    ``gateway`` makes the gateway reachable inside; ``run_id`` labels the containers.
+    """
+
+    def __init__(self, workdir: str | Path, options: DockerOptions | None = None, *,
+                 gateway: GatewayAccess | None = None, run_id: str | None = None,
+                 tail_bytes: int = TAIL_BYTES) -> None:
+        self.options = options or DockerOptions()
+        self.uid, self.gid = _ids(self.options.user)
+        self._workdir = Path(workdir).resolve()
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        stat = self._workdir.stat()
+        self._owner = (stat.st_uid, stat.st_gid)
+        self.gateway = gateway
+        self.run_id = run_id or ""
+        self.tail_bytes = tail_bytes
+        self.home = "/root" if self.uid == 0 else "/home/agent"
+        self._client: Any = None
+        self._container: str | None = None  # the running container's id
+        self._stdin: Any = None  # the attach socket that keeps the container alive
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def workdir(self) -> Path:
+        return self._workdir
+
+    @property
+    def container_id(self) -> str | None:
+        """The running container's id (None before the first exec and after a removal)."""
+        return self._container
+
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment a command gets: ``PATH``, locale, ``HOME``, ``TMPDIR``, then ``env``."""
+        base = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+                "HOME": self.home, "TMPDIR": "/tmp", "PWD": str(self._workdir)}
+        return {**base, **{k: str(v) for k, v in (env or {}).items()}}
+
+    # -- the container -------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        """Start the container unless it runs (blocking; ForgeError with the reason if it cannot)."""
+        global _SWEPT
+        with self._lock:
+            if self._closed:
+                raise ForgeError("docker sandbox: used after close")
+            if self._container is not None:
+                return
+            import docker.errors
+            from docker.types import Mount, Ulimit
+
+            if self._client is None:
+                self._client = connect()
+            if not _SWEPT:
+                remove_leftovers(self._client)
+                _SWEPT = True
+            try:
+                self._client.images.get(self.options.image)
+            except docker.errors.ImageNotFound:
+                raise ForgeError(f"docker sandbox: image {self.options.image} is not built (run `forge sandbox build`)") from None
+            if self.uid != 0:
+                _chown_tree(self._workdir, self.uid, self.gid)
+            mounts = [Mount(str(self._workdir), str(self._workdir), type="bind", read_only=False)]
+            from forge_cli.paths import agents_dir
+
+            if agents_dir().is_dir():
+                agents = str(agents_dir().resolve())
+                mounts.append(Mount(agents, agents, type="bind", read_only=True))
+            main = ["sh", "-c", f"touch {READY_FILE}; exec cat >/dev/null"]
+            if self.gateway is not None:
+                from forge_cli.sandbox import forward
+
+                if not Path(self.gateway.socket).exists():
+                    raise ForgeError(f"docker sandbox: the gateway's socket {self.gateway.socket} does not exist")
+                mounts.append(Mount(FORWARD_INSIDE, str(forward.PATH), type="bind", read_only=True))
+                mounts.append(Mount(SOCKET_INSIDE, str(Path(self.gateway.socket).resolve()), type="bind"))
+                main = ["python3", FORWARD_INSIDE, "--port", str(self.gateway.port), "--socket", SOCKET_INSIDE, "--", *main]
+            tmpfs_opts = f"rw,nosuid,nodev,size={self.options.tmpfs_mb}m"
+            ulimits = [Ulimit(name="core", soft=0, hard=0)]
+            if self.options.file_size_mb is not None:
+                size = self.options.file_size_mb * 2**20
+                ulimits.append(Ulimit(name="fsize", soft=size, hard=size))
+            owner = _owner_of(os.getpid()) or f"?:{os.getpid()}:?"
+            memory = f"{self.options.memory_mb}m"
+            api = self._client.api
+            try:
+                host_config = api.create_host_config(
+                    init=True, network_mode="none", auto_remove=True, mounts=mounts,
+                    read_only=self.options.read_only_root,
+                    tmpfs={"/tmp": f"{tmpfs_opts},mode=1777",
+                           self.home: f"{tmpfs_opts},mode=700,uid={self.uid},gid={self.gid}"},
+                    mem_limit=memory, memswap_limit=memory, pids_limit=self.options.pids,
+                    nano_cpus=int(self.options.cpus * 1e9), ulimits=ulimits,
+                    cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                )
+                cid = api.create_container(
+                    self.options.image, main, name=f"forge-sandbox-{uuid.uuid4().hex[:12]}",
+                    labels={LABEL: "1", OWNER_LABEL: owner, RUN_LABEL: self.run_id},
+                    stdin_open=True, detach=False, tty=False, user=f"{self.uid}:{self.gid}",
+                    working_dir=str(self._workdir), environment=self.environment(), host_config=host_config,
+                )["Id"]
+                self._stdin = api.attach_socket(cid, params={"stdin": 1, "stream": 1})
+                api.start(cid)
+            except docker.errors.DockerException as exc:
+                raise ForgeError(f"docker sandbox: cannot start a container: {exc}") from None
+            self._container = cid
+
+    def _remove(self) -> None:
+        """Remove the container now (everything in it dies); a no-op when there is none."""
+        with self._lock:
+            cid, self._container = self._container, None
+            sock, self._stdin = self._stdin, None
+        if cid is not None:
+            try:
+                self._client.api.remove_container(cid, force=True)
+            except Exception:  # already gone (auto_remove)
+                pass
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer ended in the container so far (cgroup v1 or v2)."""
+        cid = self.container_id
+        if cid is None:
+            return 0
+        for path, key in ((f"/sys/fs/cgroup/memory/docker/{cid}/memory.oom_control", "oom_kill"),
+                          (f"/sys/fs/cgroup/docker/{cid}/memory.events", "oom_kill"),
+                          (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.events", "oom_kill")):
+            try:
+                for line in Path(path).read_text().splitlines():
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        return int(value)
+            except OSError:
+                continue
+        return 0
+
+    def _wrap(self, command: Sequence[str], memory: int | None, cpu: float | None) -> list[str]:
+        """``command`` behind a shell that waits for the forwarder and applies the per-exec rlimits."""
+        limits = []
+        if memory is not None:
+            limits.append(f"--as={int(memory)}")
+        if cpu is not None:
+            limits.append(f"--cpu={max(1, int(cpu + 0.999))}")
+        run = f'exec prlimit {" ".join(limits)} -- "$@"' if limits else 'exec "$@"'
+        script = f"i=0; while [ ! -e {READY_FILE} ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; {run}"
+        return ["/bin/sh", "-c", script, "sh", *map(str, command)]
+
+    # -- the protocol ----------------------------------------------------------------------------
+
+    async def exec(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        memory_bytes: int | None = None,
+        cpu_time_s: float | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the container to its end or its deadline; see :meth:`forge_cli.sandbox.base.Sandbox.exec`."""
+        if self._closed:
+            raise ForgeError("docker sandbox: exec after close")
+        command = [str(c) for c in command]
+        if not command:
+            raise ForgeError("docker sandbox: exec needs a command")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ForgeError(f"docker sandbox: timeout_s must be positive, not {timeout_s}")
+        memory = memory_bytes
+        cpu = cpu_time_s if cpu_time_s is not None else self.options.cpu_time_s
+        start = time.monotonic()
+        try:
+            await asyncio.to_thread(self._start)
+            created = await asyncio.to_thread(
+                self._client.api.exec_create, self._container, self._wrap(command, memory, cpu),
+                stdout=True, stderr=True, stdin=False, environment=self.environment(env),
+                workdir=str(self._workdir), user=f"{self.uid}:{self.gid}")
+            exec_id = created["Id"]
+        except Exception as exc:  # a ForgeError from _start, or the engine refusing the exec
+            self._remove()
+            reason = str(exc) if isinstance(exc, ForgeError) else f"docker sandbox: cannot start {command[0]!r}: {exc}"
+            return ExecResult(None, "", "", time.monotonic() - start, reason, started=False)
+        ooms = self._oom_kills()
+        out, err = _Tail(self.tail_bytes), _Tail(self.tail_bytes)
+        pump = asyncio.ensure_future(asyncio.to_thread(self._pump, exec_id, out, err))
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(pump), timeout_s)
+        except asyncio.TimeoutError:
+            timed_out = True
+        except BaseException:  # cancelled: nothing of it may go on running
+            self._remove()
+            raise
+        oom = self._oom_kills() > ooms
+        code: int | None = None
+        if timed_out:
+            await asyncio.to_thread(self._remove)
+        else:
+            try:
+                code = (await asyncio.to_thread(self._client.api.exec_inspect, exec_id)).get("ExitCode")
+            except Exception:
+                code = None
+        try:
+            await asyncio.wait_for(pump, 10)
+        except (asyncio.TimeoutError, Exception):
+            pass
+        if code is None and not timed_out:  # the container went away under it
+            await asyncio.to_thread(self._remove)
+            code = -9
+        elif code is not None and 128 < code < 128 + 65:
+            code = 128 - code
+        return self._result(code, out.text(), err.text(), time.monotonic() - start, timed_out, timeout_s, memory, cpu, oom)
+
+    def _pump(self, exec_id: str, out: _Tail, err: _Tail) -> None:
+        try:
+            for chunk_out, chunk_err in self._client.api.exec_start(exec_id, stream=True, demux=True):
+                out.add(chunk_out)
+                err.add(chunk_err)
+        except Exception:  # the container was removed under the stream
+            pass
+
+    def _result(self, code: int | None, stdout: str, stderr: str, wall: float, timed_out: bool,
+                timeout_s: float | None, memory: int | None, cpu: float | None, oom: bool) -> ExecResult:
+        from dataclasses import replace
+
+        from forge_cli.sandbox.local import _result
+
+        done = _result(code, stdout, stderr, wall, timed_out, timeout_s, memory, cpu)
+        if timed_out:
+            return replace(done, reason=f"timed out after {timeout_s:g} s of wall time; its container was removed")
+        if oom and not done.ok:
+            reason = done.reason.split(":")[0].split(" (")[0]
+            return replace(done, memory_exceeded=True, cpu_exceeded=False,
+                           reason=f"{reason} (it ran out of the container's memory limit of {self.options.memory_mb} MiB)")
+        return done
+
+    def stdio_command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """``docker exec -i`` into the container (started now if needed) with the sandbox's environment."""
+        docker_cli = shutil.which("docker")
+        if docker_cli is None:
+            raise ForgeError("docker sandbox: the docker command-line client is not installed (Debian: docker.io)")
+        self._start()
+        args = [docker_cli, "-H", engine_host(), "exec", "-i", "-u", f"{self.uid}:{self.gid}", "-w", str(self._workdir)]
+        for key, value in self.environment(env).items():
+            args += ["-e", f"{key}={value}"]
+        return [*args, self._container, *self._wrap(command, None, self.options.cpu_time_s)]
+
+    def _handed(self, path: Path) -> None:
+        if self.uid != 0 and path.exists():
+            _chown_tree(path, self.uid, self.gid) if path.is_dir() else os.lchown(path, self.uid, self.gid)
+
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        target = inside(self._workdir, path)
+
+        def write() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data.encode() if isinstance(data, str) else data)
+            self._handed(target)
+
+        await asyncio.to_thread(write)
+
+    async def read_file(self, path: str) -> bytes:
+        target = inside(self._workdir, path)
+        try:
+            return await asyncio.to_thread(target.read_bytes)
+        except OSError as exc:
+            raise ForgeError(f"docker sandbox: cannot read {path!r}: {exc.strerror or exc}") from None
+
+    async def copy_in(self, src: Path, dest: str) -> None:
+        from forge_cli.sandbox.local import _copy
+
+        target = inside(self._workdir, dest)
+
+        def copy() -> None:
+            _copy(Path(src), target)
+            self._handed(target)
+
+        await asyncio.to_thread(copy)
+
+    async def copy_out(self, src: str, dest: Path) -> None:
+        from forge_cli.sandbox.local import _copy
+
+        await asyncio.to_thread(_copy, inside(self._workdir, src), Path(dest))
+
+    async def close(self) -> None:
+        """Remove the container and give the work directory back to its owner (it is not deleted)."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self._remove)
+        if self.uid != 0 and self._owner != (self.uid, self.gid):
+            await asyncio.to_thread(_chown_tree, self._workdir, *self._owner)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def __aenter__(self) -> "DockerSandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
