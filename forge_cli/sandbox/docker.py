@@ -48,6 +48,7 @@ SOCKET_INSIDE = "/run/forge/gateway.sock"
 FORWARD_INSIDE = "/opt/forge/forward.py"
 READY_FILE = "/tmp/.forge-ready"  # made by the main program once the forwarder listens
 TAIL_BYTES = 64 * 1024
+WATCH_S = 0.25  # how often a running exec's process count (and, each second, its disk use) is looked at
 _SWEPT = False
 
 
@@ -65,6 +66,8 @@ class DockerOptions(BaseModel):
     tmpfs_mb: int = Field(512, gt=0, description="Size of each of the container's tmpfs /tmp and HOME, in MiB.")
     file_size_mb: int | None = Field(1024, gt=0, description="Largest file a program may write (RLIMIT_FSIZE), in MiB.")
     cpu_time_s: float | None = Field(None, gt=0, description="CPU-time limit per process (RLIMIT_CPU) unless an exec sets one.")
+    disk_mb: int | None = Field(4096, gt=0, description="Most the work directory may hold while a program runs, in MiB "
+                                "(checked each second; the container is removed past it).")
     read_only_root: bool = Field(True, description="Mount the image's root file system read-only.")
 
 
@@ -109,6 +112,39 @@ def image_problem(image: str = DEFAULT_IMAGE, timeout_s: float = 3.0) -> str | N
     finally:
         client.close()
     return None
+
+
+def engine_status() -> dict[str, Any]:
+    """What ``forge sandbox status`` shows: the engine (host, version), Forge's images and its sandbox containers."""
+    from forge_cli.sandbox.images import BASE_IMAGE, image_folders
+
+    client = connect(5)
+    try:
+        version = client.version()
+        images = {}
+        for tag in [BASE_IMAGE, *image_folders()]:
+            try:
+                image = client.images.get(tag)
+                images[tag] = {"id": image.short_id, "size_mb": round(image.attrs.get("Size", 0) / 2**20)}
+            except Exception:
+                images[tag] = None
+        containers = [
+            {"name": c.name, "status": c.status, "run": c.labels.get(RUN_LABEL, ""),
+             "owner_alive": _owner_alive(c.labels.get(OWNER_LABEL, ""))}
+            for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+        ]
+    finally:
+        client.close()
+    return {"host": engine_host(), "version": version.get("Version"), "images": images, "containers": containers}
+
+
+def clean_leftovers() -> list[str]:
+    """Remove the sandbox containers of processes that are gone (``forge sandbox clean``); their names."""
+    client = connect(10)
+    try:
+        return remove_leftovers(client)
+    finally:
+        client.close()
 
 
 def _owner_of(pid: int) -> str | None:
@@ -305,22 +341,27 @@ class DockerSandbox:
             except OSError:
                 pass
 
-    def _oom_kills(self) -> int:
-        """How many processes the kernel's OOM killer ended in the container so far (cgroup v1 or v2)."""
+    def _cgroup_count(self, controller: str, file: str, key: str) -> int:
+        """A counter of the container's control group (``oom_kill`` of memory, ``max`` of pids): v1 or v2."""
         cid = self.container_id
         if cid is None:
             return 0
-        for path, key in ((f"/sys/fs/cgroup/memory/docker/{cid}/memory.oom_control", "oom_kill"),
-                          (f"/sys/fs/cgroup/docker/{cid}/memory.events", "oom_kill"),
-                          (f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.events", "oom_kill")):
+        for path in (f"/sys/fs/cgroup/{controller}/docker/{cid}/{file}", f"/sys/fs/cgroup/docker/{cid}/{file}",
+                     f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/{file}"):
             try:
                 for line in Path(path).read_text().splitlines():
                     name, _, value = line.partition(" ")
                     if name == key:
                         return int(value)
-            except OSError:
+            except (OSError, ValueError):
                 continue
         return 0
+
+    def _counters(self) -> tuple[int, int]:
+        """(OOM kills, refused forks) of the container so far."""
+        return (self._cgroup_count("memory", "memory.oom_control", "oom_kill") or
+                self._cgroup_count("memory", "memory.events", "oom_kill"),
+                self._cgroup_count("pids", "pids.events", "max"))
 
     def _wrap(self, command: Sequence[str], memory: int | None, cpu: float | None) -> list[str]:
         """``command`` behind a shell that waits for the forwarder and applies the per-exec rlimits."""
@@ -366,20 +407,17 @@ class DockerSandbox:
             self._remove()
             reason = str(exc) if isinstance(exc, ForgeError) else f"docker sandbox: cannot start {command[0]!r}: {exc}"
             return ExecResult(None, "", "", time.monotonic() - start, reason, started=False)
-        ooms = self._oom_kills()
+        before = self._counters()
         out, err = _Tail(self.tail_bytes), _Tail(self.tail_bytes)
         pump = asyncio.ensure_future(asyncio.to_thread(self._pump, exec_id, out, err))
-        timed_out = False
         try:
-            await asyncio.wait_for(asyncio.shield(pump), timeout_s)
-        except asyncio.TimeoutError:
-            timed_out = True
+            bound = await self._watch(pump, start, timeout_s)
         except BaseException:  # cancelled: nothing of it may go on running
             self._remove()
             raise
-        oom = self._oom_kills() > ooms
+        after = self._counters()
         code: int | None = None
-        if timed_out:
+        if bound is not None:
             await asyncio.to_thread(self._remove)
         else:
             try:
@@ -390,12 +428,34 @@ class DockerSandbox:
             await asyncio.wait_for(pump, 10)
         except (asyncio.TimeoutError, Exception):
             pass
-        if code is None and not timed_out:  # the container went away under it
+        if code is None and bound is None:  # the container went away under it
             await asyncio.to_thread(self._remove)
             code = -9
         elif code is not None and 128 < code < 128 + 65:
             code = 128 - code
-        return self._result(code, out.text(), err.text(), time.monotonic() - start, timed_out, timeout_s, memory, cpu, oom)
+        return self._result(code, out.text(), err.text(), time.monotonic() - start, timeout_s, memory, cpu,
+                            oom=after[0] > before[0], bound=bound, forks_refused=after[1] > before[1])
+
+    async def _watch(self, pump: "asyncio.Future[None]", start: float, timeout_s: float | None) -> str | None:
+        """Wait for the exec to end; ``"time"``, ``"processes"`` or ``"disk"`` when it must be killed for one of them."""
+        forks = self._counters()[1]
+        next_disk = 0.0
+        while True:
+            left = None if timeout_s is None else start + timeout_s - time.monotonic()
+            if left is not None and left <= 0:
+                return "time"
+            done, _ = await asyncio.wait({pump}, timeout=min(WATCH_S, left) if left is not None else WATCH_S)
+            if done:
+                return None
+            if self._counters()[1] > forks:
+                return "processes"
+            if self.options.disk_mb is not None and time.monotonic() >= next_disk:
+                from forge_cli.sandbox.local import _disk_usage
+
+                used = await asyncio.to_thread(_disk_usage, [self._workdir])
+                if used > self.options.disk_mb * 2**20:
+                    return "disk"
+                next_disk = time.monotonic() + 1.0
 
     def _pump(self, exec_id: str, out: _Tail, err: _Tail) -> None:
         try:
@@ -405,19 +465,22 @@ class DockerSandbox:
         except Exception:  # the container was removed under the stream
             pass
 
-    def _result(self, code: int | None, stdout: str, stderr: str, wall: float, timed_out: bool,
-                timeout_s: float | None, memory: int | None, cpu: float | None, oom: bool) -> ExecResult:
+    def _result(self, code: int | None, stdout: str, stderr: str, wall: float, timeout_s: float | None,
+                memory: int | None, cpu: float | None, *, oom: bool, bound: str | None, forks_refused: bool) -> ExecResult:
         from dataclasses import replace
 
         from forge_cli.sandbox.local import _result
 
-        done = _result(code, stdout, stderr, wall, timed_out, timeout_s, memory, cpu)
-        if timed_out:
-            return replace(done, reason=f"timed out after {timeout_s:g} s of wall time; its container was removed")
-        if oom and not done.ok:
-            reason = done.reason.split(":")[0].split(" (")[0]
-            return replace(done, memory_exceeded=True, cpu_exceeded=False,
-                           reason=f"{reason} (it ran out of the container's memory limit of {self.options.memory_mb} MiB)")
+        limit = memory if memory is not None else (self.options.memory_mb * 2**20 if oom else None)
+        file_size = self.options.file_size_mb * 2**20 if self.options.file_size_mb is not None else None
+        disk = self.options.disk_mb * 2**20 if bound == "disk" and self.options.disk_mb is not None else file_size
+        done = _result(code, stdout, stderr, wall, bound == "time", timeout_s, limit, cpu, oom=oom,
+                       bound=bound if bound in ("processes", "disk") else None, processes=self.options.pids, disk=disk)
+        if bound is not None:
+            reason = done.reason.replace("its processes were killed", "its container was removed")
+            if bound == "time" and forks_refused:
+                reason += f" (it had reached its limit of {self.options.pids} processes)"
+            return replace(done, reason=reason, processes_exceeded=done.processes_exceeded or forks_refused)
         return done
 
     def stdio_command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
