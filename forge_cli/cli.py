@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 
 from forge_cli.errors import ForgeError
 
-COMMAND_MODULES = ("version", "doctor", "config", "plugins", "scaffold", "pool", "model", "gateway", "rollout", "train", "report", "runs")
+COMMAND_MODULES = ("version", "doctor", "config", "plugins", "scaffold", "pool", "model", "gateway", "rollout", "train", "report", "runs", "sandbox")
 
 
 class ForgeGroup(TyperGroup):
