@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # scripts/system-deps.sh — Debian packages the test suite uses: a PostgreSQL server (the pool's
-# scale-out backend; tests start a throwaway cluster of their own on loopback).
+# scale-out backend; tests start a throwaway cluster of their own on loopback) and bubblewrap (the
+# local sandbox's isolation: read-only root, no network but the gateway).
 # Installs only what is missing, and only as root with apt-get; otherwise says what to install.
 set -euo pipefail
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)  # the local sandbox's isolation
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "[system-deps] apt-get install ${need[*]}" >&2
@@ -12,5 +14,5 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 else
-  echo "[system-deps] missing: ${need[*]} (install them with your package manager; PostgreSQL tests will fail)" >&2
+  echo "[system-deps] missing: ${need[*]} (install them with your package manager; the tests that need them will fail or skip)" >&2
 fi

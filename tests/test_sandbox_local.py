@@ -16,9 +16,34 @@ from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
 from forge_cli.sandbox import ExecResult, Sandbox
+from forge_cli.sandbox.bwrap import unavailable
 from forge_cli.sandbox.local import MARKER_VAR, LocalSandbox
 
 PY = sys.executable
+# The tests below that see no process ids run in both modes: a plain subprocess and bubblewrap.
+MODES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(
+    unavailable() is not None, reason=f"no bubblewrap sandbox here: {unavailable()}"))]
+
+
+@pytest.fixture(autouse=True)
+def mode(request, monkeypatch, tmp_path):
+    """The isolation every LocalSandbox of a test gets: ``none`` unless the test is parametrized
+    with MODES (pids seen inside bubblewrap are its own namespace's, so pid tests stay plain);
+    under bubblewrap the test's folder is visible read-only (its scripts live there)."""
+    isolation = getattr(request, "param", "none")
+    real_init = LocalSandbox.__init__
+
+    def init(self, workdir, **kw):
+        kw.setdefault("isolation", isolation)
+        if isolation == "bwrap":
+            kw.setdefault("read_only", (tmp_path,))
+        real_init(self, workdir, **kw)
+
+    monkeypatch.setattr(LocalSandbox, "__init__", init)
+    return isolation
+
+
+both = pytest.mark.parametrize("mode", MODES, indirect=True)
 
 
 def alive(pid: int) -> bool:
@@ -57,7 +82,8 @@ def test_local_sandbox_is_a_sandbox(tmp_path):
     run(box.close())
 
 
-def test_runs_in_its_workdir_with_a_clean_environment(tmp_path, monkeypatch):
+@both
+def test_runs_in_its_workdir_with_a_clean_environment(tmp_path, monkeypatch, mode):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-the-users-own")
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:1")
     monkeypatch.setenv("FORGE_SECRET", "x")
@@ -85,10 +111,11 @@ def test_runs_in_its_workdir_with_a_clean_environment(tmp_path, monkeypatch):
     assert work.is_dir()
 
 
+@both
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(code=st.integers(0, 255), out=st.binary(max_size=3000), err=st.binary(max_size=3000),
        tail=st.integers(1, 4000))
-def test_exit_codes_and_output_tails_are_exact(tmp_path, code, out, err, tail):
+def test_exit_codes_and_output_tails_are_exact(tmp_path, mode, code, out, err, tail):
     prog = script(tmp_path, "echo.py", """
         import sys
         sys.stdout.buffer.write(bytes.fromhex(sys.argv[1])); sys.stdout.flush()
@@ -205,7 +232,8 @@ async def _exec_closed(work: Path) -> ExecResult:
     return await box.exec([PY, "-c", "pass"])
 
 
-def test_memory_limit(tmp_path):
+@both
+def test_memory_limit(tmp_path, mode):
     prog = script(tmp_path, "eat.py", """
         print("before", flush=True)
         block = bytearray(2 * 1024**3)
@@ -225,7 +253,8 @@ def test_memory_limit(tmp_path):
     assert small.ok and not small.memory_exceeded
 
 
-def test_cpu_time_limit(tmp_path):
+@both
+def test_cpu_time_limit(tmp_path, mode):
     async def go():
         async with LocalSandbox(tmp_path / "work") as box:
             return await box.exec([PY, "-c", "while True: pass"], timeout_s=30, cpu_time_s=1)
@@ -236,7 +265,8 @@ def test_cpu_time_limit(tmp_path):
     assert done.wall_s < 10
 
 
-def test_a_program_that_cannot_start_is_a_result(tmp_path):
+@both
+def test_a_program_that_cannot_start_is_a_result(tmp_path, mode):
     not_exec = tmp_path / "plain.txt"
     not_exec.write_text("hello")
 
@@ -252,7 +282,8 @@ def test_a_program_that_cannot_start_is_a_result(tmp_path):
     assert denied.reason.endswith("plain.txt': Permission denied")
 
 
-def test_files_in_and_out(tmp_path):
+@both
+def test_files_in_and_out(tmp_path, mode):
     host = tmp_path / "host"
     (host / "tree" / "sub").mkdir(parents=True)
     (host / "tree" / "sub" / "a.txt").write_text("A")
@@ -284,7 +315,8 @@ def test_files_in_and_out(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_bad_limits_are_refused(tmp_path):
+@both
+def test_bad_limits_are_refused(tmp_path, mode):
     with pytest.raises(ForgeError, match="memory_bytes must be positive"):
         LocalSandbox(tmp_path, memory_bytes=0)
 
@@ -309,4 +341,3 @@ def test_the_registered_local_sandbox_opens_with_its_options(tmp_path):
     run(box.close())
     with pytest.raises(ForgeError, match="memory_mb"):
         reg.options_for("sandboxes", "local", {"memory_mb": -1}, "forge.toml")
-    assert reg.sandboxes["docker"].value.open is None

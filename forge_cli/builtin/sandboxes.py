@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,17 +17,28 @@ if TYPE_CHECKING:
 
 
 class LocalOptions(BaseModel):
-    """``[sandboxes.local]``: the limits every program of a local sandbox runs under by default."""
+    """``[sandboxes.local]``: how a local sandbox isolates its programs and the limits they run under."""
 
     model_config = ConfigDict(extra="forbid")
 
-    memory_mb: int | None = Field(None, gt=0, description="Address-space limit per process, in MiB (RLIMIT_AS); none if unset.")
+    isolation: Literal["auto", "bwrap", "none"] = Field("auto", description=(
+        "auto: bubblewrap where it works (read-only system, no network but the gateway), else a plain subprocess "
+        "and one warning; bwrap: bubblewrap or an error; none: a plain subprocess."))
+    memory_mb: int | None = Field(None, gt=0, description=(
+        "Memory limit in MiB: per process (RLIMIT_AS) and, where a cgroup can be made, for the whole tree; none if unset."))
     cpu_time_s: float | None = Field(None, gt=0, description="CPU-time limit per process, in seconds (RLIMIT_CPU); none if unset.")
+    processes: int | None = Field(512, gt=0, description=(
+        "Processes and threads at once (a pids cgroup; RLIMIT_NPROC for a non-root user); reaching it ends the program."))
+    open_files: int | None = Field(4096, gt=0, description="Open files per process (RLIMIT_NOFILE).")
+    disk_mb: int | None = Field(4096, gt=0, description=(
+        "What it may write into its work directory and home, in MiB (checked while it runs; RLIMIT_FSIZE per file)."))
+    tmp_mb: int = Field(512, gt=0, description="Size of the private /tmp (and /dev/shm) under bubblewrap, in MiB.")
     grace_s: float = Field(1.0, ge=0, description="Seconds between SIGTERM and SIGKILL when a program reaches its deadline.")
 
 
 def local_check() -> str | None:
-    """The local sandbox works everywhere (it isolates nothing but the process group and its limits)."""
+    """The local sandbox works everywhere: with bubblewrap's isolation where that works, else as a
+    plain subprocess (``forge doctor`` says which)."""
     return None
 
 
@@ -36,9 +47,15 @@ def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "Loca
     (``gateway``, a :class:`~forge_cli.sandbox.base.GatewayAccess`, is what a bubblewrap sandbox forwards)."""
     from forge_cli.sandbox.local import LocalSandbox
 
+    from forge_cli.paths import agents_dir
+
     opts = options if isinstance(options, LocalOptions) else LocalOptions(**(options or {}))
-    memory = opts.memory_mb * 2**20 if opts.memory_mb is not None else None
-    return LocalSandbox(workdir, memory_bytes=memory, cpu_time_s=opts.cpu_time_s, grace_s=opts.grace_s)
+    mib = {k: (v * 2**20 if v is not None else None) for k, v in
+           (("memory", opts.memory_mb), ("disk", opts.disk_mb), ("tmp", opts.tmp_mb))}
+    return LocalSandbox(workdir, memory_bytes=mib["memory"], cpu_time_s=opts.cpu_time_s, grace_s=opts.grace_s,
+                        isolation=opts.isolation, gateway=gateway, processes=opts.processes,
+                        open_files=opts.open_files, disk_bytes=mib["disk"], tmp_bytes=int(mib["tmp"] or 0),
+                        read_only=(agents_dir(),))
 
 
 def docker_check() -> str | None:
@@ -73,8 +90,9 @@ def register_sandboxes(register: Callable[[SandboxSpec], None]) -> None:
     register(
         SandboxSpec(
             name="local",
-            description="A subprocess in its own working folder, session and clean environment, with wall-time, "
-            "memory and CPU-time limits; no other isolation yet.",
+            description="A subprocess in its own working folder, session and clean environment, with wall-time, memory, "
+            "CPU, process, file and disk limits; inside bubblewrap where installed (read-only system, private /tmp, "
+            "no network but the gateway's socket).",
             check=local_check,
             options=LocalOptions,
             open=open_local,

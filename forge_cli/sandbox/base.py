@@ -44,7 +44,9 @@ class ExecResult:
     ``stderr`` are the *tails* of its output (the last bytes the sandbox keeps, decoded as UTF-8
     with replacement). ``timed_out`` means the wall-time limit was reached and the sandbox killed
     it; ``memory_exceeded`` / ``cpu_exceeded`` mean it ended, by all signs, on its memory or
-    CPU-time limit. ``reason`` says all of that in one line.
+    CPU-time limit; ``processes_exceeded`` / ``disk_exceeded`` that the sandbox killed it for
+    reaching its process limit or for writing past its disk limit. ``reason`` says all of that in
+    one line.
     """
 
     exit_code: int | None
@@ -56,6 +58,8 @@ class ExecResult:
     timed_out: bool = False
     memory_exceeded: bool = False
     cpu_exceeded: bool = False
+    processes_exceeded: bool = False
+    disk_exceeded: bool = False
 
     @property
     def ok(self) -> bool:

@@ -4,13 +4,14 @@ A sandbox with a network namespace of its own (bubblewrap's ``--unshare-net``, a
 network) has only ``lo``; the gateway's unix socket is bind-mounted in instead. This script runs
 there, in front of the agent::
 
-    python3 forward.py --port PORT --socket SOCK -- CMD ARGS...
+    python3 forward.py --port PORT --socket SOCK [--status FILE] -- CMD ARGS...
 
 It listens on ``127.0.0.1:PORT``, forwards every connection both ways to the unix socket ``SOCK``
 (bytes as they are: HTTP, streaming and keep-alive included), starts ``CMD`` once it listens, passes
 the signals it gets (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2) on to ``CMD``, and exits with
 ``CMD``'s exit status (ending itself by signal ``N`` when ``N`` ended ``CMD``) as soon as ``CMD`` ends, which stops
-the forwarding. It needs only the standard library of any python3 >= 3.9 and never imports
+the forwarding (``--status FILE`` also writes that status there, ``-N`` for signal ``N``: bubblewrap
+itself reports only ``128 + N``; without ``--port``/``--socket`` it forwards nothing). It needs only the standard library of any python3 >= 3.9 and never imports
 ``forge_cli``: it is copied or bind-mounted into sandboxes as a single file (:data:`PATH`).
 """
 
@@ -98,19 +99,26 @@ def serve(server: socket.socket, socket_path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forward.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, required=True, help="loopback port to listen on")
-    parser.add_argument("--socket", required=True, help="the unix socket to forward to")
+    parser.add_argument("--port", type=int, help="loopback port to listen on (with --socket)")
+    parser.add_argument("--socket", help="the unix socket to forward to")
+    parser.add_argument("--status", help="also write CMD's exit status here (-N: signal N), for a caller that "
+                        "sees only 128 + N")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
-    try:
-        server = listen(args.port)
-    except OSError as exc:
-        sys.stderr.write(f"forward.py: cannot listen on 127.0.0.1:{args.port}: {exc}\n")
-        return 125
-    threading.Thread(target=serve, args=(server, args.socket), daemon=True).start()
+    if (args.port is None) != (args.socket is None):
+        parser.error("give --port and --socket together")
+    server = None
+    if args.port is not None:
+        try:
+            server = listen(args.port)
+        except OSError as exc:
+            sys.stderr.write(f"forward.py: cannot listen on 127.0.0.1:{args.port}: {exc}\n")
+            return 125
+        threading.stack_size(512 * 1024)  # many connections under a tight address-space limit
+        threading.Thread(target=serve, args=(server, args.socket), daemon=True).start()
     try:
         child = subprocess.Popen(command)
     except OSError as exc:
@@ -132,7 +140,14 @@ def main(argv: list[str] | None = None) -> int:
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for old pythons
             continue
-    server.close()
+    if server is not None:
+        server.close()
+    if args.status:
+        try:
+            with open(args.status, "w") as fh:
+                fh.write(str(code))
+        except OSError:
+            pass
     if code < 0:  # a signal ended it: end the same way, so the caller sees the same status
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-code, signal.SIG_DFL)

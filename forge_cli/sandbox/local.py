@@ -21,8 +21,24 @@ The wall-time limit is the caller's ``timeout_s``: at the deadline the group get
 ``grace_s`` later ``SIGKILL``. Output goes to files outside the work directory (no pipe can fill
 and block the program), of which the last ``tail_bytes`` are returned.
 
-This isolates nothing else: the program sees the host's file system and network. A backend with
-real isolation (bubblewrap, Docker) is a later part.
+**Isolation.** Where bubblewrap works (``isolation="auto"``, the default, or ``"bwrap"``), every exec
+runs inside ``bwrap`` with the layout of :mod:`forge_cli.sandbox.bwrap`: a read-only system, the
+work directory and the sandbox's home writable at their host paths, a private size-bounded
+``/tmp``, only ``lo`` for a network (the gateway reached through its unix socket and
+``forward.py`` at ``http://127.0.0.1:PORT``), its own pid namespace. Without bubblewrap
+(``"auto"``) the program runs as a plain subprocess that sees the host's file system and network,
+and one warning line says so; ``isolation="none"`` asks for that without the warning.
+
+**Bounds** beyond the rlimits above, where this process may write a control group
+(:mod:`forge_cli.sandbox.cgroup`: as root here): at most ``processes`` processes and threads (a
+fork bomb's forks fail, and the exec is killed as soon as one does), and ``memory_bytes`` for the
+whole tree (the kernel's OOM killer ends it). Without a writable cgroup, ``RLIMIT_NPROC`` is set
+for a non-root user (root is exempt from it) and a fork bomb is ended by its wall-time limit.
+``open_files`` is ``RLIMIT_NOFILE``. ``disk_bytes`` bounds what it writes into the work directory
+and its home: ``RLIMIT_FSIZE`` per file, and a check every :data:`WATCH_S` seconds of their total
+size that kills the exec once it is over (so it can overshoot by what it writes in that time);
+``/tmp`` and ``/dev/shm`` inside bubblewrap are tmpfs of ``tmp_bytes`` each. An exec killed for a
+bound says which in its :class:`~forge_cli.sandbox.base.ExecResult`.
 """
 
 from __future__ import annotations
@@ -38,10 +54,14 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, inside, signal_name
+from forge_cli.sandbox.base import ExecResult, GatewayAccess, inside, signal_name
+from forge_cli.sandbox.cgroup import ExecCgroup
+
+if TYPE_CHECKING:
+    from forge_cli.sandbox.bwrap import Layout
 
 # Forge's own environment variables a sandboxed program gets (when they are set).
 KEPT_ENV = (
@@ -51,6 +71,9 @@ KEPT_ENV = (
 # Every process started by one exec carries MARKER_VAR=<a fresh id>, so its leftovers can be found.
 MARKER_VAR = "FORGE_SANDBOX_EXEC"
 TAIL_BYTES = 64 * 1024
+ISOLATIONS = ("auto", "bwrap", "none")  # bubblewrap where it works | bubblewrap or an error | a plain subprocess
+WATCH_S = 0.25  # how often a running exec's process and disk bounds are checked
+_warned = False  # the "isolation is reduced" line is said once per process
 # Words a program's error output says when an allocation failed.
 _MEMORY_WORDS = ("MemoryError", "Cannot allocate memory", "out of memory", "bad_alloc", "ENOMEM",
                  "memory allocation failed", "failed to allocate")
@@ -71,14 +94,28 @@ class LocalSandbox:
         cpu_time_s: float | None = None,
         tail_bytes: int = TAIL_BYTES,
         grace_s: float = 1.0,
+        isolation: str = "auto",
+        gateway: GatewayAccess | None = None,
+        processes: int | None = 512,
+        open_files: int | None = 4096,
+        disk_bytes: int | None = None,
+        tmp_bytes: int = 512 * 2**20,
+        read_only: Sequence[str | Path] = (),
     ) -> None:
-        for label, value in (("memory_bytes", memory_bytes), ("cpu_time_s", cpu_time_s)):
+        for label, value in (("memory_bytes", memory_bytes), ("cpu_time_s", cpu_time_s), ("processes", processes),
+                             ("open_files", open_files), ("disk_bytes", disk_bytes), ("tmp_bytes", tmp_bytes)):
             if value is not None and value <= 0:
                 raise ForgeError(f"local sandbox: {label} must be positive, not {value}")
+        if isolation not in ISOLATIONS:
+            raise ForgeError(f"local sandbox: isolation {isolation!r} is not one of {', '.join(ISOLATIONS)}")
+        self.isolated = _use_bwrap(isolation)
+        self.gateway = gateway
+        self.processes, self.open_files, self.disk_bytes, self.tmp_bytes = processes, open_files, disk_bytes, tmp_bytes
+        self.read_only = tuple(Path(p) for p in read_only)
         self._workdir = Path(workdir).resolve()
         self._workdir.mkdir(parents=True, exist_ok=True)
         self._root = Path(tempfile.mkdtemp(prefix="forge-sandbox-"))
-        for sub in ("home", "tmp", "logs"):
+        for sub in ("home", "tmp", "logs", "status"):
             (self._root / sub).mkdir()
         self.memory_bytes = memory_bytes
         self.cpu_time_s = cpu_time_s
@@ -101,8 +138,23 @@ class LocalSandbox:
         """The environment a command gets: the kept variables, ``HOME``/``TMPDIR``/``PWD``, then ``env``."""
         base = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
         base.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        base.update(HOME=str(self.home), TMPDIR=str(self._root / "tmp"), PWD=str(self._workdir))
+        tmp = "/tmp" if self.isolated else str(self._root / "tmp")
+        base.update(HOME=str(self.home), TMPDIR=tmp, PWD=str(self._workdir))
         return {**base, **(env or {})}
+
+    def layout(self) -> "Layout":
+        """What a bubblewrap exec of this sandbox mounts."""
+        from forge_cli.sandbox.bwrap import Layout
+
+        return Layout(self._workdir, self.home, self.tmp_bytes, self.read_only, self.gateway, self._root / "status")
+
+    def host_command(self, command: Sequence[str], env: Mapping[str, str], status_file: str | None = None) -> list[str]:
+        """The argv the host starts for ``command`` with exactly ``env``: bubblewrap's, or ``command``."""
+        if not self.isolated:
+            return [str(c) for c in command]
+        from forge_cli.sandbox.bwrap import bwrap_argv
+
+        return bwrap_argv(self.layout(), command, env, status_file)
 
     async def exec(
         self,
@@ -128,40 +180,81 @@ class LocalSandbox:
         n = next(self._count)
         out_path, err_path = self._root / "logs" / f"{n}.out", self._root / "logs" / f"{n}.err"
         start = time.monotonic()
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *command, cwd=self._workdir, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                    start_new_session=True, preexec_fn=_limit_setter(memory, cpu),
-                )
-            except (OSError, subprocess.SubprocessError, ValueError) as exc:
-                detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                return ExecResult(None, "", "", time.monotonic() - start, started=False,
-                                  reason=f"cannot start {command[0]!r}: {detail}")
-        self._running[proc.pid] = marker
-        timed_out = False
+        if self.isolated and (why := _cannot_run(command[0], full_env.get("PATH"))):  # bwrap would say it late
+            return ExecResult(None, "", "", 0.0, started=False, reason=f"cannot start {command[0]!r}: {why}")
+        cgroup = await asyncio.to_thread(ExecCgroup.create, pids_max=self.processes, memory_bytes=memory)
+        nproc = self.processes if cgroup is None else None
         try:
-            try:
-                await asyncio.wait_for(proc.wait(), timeout_s)
-            except asyncio.TimeoutError:
-                timed_out = True
-                _signal_group(proc.pid, signal.SIGTERM)
+            with out_path.open("wb") as out, err_path.open("wb") as err:
                 try:
-                    await asyncio.wait_for(proc.wait(), self.grace_s)
-                except asyncio.TimeoutError:
-                    pass
+                    proc = await asyncio.create_subprocess_exec(
+                        # bubblewrap's own process goes without the mark: a SIGTERM by mark reaches only the program
+                        *self.host_command(command, full_env, f"{n}"), cwd=self._workdir,
+                        env={k: v for k, v in full_env.items() if k != MARKER_VAR} if self.isolated else full_env,
+                        stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+                        preexec_fn=_limit_setter(memory, cpu, open_files=self.open_files, processes=nproc,
+                                                 file_bytes=self.disk_bytes, cgroup=cgroup),
+                    )
+                except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                    return ExecResult(None, "", "", time.monotonic() - start, started=False,
+                                      reason=f"cannot start {command[0]!r}: {detail}")
+            self._running[proc.pid] = marker
+            bound: str | None = None
+            try:
+                bound = await self._wait(proc, cgroup, timeout_s)
+                if bound is not None:
+                    _signal_tree(None if self.isolated else proc.pid, marker, cgroup, signal.SIGTERM)
+                    try:
+                        await asyncio.wait_for(proc.wait(), self.grace_s)
+                    except asyncio.TimeoutError:
+                        pass
+            finally:
+                kill_all(proc.pid, marker)
+                if cgroup is not None:
+                    cgroup.kill()
+                self._running.pop(proc.pid, None)
+            if proc.returncode is None:  # killed just now: it is about to be reaped
+                await proc.wait()
+            oom = cgroup is not None and cgroup.oom_killed()
         finally:
-            kill_all(proc.pid, marker)
-            self._running.pop(proc.pid, None)
-        if proc.returncode is None:  # killed just now: it is about to be reaped
-            await proc.wait()
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.remove)
         wall = time.monotonic() - start
         stdout, stderr = _tail(out_path, self.tail_bytes), _tail(err_path, self.tail_bytes)
-        return _result(proc.returncode, stdout, stderr, wall, timed_out, timeout_s, memory, cpu)
+        code = proc.returncode
+        if self.isolated:
+            code = _inner_status(self._root / "status" / f"{n}", code)
+        return _result(code, stdout, stderr, wall, bound == "time", timeout_s, memory, cpu, oom=oom,
+                       bound=bound, processes=self.processes, disk=self.disk_bytes)
+
+    async def _wait(self, proc: "asyncio.subprocess.Process", cgroup: ExecCgroup | None,
+                    timeout_s: float | None) -> str | None:
+        """Wait for ``proc``; the bound it went past first (``time``, ``processes``, ``disk``), or ``None``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        waiting = asyncio.ensure_future(proc.wait())
+        try:
+            while True:
+                step = WATCH_S if deadline is None else min(WATCH_S, deadline - time.monotonic())
+                done, _ = await asyncio.wait({waiting}, timeout=max(step, 0))
+                if done:
+                    return None
+                if deadline is not None and time.monotonic() >= deadline:
+                    return "time"
+                if cgroup is not None and cgroup.pids_limit_hit():
+                    return "processes"
+                if self.disk_bytes is not None and await asyncio.to_thread(
+                        _disk_usage, (self._workdir, self.home)) > self.disk_bytes:
+                    return "disk"
+        finally:
+            if not waiting.done():
+                waiting.cancel()
 
     def stdio_command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """``env -i`` with the sandbox's environment, ``-C`` the work directory, then ``command``."""
         full = self.environment(env)
+        if self.isolated:
+            return self.host_command(command, full)
         return ["env", "-i", "-C", str(self._workdir), *(f"{k}={v}" for k, v in full.items()), *map(str, command)]
 
     async def write_file(self, path: str, data: str | bytes) -> None:
@@ -216,9 +309,95 @@ def _copy(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
-def _limit_setter(memory_bytes: int | None, cpu_time_s: float | None) -> Callable[[], None]:
+def _use_bwrap(isolation: str) -> bool:
+    """Whether execs run inside bubblewrap under ``isolation`` (:data:`ISOLATIONS`)."""
+    global _warned
+    if isolation == "none":
+        return False
+    from forge_cli.sandbox.bwrap import unavailable
+
+    why = unavailable()
+    if why is None:
+        return True
+    if isolation == "bwrap":
+        raise ForgeError(f"local sandbox: isolation = bwrap, but {why}")
+    if not _warned:
+        _warned = True
+        import logging
+
+        logging.getLogger("forge.sandbox").warning(
+            "isolation is reduced: %s, so local sandboxes are plain subprocesses that see this machine's files "
+            "and network", why)
+    return False
+
+
+def _inner_status(path: Path, code: int | None) -> int | None:
+    """The program's own exit status, as forward.py wrote it inside bubblewrap; else bubblewrap's
+    ``code``, with ``128 + N`` read as signal ``N`` (forward.py itself was killed)."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        pass
+    if code is not None and 128 < code <= 128 + 64:
+        return 128 - code
+    return code
+
+
+def _is_bwrap(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "bwrap"
+    except OSError:
+        return False
+
+
+def _cannot_run(program: str, path: str | None) -> str | None:
+    """Why ``program`` cannot be started (as ``execvp`` would say), or ``None``."""
+    if "/" not in program:
+        return None if shutil.which(program, path=path) else "No such file or directory"
+    if not os.path.exists(program):
+        return "No such file or directory"
+    return None if os.access(program, os.X_OK) and not os.path.isdir(program) else "Permission denied"
+
+
+def _disk_usage(roots: Sequence[Path]) -> int:
+    """Bytes the files under ``roots`` take on disk (links not followed)."""
+    total = 0
+    stack = [str(r) for r in roots]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total
+
+
+def _user_processes() -> int:
+    """How many processes this process's real user has now (RLIMIT_NPROC counts them all)."""
+    uid, count = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                count += os.stat(f"/proc/{name}").st_uid == uid
+            except OSError:
+                continue
+    return count
+
+
+def _limit_setter(memory_bytes: int | None, cpu_time_s: float | None, *, open_files: int | None = None,
+                  processes: int | None = None, file_bytes: int | None = None,
+                  cgroup: ExecCgroup | None = None) -> Callable[[], None]:
     """The ``preexec_fn`` that applies the limits in the child: values computed here, in the parent,
-    so the child only makes ``setrlimit`` calls (a hard limit never above the current hard limit)."""
+    so the child only makes ``setrlimit`` calls (a hard limit never above the current hard limit)
+    and joins ``cgroup``. ``processes`` becomes ``RLIMIT_NPROC`` for a non-root user only (root is
+    exempt), on top of the processes that user already has."""
     import resource
 
     def capped(which: int, soft: int, hard: int) -> tuple[int, tuple[int, int]]:
@@ -233,13 +412,43 @@ def _limit_setter(memory_bytes: int | None, cpu_time_s: float | None) -> Callabl
     if cpu_time_s is not None:
         seconds = max(1, math.ceil(cpu_time_s))
         limits.append(capped(resource.RLIMIT_CPU, seconds, seconds + 1))
+    if open_files is not None:
+        limits.append(capped(resource.RLIMIT_NOFILE, int(open_files), int(open_files)))
+    if file_bytes is not None:
+        limits.append(capped(resource.RLIMIT_FSIZE, int(file_bytes), int(file_bytes)))
+    if processes is not None and os.getuid() != 0:
+        allowed = _user_processes() + int(processes)
+        limits.append(capped(resource.RLIMIT_NPROC, allowed, allowed))
     setrlimit = resource.setrlimit
+    enter = cgroup.enter if cgroup is not None else None
 
     def apply() -> None:
+        if enter is not None:
+            enter()
         for which, value in limits:
             setrlimit(which, value)
 
     return apply
+
+
+def _signal_tree(pgid: int | None, marker: str, cgroup: ExecCgroup | None, sig: int) -> None:
+    """Send ``sig`` to the group ``pgid``, everything in ``cgroup`` and every process marked ``marker``
+    (bubblewrap's own processes are spared when ``pgid`` is ``None``: they end with the program)."""
+    if pgid is not None:
+        _signal_group(pgid, sig)
+    if cgroup is not None:
+        for pid in cgroup.procs():
+            if pgid is None and _is_bwrap(pid):
+                continue
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for pid in marked_pids(marker):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -295,21 +504,29 @@ def _tail(path: Path, size: int) -> str:
 
 
 def _result(code: int | None, stdout: str, stderr: str, wall: float, timed_out: bool, timeout_s: float | None,
-            memory: int | None, cpu: float | None) -> ExecResult:
+            memory: int | None, cpu: float | None, *, oom: bool = False, bound: str | None = None,
+            processes: int | None = None, disk: int | None = None) -> ExecResult:
     """The :class:`ExecResult` of a finished process, with its one-line reason."""
     sig = -code if code is not None and code < 0 else None
-    memory_exceeded = cpu_exceeded = False
+    memory_exceeded = cpu_exceeded = file_too_big = False
     if timed_out:
         reason = f"timed out after {timeout_s:g} s of wall time; its processes were killed"
+    elif bound == "processes":
+        reason = f"reached its limit of {processes} processes (a fork failed); its processes were killed"
+    elif bound == "disk":
+        reason = (f"wrote more than its limit of {(disk or 0) / 2**20:g} MiB into its work directory and home; "
+                  "its processes were killed")
     elif code == 0:
         reason = "exited 0"
     else:
-        cpu_exceeded = cpu is not None and sig in (signal.SIGXCPU, signal.SIGKILL)
+        cpu_exceeded = not oom and cpu is not None and sig in (signal.SIGXCPU, signal.SIGKILL)
         memory_exceeded = memory is not None and not cpu_exceeded and (
-            any(word in stderr[-4000:] for word in _MEMORY_WORDS)
+            oom or any(word in stderr[-4000:] for word in _MEMORY_WORDS)
             or sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)
         )
         reason = f"killed by {signal_name(sig)}" if sig else f"exited {code}"
+        if file_too_big := sig == signal.SIGXFSZ and disk is not None:
+            reason += f" (a file reached its limit of {disk / 2**20:g} MiB)"
         if cpu_exceeded:
             reason += f" (it used up its CPU-time limit of {cpu:g} s)"
         elif memory_exceeded:
@@ -318,4 +535,5 @@ def _result(code: int | None, stdout: str, stderr: str, wall: float, timed_out: 
         if last:
             reason += f": {last[:200]}"
     return ExecResult(code, stdout, stderr, wall, reason, timed_out=timed_out,
-                      memory_exceeded=memory_exceeded, cpu_exceeded=cpu_exceeded)
+                      memory_exceeded=memory_exceeded, cpu_exceeded=cpu_exceeded,
+                      processes_exceeded=bound == "processes", disk_exceeded=bound == "disk" or file_too_big)

@@ -1,0 +1,133 @@
+"""The bubblewrap layout of a ``local`` sandbox: what the program sees, and the ``bwrap`` argv for it.
+
+Inside (:func:`bwrap_argv`):
+
+- a root of its own, with the host's **system folders read-only** (``/usr``, ``/etc``, ``/opt``, the
+  ``/bin``-style links of a merged ``/usr``), the Python Forge runs on (its base installation and
+  its venv) and ``$FORGE_HOME/agents`` read-only, plus any ``read_only`` paths the caller adds.
+  Nothing else of the host is there: not its home, not ``FORGE_HOME`` (runs, keys, the pool), not
+  ``/run`` or ``/var`` (no host unix socket can be reached through the file system), and
+  ``/etc/shadow``-style secrets are hidden behind ``/dev/null``;
+- the trajectory's **work directory, writable, at the same path as on the host** (so ``$workdir``
+  in a launch recipe means the same inside and out), and the sandbox's home folder (``HOME``),
+  writable, at its host path too;
+- a private **/tmp**, a tmpfs of ``tmp_bytes`` (``TMPDIR=/tmp``), and a private ``/dev/shm`` of the
+  same size; a minimal ``/dev`` (null, zero, full, random, urandom, tty, pts) and its own ``/proc``;
+- its own **network namespace** (``--unshare-net``: only ``lo``, which bwrap brings up), its own pid
+  namespace (``--unshare-pid``), ``--die-with-parent`` (if the host process dies, so does the
+  sandbox), ``--new-session`` (no terminal to inject input into), every capability dropped
+  (bubblewrap does that for root too) and the environment cleared (``--clearenv``) to exactly the
+  sandbox's own;
+- with a :class:`~forge_cli.sandbox.base.GatewayAccess`: the gateway's unix socket bound at
+  :data:`SOCKET_INSIDE` and ``forward.py`` at :data:`FORWARD_INSIDE`, run in front of the command
+  so that ``http://127.0.0.1:PORT`` inside reaches the gateway.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from forge_cli.sandbox.base import GatewayAccess
+
+SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers")
+SOCKET_INSIDE = "/run/forge/gateway.sock"
+FORWARD_INSIDE = "/run/forge/forward.py"
+STATUS_INSIDE = "/run/forge/status"
+
+
+def bwrap_path() -> str | None:
+    """Where ``bwrap`` is installed, if it is."""
+    return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def unavailable() -> str | None:
+    """``None`` when bubblewrap can make a sandbox with its own network here, else why not (cached)."""
+    path = bwrap_path()
+    if path is None:
+        return "bubblewrap is not installed (apt-get install bubblewrap)"
+    try:
+        done = subprocess.run([path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+                               "--unshare-pid", "--die-with-parent", "--", "true"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{path} cannot run: {exc}"
+    if done.returncode != 0:
+        return f"{path} cannot create a sandbox here: {done.stderr.strip()[:160]}"
+    return None
+
+
+def python_dirs() -> list[Path]:
+    """The folders of the Python Forge runs on (its base installation, its venv), real paths."""
+    found: list[Path] = []
+    for prefix in (sys.base_prefix, sys.prefix):
+        real = Path(os.path.realpath(prefix))
+        if real not in found and str(real) not in SYSTEM_DIRS and not str(real).startswith("/usr/"):
+            found.append(real)
+    return found
+
+
+def python_inside() -> str:
+    """A python3 that runs inside the sandbox (the real file of this interpreter)."""
+    return os.path.realpath(sys.executable)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one sandbox mounts (see the module's docstring); paths are host paths."""
+
+    workdir: Path
+    home: Path
+    tmp_bytes: int
+    read_only: tuple[Path, ...] = ()
+    gateway: GatewayAccess | None = None
+    status_dir: Path | None = None
+    forwarder: Path = field(default_factory=lambda: Path(__file__).with_name("forward.py"))
+
+
+def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], status_file: str | None = None) -> list[str]:
+    """The host argv that runs ``command`` in ``layout`` with exactly the environment ``env``
+    (``status_file``: its exit status is written to that name in ``layout.status_dir``)."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise FileNotFoundError("bwrap")
+    args = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for secret in SECRET_FILES:
+        if os.path.isfile(secret):
+            args += ["--ro-bind", "/dev/null", secret]
+    size = str(int(layout.tmp_bytes))
+    args += ["--dev", "/dev", "--proc", "/proc", "--size", size, "--tmpfs", "/tmp",
+             "--size", size, "--tmpfs", "/dev/shm", "--dir", "/run", "--dir", "/var/tmp"]
+    for path in (*python_dirs(), *layout.read_only):  # after /tmp's tmpfs: a path under /tmp stays visible
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    for path in (layout.home, layout.workdir):
+        args += ["--bind", str(path), str(path)]
+    # forward.py runs in front of the command: the gateway's port, and the exact exit status
+    args += ["--ro-bind", str(layout.forwarder), FORWARD_INSIDE]
+    front = [python_inside(), "-S", FORWARD_INSIDE]
+    if layout.gateway is not None:
+        args += ["--ro-bind", str(layout.gateway.socket), SOCKET_INSIDE]
+        front += ["--port", str(layout.gateway.port), "--socket", SOCKET_INSIDE]
+    if status_file is not None and layout.status_dir is not None:
+        args += ["--bind", str(layout.status_dir), STATUS_INSIDE]
+        front += ["--status", f"{STATUS_INSIDE}/{status_file}"]
+    inner = [*front, "--", *(str(c) for c in command)]
+    args += ["--chdir", str(layout.workdir), "--clearenv"]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    return [*args, "--", *inner]

@@ -1,0 +1,163 @@
+"""A control group per sandboxed exec: a hard bound on its processes and its memory, and a kill list.
+
+As root, ``RLIMIT_NPROC`` contains nothing (the kernel exempts root's user from it) and a pid
+namespace has no size of its own, so what really stops a fork bomb is the ``pids`` controller; the
+``memory`` controller bounds the whole tree's memory (``RLIMIT_AS`` only bounds each process's
+address space). :class:`ExecCgroup` makes a child group of this process's own group in each
+controller it may write — cgroup v2 (``/sys/fs/cgroup/cgroup.controllers``) or v1
+(``/sys/fs/cgroup/pids``, ``/sys/fs/cgroup/memory``) — moves the exec's first process into it
+before it runs (:meth:`ExecCgroup.enter`, from ``preexec_fn``), and afterwards kills every process
+still in it and removes it. Where no controller is writable (not root, a read-only cgroupfs)
+:func:`ExecCgroup.create` returns ``None`` and the caller keeps its rlimits only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+
+
+def _own_path(controller: str) -> str | None:
+    """This process's group in ``controller`` (``""`` for cgroup v2's unified line), from /proc/self/cgroup."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return path
+    return None
+
+
+class ExecCgroup:
+    """The control group(s) of one exec: ``dirs`` are its folders, one per controller hierarchy."""
+
+    def __init__(self, dirs: dict[str, Path], pids_max: int | None, memory_bytes: int | None) -> None:
+        self.dirs = dirs
+        self.pids_max = pids_max
+        self.memory_bytes = memory_bytes
+
+    @classmethod
+    def create(cls, *, pids_max: int | None, memory_bytes: int | None) -> "ExecCgroup | None":
+        """A new group bounding ``pids_max`` processes (threads count) and ``memory_bytes`` in all;
+        ``None`` when nothing here can be bounded this way."""
+        name = f"forge-sandbox-{uuid.uuid4().hex[:12]}"
+        dirs: dict[str, Path] = {}
+        try:
+            if (ROOT / "cgroup.controllers").exists():  # v2: one hierarchy
+                own = _own_path("")
+                if own is None:
+                    return None
+                d = ROOT / own.lstrip("/") / name
+                d.mkdir()
+                dirs["unified"] = d
+                if pids_max is not None:
+                    (d / "pids.max").write_text(str(pids_max))
+                if memory_bytes is not None:
+                    (d / "memory.max").write_text(str(memory_bytes))
+                    _try_write(d / "memory.swap.max", "0")
+            else:
+                for controller, limit in (("pids", pids_max), ("memory", memory_bytes)):
+                    own = _own_path(controller)
+                    base = ROOT / controller
+                    if limit is None or own is None or not base.is_dir():
+                        continue
+                    d = base / own.lstrip("/") / name
+                    d.mkdir()
+                    dirs[controller] = d
+                    if controller == "pids":
+                        (d / "pids.max").write_text(str(limit))
+                    else:
+                        (d / "memory.limit_in_bytes").write_text(str(limit))
+                        _try_write(d / "memory.memsw.limit_in_bytes", str(limit))
+                        _try_write(d / "memory.swappiness", "0")
+        except OSError:
+            cls(dirs, pids_max, memory_bytes).remove()
+            return None
+        return cls(dirs, pids_max, memory_bytes) if dirs else None
+
+    def enter(self) -> None:
+        """Move the calling process into the group (run in the child, before exec): raw writes only."""
+        for d in self.dirs.values():
+            fd = os.open(str(d / "cgroup.procs"), os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    def procs(self) -> list[int]:
+        """The processes in the group now."""
+        found: set[int] = set()
+        for d in self.dirs.values():
+            try:
+                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
+
+    def signal_all(self, sig: int) -> None:
+        for pid in self.procs():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def kill(self, within: float = 2.0) -> None:
+        """SIGKILL everything in the group until it is empty (or ``within`` seconds have passed)."""
+        deadline = time.monotonic() + within
+        while self.procs() and time.monotonic() < deadline:
+            self.signal_all(signal.SIGKILL)
+            time.sleep(0.01)
+
+    def pids_limit_hit(self) -> bool:
+        """A fork failed because the group was at ``pids_max``."""
+        for key in ("unified", "pids"):
+            d = self.dirs.get(key)
+            if d is not None and _event_count(d / "pids.events", "max") > 0:
+                return True
+        return False
+
+    def oom_killed(self) -> bool:
+        """The kernel killed a process of the group for going over ``memory_bytes``."""
+        if "unified" in self.dirs:
+            return _event_count(self.dirs["unified"] / "memory.events", "oom_kill") > 0
+        if "memory" in self.dirs:
+            return _event_count(self.dirs["memory"] / "memory.oom_control", "oom_kill") > 0
+        return False
+
+    def remove(self) -> None:
+        """Kill what is left and remove the group's folders."""
+        self.kill()
+        for d in self.dirs.values():
+            for _ in range(100):  # the kernel frees a group a moment after its last process is reaped
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def _event_count(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _try_write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError:
+        pass
