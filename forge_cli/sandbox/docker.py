@@ -48,8 +48,11 @@ SOCKET_INSIDE = "/run/forge/gateway.sock"
 FORWARD_INSIDE = "/opt/forge/forward.py"
 READY_FILE = "/tmp/.forge-ready"  # made by the main program once the forwarder listens
 TAIL_BYTES = 64 * 1024
-WATCH_S = 0.25  # how often a running exec's process count (and, each second, its disk use) is looked at
+WATCH_S = 0.25  # how often a running exec's process count is looked at
+DISK_WATCH_S = 0.5  # how often its work directory's size is (a walk of the folder)
 _SWEPT = False
+# Words a program's error output says when a write hit the file-size limit or a full tmpfs.
+_DISK_WORDS = ("File too large", "No space left on device", "EFBIG", "ENOSPC")
 
 
 class DockerOptions(BaseModel):
@@ -67,7 +70,7 @@ class DockerOptions(BaseModel):
     file_size_mb: int | None = Field(1024, gt=0, description="Largest file a program may write (RLIMIT_FSIZE), in MiB.")
     cpu_time_s: float | None = Field(None, gt=0, description="CPU-time limit per process (RLIMIT_CPU) unless an exec sets one.")
     disk_mb: int | None = Field(4096, gt=0, description="Most the work directory may hold while a program runs, in MiB "
-                                "(checked each second; the container is removed past it).")
+                                "(measured every half second; the container is removed past it).")
     read_only_root: bool = Field(True, description="Mount the image's root file system read-only.")
 
 
@@ -316,7 +319,9 @@ class DockerSandbox:
                 cid = api.create_container(
                     self.options.image, main, name=f"forge-sandbox-{uuid.uuid4().hex[:12]}",
                     labels={LABEL: "1", OWNER_LABEL: owner, RUN_LABEL: self.run_id},
-                    stdin_open=True, detach=False, tty=False, user=f"{self.uid}:{self.gid}",
+                    # the main program (the forwarder) runs as this process's user, who may open the gateway's
+                    # socket; programs exec'd run as the sandbox's user
+                    stdin_open=True, detach=False, tty=False, user=f"{os.getuid()}:{os.getgid()}",
                     working_dir=str(self._workdir), environment=self.environment(), host_config=host_config,
                 )["Id"]
                 self._stdin = api.attach_socket(cid, params={"stdin": 1, "stream": 1})
@@ -455,7 +460,7 @@ class DockerSandbox:
                 used = await asyncio.to_thread(_disk_usage, [self._workdir])
                 if used > self.options.disk_mb * 2**20:
                     return "disk"
-                next_disk = time.monotonic() + 1.0
+                next_disk = time.monotonic() + DISK_WATCH_S
 
     def _pump(self, exec_id: str, out: _Tail, err: _Tail) -> None:
         try:
@@ -476,6 +481,9 @@ class DockerSandbox:
         disk = self.options.disk_mb * 2**20 if bound == "disk" and self.options.disk_mb is not None else file_size
         done = _result(code, stdout, stderr, wall, bound == "time", timeout_s, limit, cpu, oom=oom,
                        bound=bound if bound in ("processes", "disk") else None, processes=self.options.pids, disk=disk)
+        if bound is None and not done.ok and any(word in stderr[-4000:] for word in _DISK_WORDS):
+            limit_mb = f"{self.options.file_size_mb} MiB per file, {self.options.tmpfs_mb} MiB of /tmp and HOME"
+            return replace(done, disk_exceeded=True, reason=f"{done.reason} (it reached a disk limit: {limit_mb})")
         if bound is not None:
             reason = done.reason.replace("its processes were killed", "its container was removed")
             if bound == "time" and forks_refused:
