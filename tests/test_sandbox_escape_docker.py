@@ -8,11 +8,7 @@ Nothing is sent to any address outside this machine: the only connections tried 
 from __future__ import annotations
 
 import asyncio
-import http.server
 import os
-import socket
-import socketserver
-import threading
 import uuid
 from pathlib import Path
 
@@ -21,6 +17,7 @@ import pytest
 from forge_cli.sandbox.base import GatewayAccess
 from forge_cli.sandbox.docker import DockerOptions, DockerSandbox
 from tests.docker_support import docker_engine, sandbox_containers  # noqa: F401  (a fixture)
+from tests.unix_http import serve_loopback, serve_unix, stop
 
 pytestmark = pytest.mark.usefixtures("docker_engine")
 TOKEN = uuid.uuid4().hex[:10]  # in the command lines of this module's programs, to find leftovers by
@@ -64,32 +61,6 @@ async def _in(tmp_path: Path, script: str, *, options: DockerOptions | None = No
         return await sb.exec(["python3", "-c", script, TOKEN], timeout_s=timeout_s, **exec_kw)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (the stdlib's name)
-        body = f"{self.server.label} {self.path}".encode()  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):
-        conn, _ = super().get_request()
-        return conn, ("unix", 0)
-
-
-def _serve(server, label: str):
-    server.label = label
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def _connect_script(port: int) -> str:
     return (f"import socket\ns = socket.socket()\ns.settimeout(3)\n"
             f"try:\n    s.connect(('127.0.0.1', {port})); print('connected')\n"
@@ -107,24 +78,20 @@ def test_only_loopback_inside(tmp_path):
 
 
 def test_a_server_on_the_hosts_loopback_is_out_of_reach(tmp_path):
-    server = _serve(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler), "host")
-    hits = []
-    server.RequestHandlerClass = type("Counting", (_Handler,), {"do_GET": lambda self: (hits.append(1), _Handler.do_GET(self))})
+    server = serve_loopback()
     try:
-        port = server.server_address[1]
-        done = run(_in(tmp_path, _connect_script(port)))
+        done = run(_in(tmp_path, _connect_script(server.server_address[1])))
     finally:
-        server.shutdown()
-        server.server_close()
+        stop(server)
     assert done.ok, done.reason
-    assert done.stdout.strip() == "refused 111" and hits == []
+    assert done.stdout.strip() == "refused 111" and server.hits == []
 
 
 def test_the_gateway_answers_at_loopback_port_inside_through_its_socket(tmp_path):
     sock_path = tmp_path / "gateway.sock"
-    gateway = _serve(_UnixHTTPServer(str(sock_path), _Handler), "gateway")
+    gateway = serve_unix(sock_path)
     # the same port on the host's loopback is someone else: what answers inside must be the socket
-    decoy = _serve(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler), "decoy")
+    decoy = serve_loopback("decoy")
     port = decoy.server_address[1]
     script = ("import urllib.request\n"
               f"print(urllib.request.urlopen('http://127.0.0.1:{port}/v1/models', timeout=10).read().decode())\n"
@@ -134,11 +101,10 @@ def test_the_gateway_answers_at_loopback_port_inside_through_its_socket(tmp_path
         other = run(_in(tmp_path, _connect_script(port + 1 if port < 65535 else port - 1),
                         gateway=GatewayAccess(sock_path, port)))
     finally:
-        for server in (gateway, decoy):
-            server.shutdown()
-            server.server_close()
+        stop(gateway, decoy)
     assert done.ok, done.reason + done.stderr
     assert done.stdout.splitlines() == ["gateway /v1/models", "gateway /health"]
+    assert gateway.hits == ["/v1/models", "/health"] and decoy.hits == []
     assert other.stdout.strip() == "refused 111"  # the forwarder's port only
 
 
