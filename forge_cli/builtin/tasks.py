@@ -1,5 +1,5 @@
 """Built-in task suites: ``calc`` (and ``calc-1``, its one-operation tasks), ``kv-search``, ``files``,
-``reasoning`` and ``qa``.
+``reasoning``, ``qa`` and ``swe-mini``.
 
 Registered through ``register_tasks`` exactly like a third party's suites. Building a suite
 generates nothing: tasks are made when ``suite.make(split, n, seed)`` is called.
@@ -19,9 +19,11 @@ def builtin_suites() -> list[TaskSuite]:
     from forge_cli.tasks.files import files_suite
     from forge_cli.tasks.kvsearch import kv_search_suite
     from forge_cli.tasks.puzzles import qa_suite, reasoning_suite
+    from forge_cli.tasks.swe_mini import swe_mini_suite
 
     # calc-1: one operation — what the embedded 1.6M-parameter default learns by RL in minutes on a CPU
-    return [calc_suite(), calc_suite(max_ops=1, name="calc-1"), kv_search_suite(), files_suite(), reasoning_suite(), qa_suite()]
+    return [calc_suite(), calc_suite(max_ops=1, name="calc-1"), kv_search_suite(), files_suite(), reasoning_suite(), qa_suite(),
+            swe_mini_suite()]
 
 
 @hookimpl

@@ -121,8 +121,73 @@ def _user_task(messages: list[dict[str, Any]]) -> str:
     return _user(messages)
 
 
+def _tool_history(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
+    """The tool calls made so far, in order: ``(name, arguments, result)`` (``""`` while unanswered).
+    Calls come in the gateway's shape (``name``, ``arguments``) or OpenAI's (``function``); each
+    call's result is the tool message that answers it, by ``tool_call_id`` or else by position."""
+    calls: list[tuple[str, dict[str, Any], str]] = []
+    waiting: list[int] = []  # indices of calls whose results come next
+    by_id: dict[str, int] = {}
+    for m in messages:
+        if m.get("role") == "assistant":
+            waiting = []
+            for call in m.get("tool_calls") or []:
+                function = call.get("function") or call
+                arguments = function.get("arguments") or {}
+                if isinstance(arguments, str):
+                    try:
+                        arguments = json.loads(arguments or "{}")
+                    except ValueError:
+                        arguments = {}
+                by_id[str(call.get("id"))] = len(calls)
+                waiting.append(len(calls))
+                calls.append((str(function.get("name")), arguments if isinstance(arguments, dict) else {}, ""))
+        elif m.get("role") == "tool":
+            index = by_id.get(str(m.get("tool_call_id"))) if m.get("tool_call_id") else None
+            if index is None and waiting:
+                index = waiting[0]
+            if index is not None:
+                if index in waiting:
+                    waiting.remove(index)
+                name, arguments, _ = calls[index]
+                calls[index] = (name, arguments, str(m.get("content") or ""))
+    return calls
+
+
+def swe_mini(context: dict[str, Any]) -> str:
+    """Fix a swe-mini repository with the suite's tools: read the modules the failing tests point at
+    (through ``api.py`` when a test goes through it), ``edit_file`` each planted bug away (it knows
+    the catalogue's bug patterns, :func:`forge_cli.tasks.swe_units.repair`), run the tests, answer."""
+    from forge_cli.tasks.swe_units import repair
+
+    messages = context.get("messages") or []
+    prompt = _user(messages)
+    package = re.search(r"package `(\w+)`", prompt)
+    if package is None:
+        return "I cannot tell which package to fix."
+    history = _tool_history(messages)
+    read = {args.get("path"): result for name, args, result in history if name == "read_file"}
+    wanted = [f"{package.group(1)}/{module}.py" for module in dict.fromkeys(re.findall(r"\(tests\.test_(\w+)\.", prompt))]
+    wanted += re.findall(r'File "(' + package.group(1) + r'/\w+\.py)"', prompt)
+    for text in read.values():  # the api module names the modules its entry points come from
+        wanted += [f"{package.group(1)}/{m}.py" for m in re.findall(rf"^from {package.group(1)}\.(\w+) import", text, re.M)]
+    for path in dict.fromkeys(wanted):
+        if path not in read:
+            return _call("read_file", path=path)
+    edited = {(args.get("path"), args.get("old")) for name, args, _ in history if name == "edit_file"}
+    for path, text in read.items():
+        for old, new in repair(text)[1]:
+            if (path, old) not in edited:
+                return _call("edit_file", path=path, old=old, new=new)
+    runs = [result for name, _, result in history if name == "run_tests"]
+    if not runs:
+        return _call("run_tests")
+    return "Fixed: the tests pass." if runs[-1].rstrip().endswith("OK") else "I could not make the tests pass."
+
+
 # suite -> the demo policy that solves it (what the warm start's synthetic traces come from)
-DEMO_POLICIES: dict[str, str] = {"calc": "calc", "calc-1": "calc", "kv-search": "kv_search", "files": "files_shell"}
+DEMO_POLICIES: dict[str, str] = {"calc": "calc", "calc-1": "calc", "kv-search": "kv_search", "files": "files_shell",
+                                 "swe-mini": "swe_mini"}
 
 
 def by_tools(context: dict[str, Any]) -> str:
@@ -132,6 +197,8 @@ def by_tools(context: dict[str, Any]) -> str:
         return calc(context)
     if {"search", "open"} <= tools:
         return kv_search(context)
+    if "run_tests" in tools:
+        return swe_mini(context)
     return files_shell(context)
 
 

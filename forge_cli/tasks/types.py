@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence, ru
 
 if TYPE_CHECKING:
     from forge_cli.rollout.loop import Tool
+    from forge_cli.sandbox.base import Sandbox
 
 Split = Literal["train", "heldout"]
 
@@ -63,6 +64,28 @@ class Outcome:
 @runtime_checkable
 class Verifier(Protocol):
     def verify(self, task: Task, workdir: Path, transcript: Transcript) -> Outcome: ...
+
+
+@runtime_checkable
+class SandboxVerifier(Protocol):
+    """A verifier that judges by running programs in the trajectory's own sandbox (the tests of a
+    coding task). It still has ``verify``, for callers without a sandbox (it opens one itself)."""
+
+    def verify(self, task: Task, workdir: Path, transcript: Transcript) -> Outcome: ...
+
+    async def verify_in(self, task: Task, sandbox: "Sandbox", transcript: Transcript) -> Outcome: ...
+
+
+async def verify_outcome(verifier: Verifier, task: Task, workdir: Path, transcript: Transcript,
+                         sandbox: "Sandbox | None" = None) -> Outcome:
+    """The verifier's outcome where it belongs: ``verify_in`` in ``sandbox`` (still open, the agent's
+    work in its work directory) when the verifier runs programs and a sandbox is given, else
+    ``verify`` in a worker thread (a verifier may block)."""
+    import asyncio
+
+    if sandbox is not None and isinstance(verifier, SandboxVerifier):
+        return await verifier.verify_in(task, sandbox, transcript)
+    return await asyncio.to_thread(verifier.verify, task, workdir, transcript)
 
 
 @dataclass(frozen=True)
