@@ -11,7 +11,8 @@ Inside (:func:`bwrap_argv`):
 - the trajectory's **work directory, writable, at the same path as on the host** (so ``$workdir``
   in a launch recipe means the same inside and out), and the sandbox's home folder (``HOME``),
   writable, at its host path too;
-- a private **/tmp**, a tmpfs of ``tmp_bytes`` (``TMPDIR=/tmp``), and a private ``/dev/shm`` of the
+- a read-only root (bubblewrap's own, remounted read-only once it is laid out); a private **/tmp**,
+  a tmpfs of ``tmp_bytes`` (``TMPDIR=/tmp``), and a private ``/dev/shm`` of the
   same size; a minimal ``/dev`` (null, zero, full, random, urandom, tty, pts) and its own ``/proc``;
 - its own **network namespace** (``--unshare-net``: only ``lo``, which bwrap brings up), its own pid
   namespace (``--unshare-pid``), ``--die-with-parent`` (if the host process dies, so does the
@@ -127,7 +128,7 @@ def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], s
         args += ["--bind", str(layout.status_dir), STATUS_INSIDE]
         front += ["--status", f"{STATUS_INSIDE}/{status_file}"]
     inner = [*front, "--", *(str(c) for c in command)]
-    args += ["--chdir", str(layout.workdir), "--clearenv"]
+    args += ["--remount-ro", "/", "--chdir", str(layout.workdir), "--clearenv"]  # its own root: not a writable tmpfs
     for key, value in env.items():
         args += ["--setenv", key, value]
     return [*args, "--", *inner]

@@ -32,7 +32,7 @@ and one warning line says so; ``isolation="none"`` asks for that without the war
 **Bounds** beyond the rlimits above, where this process may write a control group
 (:mod:`forge_cli.sandbox.cgroup`: as root here): at most ``processes`` processes and threads (a
 fork bomb's forks fail, and the exec is killed as soon as one does), and ``memory_bytes`` for the
-whole tree (the kernel's OOM killer ends it). Without a writable cgroup, ``RLIMIT_NPROC`` is set
+whole tree (the kernel's OOM killer ends a process of it, and the exec is killed then). Without a writable cgroup, ``RLIMIT_NPROC`` is set
 for a non-root user (root is exempt from it) and a fork bomb is ended by its wall-time limit.
 ``open_files`` is ``RLIMIT_NOFILE``. ``disk_bytes`` bounds what it writes into the work directory
 and its home: ``RLIMIT_FSIZE`` per file, and a check every :data:`WATCH_S` seconds of their total
@@ -230,7 +230,7 @@ class LocalSandbox:
 
     async def _wait(self, proc: "asyncio.subprocess.Process", cgroup: ExecCgroup | None,
                     timeout_s: float | None) -> str | None:
-        """Wait for ``proc``; the bound it went past first (``time``, ``processes``, ``disk``), or ``None``."""
+        """Wait for ``proc``; the bound it went past first (``time``, ``processes``, ``memory``, ``disk``), or ``None``."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         waiting = asyncio.ensure_future(proc.wait())
         try:
@@ -243,6 +243,8 @@ class LocalSandbox:
                     return "time"
                 if cgroup is not None and cgroup.pids_limit_hit():
                     return "processes"
+                if cgroup is not None and cgroup.oom_killed():
+                    return "memory"
                 if self.disk_bytes is not None and await asyncio.to_thread(
                         _disk_usage, (self._workdir, self.home)) > self.disk_bytes:
                     return "disk"
@@ -513,6 +515,10 @@ def _result(code: int | None, stdout: str, stderr: str, wall: float, timed_out: 
         reason = f"timed out after {timeout_s:g} s of wall time; its processes were killed"
     elif bound == "processes":
         reason = f"reached its limit of {processes} processes (a fork failed); its processes were killed"
+    elif bound == "memory":
+        memory_exceeded = True
+        reason = (f"went over its memory limit of {(memory or 0) / 2**20:g} MiB (the kernel killed one of its "
+                  "processes); its processes were killed")
     elif bound == "disk":
         reason = (f"wrote more than its limit of {(disk or 0) / 2**20:g} MiB into its work directory and home; "
                   "its processes were killed")
@@ -525,8 +531,8 @@ def _result(code: int | None, stdout: str, stderr: str, wall: float, timed_out: 
             or sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)
         )
         reason = f"killed by {signal_name(sig)}" if sig else f"exited {code}"
-        if file_too_big := sig == signal.SIGXFSZ and disk is not None:
-            reason += f" (a file reached its limit of {disk / 2**20:g} MiB)"
+        if file_too_big := disk is not None and (sig == signal.SIGXFSZ or "File too large" in stderr[-4000:]):
+            reason += f" (a file reached its disk limit of {disk / 2**20:g} MiB)"
         if cpu_exceeded:
             reason += f" (it used up its CPU-time limit of {cpu:g} s)"
         elif memory_exceeded:

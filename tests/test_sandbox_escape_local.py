@@ -1,0 +1,282 @@
+"""Escape tests for the local sandbox inside bubblewrap: real programs try to get out, and the host is
+unchanged afterwards. Nothing is sent to any address outside this machine: the only network use is
+loopback (a server of the test's own on the host's 127.0.0.1, and the gateway stand-in)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import os
+import socket
+import socketserver
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from forge_cli.sandbox.base import GatewayAccess
+from forge_cli.sandbox.bwrap import unavailable
+from forge_cli.sandbox.cgroup import ExecCgroup
+from forge_cli.sandbox.local import LocalSandbox
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no bubblewrap sandbox here: {unavailable()}")
+PY = sys.executable
+
+
+def cgroups_here() -> bool:
+    probe = ExecCgroup.create(pids_max=10, memory_bytes=2**30)
+    if probe is None:
+        return False
+    probe.remove()
+    return True
+
+
+needs_cgroup = pytest.mark.skipif(not cgroups_here(), reason="no writable pids/memory cgroup here (not root?)")
+
+
+def processes_with(token: str) -> list[int]:
+    """Host processes whose environment holds ``token``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                if token.encode() in Path(f"/proc/{name}/environ").read_bytes():
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def our_cgroups() -> set[str]:
+    return {str(p) for p in Path("/sys/fs/cgroup").glob("**/forge-sandbox-*")}
+
+
+@pytest.fixture
+def box(tmp_path):
+    """``exec(code, **limits)``: runs a Python snippet in a fresh bubblewrap sandbox; afterwards checks the
+    host is unchanged (no process carrying the run's token, no mount of the test's folders, no cgroup)."""
+    token = f"escape-{uuid.uuid4().hex}"
+    mounts_before = Path("/proc/self/mountinfo").read_text()
+    groups_before = our_cgroups()
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+
+    def run(code: str, *, timeout_s: float = 30, gateway: GatewayAccess | None = None, **kw):
+        path = scripts / f"s{uuid.uuid4().hex[:6]}.py"
+        path.write_text(textwrap.dedent(code))
+
+        async def go():
+            async with LocalSandbox(tmp_path / "work", isolation="bwrap", read_only=(scripts,), gateway=gateway,
+                                    **kw) as sandbox:
+                return await sandbox.exec([PY, str(path)], env={"ESCAPE_TOKEN": token}, timeout_s=timeout_s)
+
+        return asyncio.run(go())
+
+    yield run
+    deadline = time.monotonic() + 3
+    while processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(token) == []
+    new_mounts = set(Path("/proc/self/mountinfo").read_text().splitlines()) - set(mounts_before.splitlines())
+    assert [m for m in new_mounts if str(tmp_path) in m or "bwrap" in m] == []
+    assert our_cgroups() - groups_before == set()
+
+
+def test_only_loopback_inside(box):
+    done = box("""
+        import socket
+        print(sorted(name for _, name in socket.if_nameindex()))
+        print(open("/proc/net/dev").read().count(":"))
+    """)
+    assert done.ok, done
+    assert done.stdout.splitlines() == ["['lo']", "1"]
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        body = f"gateway saw {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class _UnixHTTP(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self):
+        conn, _ = super().get_request()
+        return conn, ("unix", 0)
+
+
+def test_host_loopback_is_unreachable_but_the_gateway_answers(box, tmp_path):
+    host = socket.socket()
+    host.bind(("127.0.0.1", 0))
+    host.listen(8)
+    host.settimeout(0.5)
+    port = host.getsockname()[1]
+    sock = Path(tempfile.mkdtemp()) / "gw.sock"
+    gw = _UnixHTTP(str(sock), _Hello)
+    threading.Thread(target=gw.serve_forever, daemon=True).start()
+    try:
+        done = box(f"""
+            import socket, urllib.request
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=2)
+                print("host reached")
+            except OSError as exc:
+                print("host refused", type(exc).__name__)
+            print(urllib.request.urlopen("http://127.0.0.1:{port + 1}/v1/models", timeout=10).read().decode())
+        """, gateway=GatewayAccess(sock, port + 1))
+        with pytest.raises(socket.timeout):
+            host.accept()  # nothing from inside reached the host's own listener
+    finally:
+        gw.shutdown()
+        gw.server_close()
+        host.close()
+    assert done.ok, done
+    assert done.stdout.splitlines() == ["host refused ConnectionRefusedError", "gateway saw /v1/models"]
+
+
+def test_writes_outside_the_workdir_fail(box, tmp_path, monkeypatch):
+    agents = tmp_path / "scripts"  # read-only inside, like $FORGE_HOME/agents
+    outside = tmp_path / "outside.txt"
+    host_tmp = Path(tempfile.gettempdir()) / f"forge-escape-{uuid.uuid4().hex}"
+    done = box(f"""
+        import os
+        for path in ["/etc/forge-x", "/usr/forge-x", {str(Path(sys.prefix) / 'forge-x')!r}, {str(agents / 'x')!r},
+                     "/forge-x", "/run/forge-x", {str(Path.home() / 'forge-x')!r}]:
+            try:
+                open(path, "w").write("x")
+                print("WROTE", path)
+            except OSError as exc:
+                print("refused", type(exc).__name__)
+        for path in [{str(host_tmp)!r}, {str(outside)!r}]:  # under /tmp: its own tmpfs, not the host's
+            open(path, "w").write("private")
+        open("mine.txt", "w").write("ok")
+        open(os.environ["HOME"] + "/.config", "w").write("ok")
+    """)
+    assert done.ok, done
+    assert "WROTE" not in done.stdout and done.stdout.count("refused") == 7
+    assert (tmp_path / "work" / "mine.txt").read_text() == "ok"
+    assert not outside.exists() and not host_tmp.exists() and not (agents / "x").exists()
+    assert not (Path.home() / "forge-x").exists()
+
+
+def test_the_hosts_home_and_forge_home_are_not_readable(box, tmp_path):
+    home_secret = Path(tempfile.mkstemp(dir=Path.home(), prefix=".forge-escape-")[1])
+    home_secret.write_text("home secret")
+    forge_home = Path(os.environ.get("FORGE_HOME", Path.home() / ".forge"))
+    forge_home.mkdir(parents=True, exist_ok=True)
+    forge_secret = forge_home / f"keys-{uuid.uuid4().hex[:6]}.json"
+    forge_secret.write_text("sk-secret")
+    try:
+        done = box(f"""
+            import os
+            for path in [{str(home_secret)!r}, {str(forge_secret)!r}, "/etc/shadow"]:
+                try:
+                    print(repr(open(path).read()))
+                except OSError as exc:
+                    print("unreadable", type(exc).__name__)
+            print(sorted(os.listdir({str(Path.home())!r})) if os.path.isdir({str(Path.home())!r}) else "no home")
+        """)
+    finally:
+        home_secret.unlink()
+        forge_secret.unlink()
+    assert done.ok, done
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["unreadable FileNotFoundError"] * 2  # not there at all
+    assert lines[2] in ("''", "unreadable PermissionError")  # /dev/null in its place
+    assert "home secret" not in done.stdout and "sk-secret" not in done.stdout
+    assert home_secret.name not in lines[3]
+
+
+@needs_cgroup
+def test_a_fork_bomb_is_contained_and_killed(box):
+    start = time.monotonic()
+    done = box("""
+        import os, time
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                time.sleep(0.01)
+    """, timeout_s=60, processes=64)
+    assert done.processes_exceeded and not done.ok, done
+    assert done.reason == "reached its limit of 64 processes (a fork failed); its processes were killed"
+    assert time.monotonic() - start < 20
+
+
+@needs_cgroup
+def test_a_memory_hog_of_many_processes_is_killed_at_its_limit(box):
+    """Each process stays under its own address-space limit; together they pass the tree's limit."""
+    done = box("""
+        import os, time
+        for _ in range(6):
+            if os.fork() == 0:
+                block = bytearray(80 * 2**20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                time.sleep(60)
+        codes = [os.wait()[1] for _ in range(6)]
+        raise SystemExit(1 if any(codes) else 0)
+    """, timeout_s=60, memory_bytes=256 * 2**20)
+    assert done.memory_exceeded and not done.ok and not done.timed_out, done
+    assert done.reason == ("went over its memory limit of 256 MiB (the kernel killed one of its processes); "
+                           "its processes were killed")
+
+
+def test_a_disk_filler_is_stopped(box, tmp_path):
+    work = box("""
+        chunk = b"x" * 2**20
+        with open("fill.bin", "wb") as fh:
+            while True:
+                fh.write(chunk); fh.flush()
+    """, timeout_s=60, disk_bytes=40 * 2**20)
+    assert work.disk_exceeded and not work.ok, work  # one file: RLIMIT_FSIZE, exactly
+    assert "disk limit of 40 MiB" in work.reason and "File too large" in work.reason
+    assert (tmp_path / "work" / "fill.bin").stat().st_size == 40 * 2**20
+    many = box("""
+        import itertools
+        chunk = b"x" * 2**20
+        for n in itertools.count():
+            with open(f"fill-{n}.bin", "wb") as fh:
+                fh.write(chunk)
+    """, timeout_s=60, disk_bytes=40 * 2**20)
+    assert many.disk_exceeded and not many.ok, many  # many files: the size check while it runs
+    assert many.reason == "wrote more than its limit of 40 MiB into its work directory and home; its processes were killed"
+    tmp = box("""
+        chunk = b"x" * 2**20
+        written = 0
+        try:
+            with open("/tmp/fill.bin", "wb") as fh:
+                while True:
+                    fh.write(chunk); fh.flush(); written += 1
+        except OSError as exc:
+            print(type(exc).__name__, exc.errno, written)
+    """, timeout_s=60, tmp_bytes=16 * 2**20)
+    assert tmp.ok, tmp
+    name, errno, written = tmp.stdout.split()
+    assert name == "OSError" and int(errno) == 28 and int(written) <= 16  # ENOSPC at its tmpfs's size
+
+
+def test_a_runaway_loop_is_killed_by_cpu_time_and_a_sleeper_by_wall_time(box):
+    spin = box("while True: pass", timeout_s=60, cpu_time_s=1)
+    assert spin.cpu_exceeded and not spin.timed_out and spin.exit_code in (-24, -9), spin
+    assert spin.wall_s < 55  # its 1 s of CPU, however busy this machine is, well before its 60 s deadline
+    sleeper = box("""
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ignoring SIGTERM", flush=True)
+        time.sleep(300)
+    """, timeout_s=4, grace_s=0.5)
+    assert sleeper.timed_out and sleeper.stdout == "ignoring SIGTERM\n", sleeper
+    assert sleeper.exit_code == -9 and sleeper.wall_s < 10  # SIGTERM at the deadline, SIGKILL after the grace
