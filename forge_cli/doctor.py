@@ -94,9 +94,10 @@ def _node_check() -> Check:
 
 def _docker_check() -> Check:
     from forge_cli.builtin.sandboxes import docker_check
+    from forge_cli.sandbox.docker import DEFAULT_IMAGE, engine_host
 
     why = docker_check()
-    return Check("docker engine", why is None, why or "reachable", False)
+    return Check("docker engine", why is None, why or f"{engine_host()}; image {DEFAULT_IMAGE} built", False)
 
 
 def _postgres_check(url: str) -> Check:
