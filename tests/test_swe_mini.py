@@ -157,7 +157,7 @@ def test_the_verifier_rejects_tests_that_are_silenced_or_cut_short(tasks, tmp_pa
     assert still.score == 0.0 and "the tests fail" in still.reason  # -I: the standard library's unittest ran
     write(task, root, task.answer["fix"])
     init = f"{task.answer['package']}/__init__.py"
-    (root / init).write_text("import os\nos._exit(0)\n")
+    (root / init).write_text("import os, sys\nsys.stderr.write('OK\\n')\nsys.stderr.flush()\nos._exit(0)\n")
     cut = verifier.verify(task, root, NONE)
     assert cut.score == 0.0 and "without running" in cut.reason, cut.reason
 
