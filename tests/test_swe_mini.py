@@ -200,6 +200,36 @@ def test_verify_outcome_runs_the_tests_in_the_given_sandbox(tasks, tmp_path):
         asyncio.run(verify_outcome(FilesMatch(), Task(id="x", suite="files", prompt=""), root, NONE, sandbox=None))
 
 
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_the_verifier_runs_in_each_sandbox_backend(backend, tasks, tmp_path):
+    """Through the registry's sandboxes as the rollout opens them (the docker one runs the tests with
+    the image's python3; CI starts an engine and builds the image, ``.ci/run``): the generated repo
+    fails, the fixed one passes, an edited test is refused."""
+    from forge_cli.plugins import get_registry
+
+    spec = get_registry().sandboxes[backend].value
+    problem = spec.check() if spec.open is not None else "it cannot be opened yet"
+    if problem:
+        pytest.skip(f"the {backend} sandbox is not usable here: {problem}")
+    task, verifier = tasks[3], suite().verifier
+
+    async def judge(root: Path):
+        sandbox = spec.open(root, None, None)
+        try:
+            return await verify_outcome(verifier, task, root, NONE, sandbox=sandbox)
+        finally:
+            await sandbox.close()
+
+    root = write(task, tmp_path / "repo")
+    assert asyncio.run(judge(root)).score == 0.0
+    write(task, root, task.answer["fix"])
+    solved = asyncio.run(judge(root))
+    assert solved.solved, solved.reason
+    test_file = sorted(task.answer["tests"])[-1]
+    (root / test_file).write_text(task.files[test_file].replace("assertEqual", "assertNotEqual", 1))
+    assert "was changed" in asyncio.run(judge(root)).reason
+
+
 def test_a_task_without_tests_is_a_clear_error(tmp_path):
     from forge_cli.tasks.types import Task
 
