@@ -203,7 +203,7 @@ def test_context_policy_names_are_checked_against_the_table():
 def test_builtin_white_box_options_are_the_loop_s_plus_the_policy_s():
     registry = plugins.get_registry()
     fields = {name: set(e.value.options.model_fields) for name, e in registry.scaffolds.items() if e.value.kind == "white"}
-    loop = {"max_turns", "max_tokens", "temperature"}
+    loop = {"max_turns", "max_tokens", "temperature", "mcp"}  # mcp: the servers its tools may come from
     assert fields["react"] == loop
     assert fields["truncate-bc"] == loop | {"context_budget_tokens"}
     assert fields["keep-last-k"] == loop | {"keep_last"}

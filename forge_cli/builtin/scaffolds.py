@@ -12,8 +12,9 @@ format; the tool format is the gateway's concern, the policies act on OpenAI mes
 ``tests/test_scaffold_contract.py``.
 
 A white-box scaffold's options are its family's (:mod:`forge_cli.rollout.families`) plus those of
-its context policy; black-box scaffolds share the options of a launched agent. Both are what
-``[scaffolds.NAME]`` in ``forge.toml`` may set.
+its context policy, and ``mcp`` (the MCP servers its tools come from: :mod:`forge_cli.rollout.mcp_tools`);
+black-box scaffolds share the options of a launched agent. Both are what ``[scaffolds.NAME]`` in
+``forge.toml`` may set.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from forge_cli import hookimpl
 from forge_cli.paths import data_dir
 from forge_cli.rollout.context import CONTEXT_POLICIES, context_policy, with_policy_options
 from forge_cli.rollout.families import FAMILIES, Family, ToolLoopOptions
+from forge_cli.rollout.mcp_tools import with_mcp_option
 from forge_cli.specs import ScaffoldSpec
 
 __all__ = ["AgentOptions", "ToolLoopOptions", "load_definitions", "scaffold_name", "systematic_scaffolds"]
@@ -44,7 +46,7 @@ class AgentOptions(BaseModel):
 
 def _white_options(spec: ScaffoldSpec) -> type[BaseModel]:
     family = FAMILIES.get(spec.family or "")
-    return with_policy_options(family.options if family else ToolLoopOptions, spec.context_policy)
+    return with_mcp_option(with_policy_options(family.options if family else ToolLoopOptions, spec.context_policy))
 
 
 def load_definitions() -> list[ScaffoldSpec]:

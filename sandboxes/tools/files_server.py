@@ -20,6 +20,7 @@ from mcp.server.mcpserver import MCPServer
 MAX_READ = 64_000
 MAX_WRITE = 1_000_000
 MAX_LISTED = 500
+FORGE_OWN = ".forge-"  # folders Forge puts into a work directory (these servers' copy, a corpus): not listed
 
 
 def build_server(root: Path) -> MCPServer:
@@ -80,7 +81,7 @@ def build_server(root: Path) -> MCPServer:
             raise ToolError(f"no folder {relative(root, folder)!r}")
         found: list[str] = []
         for here, dirs, files in os.walk(folder):
-            dirs.sort()
+            dirs[:] = sorted(d for d in dirs if not d.startswith(FORGE_OWN))
             found.extend(relative(root, Path(here) / name) for name in sorted(files))
         if not found:
             return "(no files)"

@@ -1,0 +1,285 @@
+"""Tools a white-box loop takes from MCP servers running inside the trajectory's sandbox.
+
+Forge ships stdio MCP servers in ``sandboxes/tools/`` (``forge_cli/_data/sandboxes/tools`` in a
+wheel); :data:`SERVERS` is the one table of them, and what a scaffold's ``mcp`` option may name::
+
+    [scaffolds.tool-call]
+    mcp = ["files", "shell"]
+
+With ``mcp`` set, an episode's tools are exactly those the named servers list, nothing of the
+task suite's own. :func:`mcp_tools` launches each server *inside* a sandbox
+(:meth:`~forge_cli.sandbox.base.Sandbox.stdio_command` gives the host argv; the MCP SDK's stdio
+client starts it and speaks JSON-RPC over its stdin/stdout), turns every ``list_tools`` entry into
+a :class:`~forge_cli.rollout.loop.Tool` whose schema is the server's input schema and whose run is
+``call_tool``, and stops the servers when the episode ends. What the agent sees:
+
+- a tool's text content as the tool message;
+- an MCP error result (``is_error``: a path outside the work directory, an edit whose text is not
+  there) as a tool error — :meth:`Episode.call_tool <forge_cli.rollout.loop.Episode.call_tool>`
+  turns the :class:`~forge_cli.errors.ForgeError` raised here into ``error: …`` and a
+  ``tool.error`` event;
+- a server that crashed, hung past ``call_timeout_s`` or closed its pipe, as the same kind of tool
+  error, on that call and every later one (its last stderr line included): never a crashed rollout.
+
+A server that does not start (no ``mcp`` package in the sandbox's Python, a bad script) fails the
+trajectory with the reason. The servers need Python with the ``mcp`` SDK inside the sandbox: the
+sandbox's ``python`` attribute if it has one (a container's ``python3``), else this interpreter
+(its venv is visible inside ``local`` sandboxes, bubblewrap or not). The scripts are run from the
+sandbox's ``tools_dir`` if it has one (a read-only mount of them), else from a copy put into the
+work directory (``.forge-tools/``, with a ``kv-search`` task's corpus in ``.forge-corpus/``): every
+backend can take that. Both are removed when the block ends. The ``mcp`` package is imported only
+when servers start.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Literal, Sequence
+
+from pydantic import BaseModel, Field, create_model
+
+from forge_cli.errors import ForgeError
+from forge_cli.rollout.loop import Tool
+
+if TYPE_CHECKING:
+    from forge_cli.sandbox.base import Sandbox
+    from forge_cli.tasks.types import Task, TaskSuite
+
+START_TIMEOUT_S = 120.0  # importing the SDK on a loaded machine takes a while
+CALL_TIMEOUT_S = 300.0
+CORPUS_DIR = ".forge-corpus"  # where a task's search corpus is written, inside the work directory
+TOOLS_DIR = ".forge-tools"  # where the servers are copied for a sandbox that has no tools_dir of its own
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """One shipped MCP server: its script in ``sandboxes/tools/`` and what it serves."""
+
+    name: str
+    script: str
+    description: str
+
+
+SERVERS: dict[str, McpServer] = {
+    s.name: s
+    for s in (
+        McpServer("shell", "shell_server.py", "shell(command, timeout_s?): a command line in the work directory "
+                  "(timeout, output cap)"),
+        McpServer("files", "files_server.py", "read_file, write_file, edit_file (exact-string replace), list_files "
+                  "in the work directory"),
+        McpServer("search", "search_server.py", "search(query), open(doc_id) over the task's local corpus "
+                  "(a kv-search task's documents, else the work directory's files)"),
+    )
+}
+
+
+@lru_cache(maxsize=None)
+def with_mcp_option(model: type[BaseModel]) -> type[BaseModel]:
+    """``model`` (a white-box scaffold's options) with ``mcp``: the shipped servers to take the tools from."""
+    names = Literal[tuple(SERVERS)]  # type: ignore[valid-type]
+    field = Field(default_factory=list, description="MCP servers (" + ", ".join(SERVERS) + ") whose tools replace "
+                  "the task's; they run inside the trajectory's sandbox.")
+    extended: type[BaseModel] = create_model(model.__name__, __base__=model, __doc__=model.__doc__,
+                                             __module__=model.__module__, mcp=(list[names], field))  # type: ignore[valid-type]
+    return extended
+
+
+def mcp_servers(options: Any) -> list[str]:
+    """The servers a scaffold's options (validated, or the raw ``[scaffolds.NAME]`` table) name, each once."""
+    raw = options.get("mcp") if isinstance(options, dict) else getattr(options, "mcp", None)
+    return [server(n).name for n in dict.fromkeys(raw or ())]
+
+
+def server(name: str) -> McpServer:
+    """The shipped server ``name``; a ForgeError naming the others if there is none."""
+    if name not in SERVERS:
+        raise ForgeError(f"unknown MCP server {name!r}: choose from {', '.join(SERVERS)}")
+    return SERVERS[name]
+
+
+def tools_dir() -> Path:
+    from forge_cli.paths import data_dir
+
+    return data_dir("sandboxes") / "tools"
+
+
+async def write_corpus(sandbox: "Sandbox", task: "Task | None") -> str:
+    """Write ``task``'s search corpus into the sandbox; the folder to search, relative to the work directory."""
+    from forge_cli.tasks import kvsearch
+
+    if task is None or task.suite != kvsearch.NAME:
+        return "."
+    for doc in kvsearch.corpus_of(task).documents:
+        await sandbox.write_file(f"{CORPUS_DIR}/{doc.id}.txt", doc.text)
+    return CORPUS_DIR
+
+
+class McpConnection:
+    """One server running in a sandbox: its client session, and what became of it."""
+
+    def __init__(self, server: McpServer, session: Any, errlog: Any, call_timeout_s: float) -> None:
+        self.server, self.session, self.errlog, self.call_timeout_s = server, session, errlog, call_timeout_s
+        self.broken: str | None = None  # why it cannot answer any more
+
+    def tools(self, listed: Sequence[Any]) -> list[Tool]:
+        """A :class:`Tool` per listed MCP tool, calling it through this connection."""
+        return [self._tool(t) for t in listed]
+
+    def _tool(self, listed: Any) -> Tool:
+        name = listed.name
+
+        async def run(arguments: Any) -> str:
+            return await self.call(name, arguments)
+
+        schema = dict(listed.input_schema or {"type": "object", "properties": {}})
+        return Tool(name, listed.description or f"{name} (MCP server {self.server.name!r})", schema, run)
+
+    async def call(self, name: str, arguments: Any) -> str:
+        """``call_tool``'s text; a ForgeError (the agent's tool error) for an error result or a dead server."""
+        if arguments is None or arguments == "":
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise ForgeError(f"the arguments of {name} must be a JSON object, not {arguments!r}"[:300])
+        if self.broken is not None:
+            raise ForgeError(self.broken)
+        try:
+            result = await self.session.call_tool(name, arguments, read_timeout_seconds=self.call_timeout_s)
+        except Exception as exc:  # a crashed, hung or closed server: this call and every later one fail
+            detail = _describe(exc)
+            words = last_words(self.errlog)
+            self.broken = (f"the MCP server {self.server.name!r} stopped answering ({detail})"
+                           + (f"; its last words: {words}" if words else ""))
+            raise ForgeError(self.broken) from None
+        text = _text(result.content)
+        if result.is_error:
+            raise ForgeError(text or f"{name} failed")
+        return text
+
+
+def last_words(errlog: Any) -> str:
+    """The last line a server wrote to its stderr file (a traceback's last line, say), or ''."""
+    try:
+        errlog.flush()
+        errlog.seek(0)
+        lines = [line.strip() for line in errlog.read()[-8000:].splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _text(content: Sequence[Any]) -> str:
+    """A tool result's content as one text: text blocks as they are, anything else named."""
+    parts = []
+    for block in content:
+        kind = getattr(block, "type", "")
+        parts.append(block.text if kind == "text" else f"[{kind or 'unknown'} content]")
+    return "\n".join(parts)
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception (the leaf of an exception group) as ``Type: message``."""
+    if isinstance(exc, BaseExceptionGroup):
+        exc = _leaf(exc)
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+async def _start(stack: AsyncExitStack, server: McpServer, sandbox: "Sandbox", args: Sequence[str], python: str,
+                 folder: str, start_timeout_s: float, call_timeout_s: float) -> list[Tool]:
+    """Start ``server`` inside ``sandbox`` (stopped when ``stack`` closes): its tools."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    argv = sandbox.stdio_command([python, f"{folder}/{server.script}", *args])
+    errlog = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
+    params = StdioServerParameters(command=argv[0], args=list(argv[1:]))
+    try:
+        read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        session = await stack.enter_async_context(ClientSession(read, write))
+        connection = McpConnection(server, session, errlog, call_timeout_s)
+        with anyio.fail_after(start_timeout_s):
+            await session.initialize()
+            listed = (await session.list_tools()).tools
+    except Exception as exc:
+        words = last_words(errlog)
+        detail = f"no answer within {start_timeout_s:g} s" if isinstance(exc, TimeoutError) else _describe(exc)
+        raise ForgeError(f"the MCP server {server.name!r} did not start in the sandbox ({detail})"
+                         + (f": {words}" if words else "")) from None
+    return connection.tools(listed)
+
+
+@asynccontextmanager
+async def mcp_tools(names: Sequence[str], sandbox: "Sandbox", *, task: "Task | None" = None,
+                    start_timeout_s: float = START_TIMEOUT_S, call_timeout_s: float = CALL_TIMEOUT_S
+                    ) -> AsyncIterator[list[Tool]]:
+    """The tools of the servers ``names`` (keys of :data:`SERVERS`), each server running inside
+    ``sandbox`` (in its work directory) while the block runs; ``task``: whose corpus ``search`` serves.
+    Enter and leave it in one task (the MCP client's task groups require it). What the block raises
+    comes out as itself, not inside the client's exception groups."""
+    chosen = [server(n) for n in dict.fromkeys(names)]
+    python = str(getattr(sandbox, "python", None) or sys.executable)
+    placed: list[str] = []  # what this put into the work directory, removed afterwards
+    try:
+        async with AsyncExitStack() as stack:
+            stack.callback(_remove, sandbox.workdir, placed)
+            folder = getattr(sandbox, "tools_dir", None)
+            if folder is None:  # every backend can take a copy: run them from the work directory
+                await sandbox.copy_in(tools_dir(), TOOLS_DIR)
+                placed.append(TOOLS_DIR)
+                folder = TOOLS_DIR
+            tools: list[Tool] = []
+            for shipped in chosen:
+                args: list[str] = []
+                if shipped.name == "search":
+                    corpus = await write_corpus(sandbox, task)
+                    placed.extend([corpus] if corpus != "." else [])
+                    args = ["--corpus", corpus]
+                served = await _start(stack, shipped, sandbox, args, python, str(folder), start_timeout_s,
+                                      call_timeout_s)
+                clash = {t.name for t in tools} & {t.name for t in served}
+                if clash:
+                    raise ForgeError(f"the MCP server {shipped.name!r} serves {', '.join(sorted(clash))}, which another "
+                                     "server named already serves")
+                tools.extend(served)
+            yield tools
+    except BaseExceptionGroup as group:
+        raise _leaf(group) from None
+
+
+def _leaf(group: BaseExceptionGroup) -> BaseException:
+    """The one exception an exception group wraps (its first, if it holds several)."""
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+        inner = inner.exceptions[0]
+    return inner
+
+
+def _remove(workdir: Path, placed: Sequence[str]) -> None:
+    import shutil
+
+    for name in placed:
+        shutil.rmtree(workdir / name, ignore_errors=True)
+
+
+@asynccontextmanager
+async def episode_tools(options: Any, suite: "TaskSuite", task: "Task", workdir: Path,
+                        open_sandbox: Callable[[], "Sandbox"]) -> AsyncIterator[Sequence[Tool]]:
+    """The tools of one white-box episode: the suite's own, or — when the scaffold's ``options``
+    name MCP servers — theirs, served from a sandbox ``open_sandbox()`` opens on ``workdir`` for the
+    episode (closed after it)."""
+    names = mcp_servers(options)
+    if not names:
+        yield suite.tools(task, workdir)
+        return
+    sandbox = open_sandbox()
+    try:
+        async with mcp_tools(names, sandbox, task=task) as tools:
+            yield tools
+    finally:
+        await sandbox.close()
