@@ -170,6 +170,37 @@ def _inner_frames(exc: BaseException, sources: dict[str, str]) -> list[str]:
     return frames
 
 
+def _report(tests: dict[str, list[tuple[str, list[_Check]]]], buggy_ns: dict[str, dict[str, Any]],
+            sources: dict[str, str]) -> tuple[list[str], set[tuple[str, str]], int, str]:
+    """What the tests say as generated, the way unittest reports it: the first failing check of each
+    test method (errors first, then failures), the failing ``(module, method)`` pairs, how many
+    test methods ran, and the ``failures=F, errors=E`` verdict."""
+    failed: list[str] = []
+    raised: list[str] = []
+    failing: set[tuple[str, str]] = set()
+    count = 0
+    for module in sorted(tests):
+        for method, checks in sorted(tests[module], key=lambda m: m[0]):
+            count += 1
+            for check in checks:
+                ok, got = _evaluate(check.expr, buggy_ns[check.namespace])
+                if ok and got == check.expected:  # assertEqual's own test
+                    continue
+                where = f"tests.test_{module}.Test{module.title()}.{method}"
+                head = [BANNER, f"{'FAIL' if ok else 'ERROR'}: {method} ({where})", LINE,
+                        "Traceback (most recent call last):",
+                        f'  File "tests/test_{module}.py", line {check.line}, in {method}',
+                        f"    self.assertEqual({check.expr}, {check.expected!r})"]
+                if ok:
+                    failed.append("\n".join(head + [f"AssertionError: {_assert_message(got, check.expected)}"]))
+                else:
+                    raised.append("\n".join(head + _inner_frames(got, sources) + [f"{type(got).__name__}: {got}"]))
+                failing.add((module, method))
+                break
+    verdict = ", ".join(f"{k}={len(v)}" for k, v in (("failures", failed), ("errors", raised)) if v)
+    return raised + failed, failing, count, verdict
+
+
 def _generate_once(rng: random.Random) -> Draft | None:
     """One repository, or ``None`` when this draw would not make a good task (a bug no case shows)."""
     package = rng.choice(PACKAGES)
@@ -228,33 +259,13 @@ def _generate_once(rng: random.Random) -> Draft | None:
         files["tests/test_api.py"] = text
         tests["api"] = methods
     files["tests/__init__.py"] = ""
-    # what fails as generated: the first failing check of each test method, in unittest's order
-    failed, raised, failing, count = [], [], set(), 0
-    for module in sorted(tests):
-        for method, checks in sorted(tests[module], key=lambda m: m[0]):
-            count += 1
-            for check in checks:
-                ok, got = _evaluate(check.expr, buggy_ns[check.namespace])
-                if ok and got == check.expected:  # assertEqual's own test
-                    continue
-                where = f"tests.test_{module}.Test{module.title()}.{method}"
-                head = [BANNER, f"{'FAIL' if ok else 'ERROR'}: {method} ({where})", LINE,
-                        "Traceback (most recent call last):",
-                        f'  File "tests/test_{module}.py", line {check.line}, in {method}',
-                        f"    self.assertEqual({check.expr}, {check.expected!r})"]
-                if ok:
-                    failed.append("\n".join(head + [f"AssertionError: {_assert_message(got, check.expected)}"]))
-                else:
-                    raised.append("\n".join(head + _inner_frames(got, sources) + [f"{type(got).__name__}: {got}"]))
-                failing.add((module, method))
-                break
+    blocks, failing, count, verdict = _report(tests, buggy_ns, sources)
     wanted = {("api", f"test_{p.unit.caller}") if indirect else (p.module, f"test_{p.name.lower()}") for p in bugged}
     if not wanted <= failing:
         return None  # a planted bug that no test shows
-    blocks = raised + failed  # unittest reports errors first
-    verdict = ", ".join(f"{k}={len(v)}" for k, v in (("failures", failed), ("errors", raised)) if v)
+    ran = f"Ran {count} test{'s' if count != 1 else ''}"
     prompt = (f"The tests of this repository fail. `python3 -m unittest`, run from its top folder, says "
-              f"(abridged):\n\n" + "\n".join(blocks) + f"\n{LINE}\nRan {count} tests\n\nFAILED ({verdict})\n\n"
+              f"(abridged):\n\n" + "\n".join(blocks) + f"\n{LINE}\n{ran}\n\nFAILED ({verdict})\n\n"
               f"Fix the code of the package `{package}` so that every test passes. Do not change the tests "
               f"(anything under tests/).")
     lines = sum(changed_lines(files[path], good) for path, good in fix.items())
