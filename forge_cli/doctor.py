@@ -71,16 +71,20 @@ def _sqlite_check() -> Check:
 
 
 def _bwrap_check() -> Check:
-    path = shutil.which("bwrap")
-    if path is None:
-        return Check("bubblewrap", False, "not installed (apt-get install bubblewrap): local sandboxes keep network", False)
-    done = subprocess.run(
-        [path, "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
-        capture_output=True, text=True, timeout=20,
-    )
-    if done.returncode != 0:
-        return Check("bubblewrap", False, f"{path} cannot create a sandbox: {done.stderr.strip()[:150]}", False)
-    return Check("bubblewrap", True, f"{path}: network namespaces work", False)
+    from forge_cli.sandbox.bwrap import unavailable
+    from forge_cli.sandbox.cgroup import ExecCgroup
+
+    why = unavailable()
+    if why is not None:
+        return Check("bubblewrap", False, f"{why}: local sandboxes are plain subprocesses (they keep the network "
+                     "and see the file system); enable with `apt-get install bubblewrap`", False)
+    probe = ExecCgroup.create(pids_max=16, memory_bytes=2**30)
+    bounds = "process and memory bounds by cgroup" if probe is not None else \
+        "no writable cgroup: a fork bomb ends only at its time limit"
+    if probe is not None:
+        probe.remove()
+    return Check("bubblewrap", True, f"local sandboxes isolated (own network with the gateway only, read-only "
+                 f"system); {bounds}", False)
 
 
 def _node_check() -> Check:

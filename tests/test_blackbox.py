@@ -285,3 +285,48 @@ def test_a_real_agent_writes_the_file(name, tiny_model, tmp_path, installed_agen
         assert "[exit code 0]" in live.decode(completions[1].prompt_ids)
     finally:
         live.close()
+
+
+@pytest.mark.skipif(__import__("forge_cli.sandbox.bwrap", fromlist=["x"]).unavailable() is not None,
+                    reason="no bubblewrap sandbox here")
+def test_an_agent_inside_bubblewrap_reaches_the_gateway_through_its_unix_socket(gateway, tmp_path):
+    """No network inside but lo: the agent's http://127.0.0.1:PORT is forward.py, in front of the
+    gateway's own app served on a unix socket; the completions are recorded as over TCP."""
+    import tempfile
+
+    import uvicorn
+
+    from forge_cli.gateway.app import create_app
+    from forge_cli.sandbox.base import GatewayAccess
+    from forge_cli.sandbox.local import LocalSandbox
+
+    sock = Path(tempfile.mkdtemp()) / "gateway.sock"
+    server = uvicorn.Server(uvicorn.Config(create_app(gateway.live.state), uds=str(sock), log_level="critical"))
+    thread = __import__("threading").Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the unix-socket gateway did not start"
+        time.sleep(0.02)
+    try:
+        spec = toy_spec(tmp_path, "ok")
+        fake_install(spec)
+        session = gateway.session(spec.name)
+        port = 18080  # any port: the sandbox's loopback is its own
+
+        async def go():
+            async with LocalSandbox(tmp_path / "work", isolation="bwrap", gateway=GatewayAccess(sock, port),
+                                    read_only=(tmp_path,)) as box:
+                return await run_blackbox(spec, base_url=f"http://127.0.0.1:{port}/v1", api_key=session["api_key"],
+                                          model="forge", task=TASK, timeout_s=120, sandbox=box)
+
+        ran = asyncio.run(go())
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert ran.status == "completed", (ran.reason, ran.stderr[-2000:])
+    assert ran.answer == "All finished."
+    calls = gateway.completions(session)
+    assert [c.seq for c in calls] == [0, 1]
+    assert [gateway.decode(c.output_ids).startswith(t) for c, t in zip(calls, ("Sure, working.", "All finished."))] \
+        == [True, True]

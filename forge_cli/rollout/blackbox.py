@@ -161,9 +161,10 @@ async def run_blackbox(
     written into the work directory before the recipe's own files. ``timeout_s`` is the wall-time
     budget; ``memory_bytes`` and ``cpu_time_s`` are per-process limits (``None``: none).
     ``agents_home`` is where agents are installed (default ``$FORGE_HOME/agents``). Without a
-    ``sandbox``, a :class:`~forge_cli.sandbox.local.LocalSandbox` on ``workdir`` is opened and
-    closed here; a caller's ``sandbox`` is used as it is (its work directory is ``workdir``) and
-    left open. See the module's docstring for what is returned and what is raised.
+    ``sandbox``, a plain-subprocess :class:`~forge_cli.sandbox.local.LocalSandbox` (no bubblewrap:
+    it reaches ``base_url`` on the host's loopback) on ``workdir`` is opened and closed here; a
+    caller's ``sandbox`` (one opened with a :class:`~forge_cli.sandbox.base.GatewayAccess`, for
+    isolation) is used as it is (its work directory is ``workdir``) and left open. See the module's docstring for what is returned and what is raised.
     """
     if timeout_s is None or timeout_s <= 0:
         raise ForgeError(f"run_blackbox: timeout_s must be a positive number of seconds, not {timeout_s}")
@@ -175,7 +176,8 @@ async def run_blackbox(
             raise ForgeError("run_blackbox: give a workdir (or a sandbox)")
         from forge_cli.sandbox.local import LocalSandbox
 
-        sandbox = LocalSandbox(workdir, memory_bytes=memory_bytes, cpu_time_s=cpu_time_s)
+        # a plain subprocess: the agent reaches base_url over the host's loopback (no gateway socket is known here)
+        sandbox = LocalSandbox(workdir, memory_bytes=memory_bytes, cpu_time_s=cpu_time_s, isolation="none")
     elif workdir is not None and Path(workdir).resolve() != Path(sandbox.workdir).resolve():
         raise ForgeError(f"run_blackbox: workdir {workdir} is not the sandbox's work directory {sandbox.workdir}")
     try:
