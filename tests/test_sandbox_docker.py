@@ -118,12 +118,10 @@ def test_a_cancelled_exec_removes_its_container(tmp_path, docker_engine):
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            return cid
+            return cid, exists(docker_engine, cid)  # before close: the cancellation itself removed it
 
-    start = time.monotonic()
-    cid = run(main())
-    assert cid is not None and not exists(docker_engine, cid)
-    assert time.monotonic() - start < 30
+    cid, still_there = run(main())
+    assert cid is not None and not still_there
 
 
 def test_the_container_goes_when_its_owner_process_is_killed(tmp_path, docker_engine):

@@ -40,18 +40,22 @@ def _processes_with(token: str) -> list[str]:
     return found
 
 
-def _mounts() -> set[str]:
-    return {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+def _mounts(*roots: str) -> set[str]:
+    """The host's mount points under ``roots`` (the engine's data root, the tests' folders): other
+    programs on this machine may mount elsewhere meanwhile."""
+    points = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    return {p for p in points if p.startswith(roots)}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def host_unchanged(docker_engine):
+def host_unchanged(docker_engine, tmp_path_factory):
     """The host before and after every test of this module: containers, mounts, processes."""
-    before_mounts = _mounts()
+    roots = (docker_engine.info()["DockerRootDir"], str(Path(tmp_path_factory.getbasetemp()).resolve()))
+    before_mounts = _mounts(*roots)
     before_containers = {c.id for c in sandbox_containers(docker_engine)}
     yield
     assert {c.id for c in sandbox_containers(docker_engine)} <= before_containers
-    assert _mounts() == before_mounts
+    assert _mounts(*roots) == before_mounts
     assert _processes_with(TOKEN) == []
 
 
@@ -108,7 +112,8 @@ def test_the_gateway_answers_at_loopback_port_inside_through_its_socket(tmp_path
     assert other.stdout.strip() == "refused 111"  # the forwarder's port only
 
 
-def test_writes_outside_the_work_directory_fail(tmp_path, monkeypatch):
+@pytest.mark.parametrize("user", ["1000:1000", "root"])
+def test_writes_outside_the_work_directory_fail(tmp_path, user):
     agents = Path(os.environ["FORGE_HOME"]) / "agents" / "demo"
     agents.mkdir(parents=True)
     (agents / "run.sh").write_text("echo agent\n")
@@ -116,7 +121,7 @@ def test_writes_outside_the_work_directory_fail(tmp_path, monkeypatch):
 import sys
 results = []
 for path in ['/etc/forge-{TOKEN}', '/usr/bin/forge-{TOKEN}', '/forge-{TOKEN}', '/opt/forge/forward.py',
-             {str(agents / 'run.sh')!r}, {str(agents / 'new.sh')!r}, {str(tmp_path / 'outside.txt')!r}]:
+             {str(agents / 'run.sh')!r}, {str(agents / 'new.sh')!r}]:
     try:
         open(path, 'a').write('x')
         results.append('WROTE ' + path)
@@ -124,10 +129,14 @@ for path in ['/etc/forge-{TOKEN}', '/usr/bin/forge-{TOKEN}', '/forge-{TOKEN}', '
         results.append(type(e).__name__)
 open('inside.txt', 'w').write('ok')
 open('/tmp/scratch', 'w').write('ok')
+try:  # beside the work directory: the container's own /tmp (root may write there), never the host's
+    open({str(tmp_path / 'outside.txt')!r}, 'w').write('x')
+except OSError:
+    pass
 print(' '.join(results))
 print(open({str(agents / 'run.sh')!r}).read().strip())
 """
-    done = run(_in(tmp_path, script))
+    done = run(_in(tmp_path, script, options=DockerOptions(user=user)))  # root too: the root is read-only
     assert done.ok, done.reason + done.stderr
     assert "WROTE" not in done.stdout, done.stdout
     assert done.stdout.splitlines()[1] == "echo agent"  # the agents are there, read-only
@@ -165,7 +174,8 @@ def test_a_fork_bomb_is_contained_and_killed(tmp_path):
 
 
 def test_a_memory_hog_is_killed_on_the_containers_memory_limit(tmp_path):
-    hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 2**20))"
+    # 1 GiB at most, so that without the limit it ends well (and does not wake the host's OOM killer)
+    hog = "chunks = []\nfor _ in range(64):\n    chunks.append(bytearray(16 * 2**20))\nprint('survived')"
     done = run(_in(tmp_path, hog, options=DockerOptions(memory_mb=128), timeout_s=60))
     assert not done.ok and done.memory_exceeded and done.exit_code == -9, done
     assert "memory limit of 128 MiB" in done.reason
