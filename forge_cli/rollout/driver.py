@@ -175,7 +175,7 @@ class _Run:
         try:
             for key, suite in suites.items():
                 self.executors[key] = make_executor(request.executor, spec, suite, address=request.ray_address,
-                                                    sandbox_options=config.sandboxes.get("local"))
+                                                    sandbox_options=config.sandboxes.get(config.rollout.sandbox))
         except BaseException:
             self.close()
             raise
@@ -314,7 +314,9 @@ class _Run:
 
         job = Job(scaffold=self.spec.name, suite=key, verifier=self.request.verifier, task=task,
                   workdir=str(self.gw.run_dir / "work" / trajectory_id), base_url=session.base_url, api_key=session.api_key,
-                  model=self.gw.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options))
+                  model=self.gw.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options),
+                  sandbox=self.config.rollout.sandbox,
+                  gateway_socket=str(self.gw.unix_path) if getattr(self.gw, "unix_path", None) else None)
         return await self.executors[key].run(job)
 
     def end(self, trajectory_id: str, group_id: str, key: str, task: "Task", status: str, outcome: "Outcome | None",
@@ -432,11 +434,23 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
         from forge_cli.rollout.blackbox import find_install
 
         find_install(spec)
+    check_sandbox(registry, config.rollout.sandbox)
     _components(registry.rewards, config.rewards)
     if (request.executor == "ray" and request.ray_address and not request.gateway_url
             and config.gateway.host in LOOPBACK):
         raise ForgeError(f"a Ray cluster at {request.ray_address} cannot reach a gateway on {config.gateway.host}: "
                          "serve it on an address the workers reach (gateway.host, with gateway.auth = strict)")
+
+
+def check_sandbox(registry: Any, name: str) -> None:
+    """A ForgeError unless the sandbox ``name`` is registered, can run agents, and works on this machine."""
+    entry = registry.sandboxes.get(name)
+    usable = sorted(n for n, e in registry.sandboxes.items() if e.value.open is not None)
+    if entry is None or entry.value.open is None:
+        raise ForgeError(f"unknown sandbox {name!r}: choose one of {', '.join(usable)} (forge doctor says which work here)")
+    why = entry.value.check()
+    if why is not None:
+        raise ForgeError(f"the {name} sandbox does not work here: {why}")
 
 
 def resolve_suite(name: str, verifier: str | None, registry: Any) -> "TaskSuite":

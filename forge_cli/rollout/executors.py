@@ -33,6 +33,8 @@ class Job:
     model: str
     timeout_s: float
     options: dict[str, Any] = field(default_factory=dict)
+    sandbox: str = "local"  # rollout.sandbox: the registered sandbox black-box programs run in
+    gateway_socket: str | None = None  # the gateway's unix socket (a sandbox without network reaches it so)
 
 
 class AgentTimedOut(ForgeError):
@@ -75,23 +77,47 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
             from forge_cli.plugins import get_registry
 
             registry = get_registry()
-        sandbox = registry.sandboxes["local"].value.open(workdir, sandbox_options)  # [sandboxes.local]'s limits
+        sandbox = open_sandbox(registry, job, workdir, sandbox_options)  # [sandboxes.NAME]'s options
         try:  # run_blackbox writes task.files itself
             ran = await run_blackbox(spec, base_url=job.base_url, api_key=job.api_key, model=job.model, task=job.task,
                                      workdir=workdir, timeout_s=job.timeout_s, sandbox=sandbox)
+            if ran.status == "timed_out":
+                raise AgentTimedOut(ran.reason)
+            if ran.status != "completed":
+                raise ForgeError(f"the agent failed: {ran.reason}")
+            transcript = ran.transcript()
+            # verified while the sandbox is still open: a verifier that runs programs (swe-mini's tests) runs them there
+            return transcript, [], await _verify(suite, job, workdir, transcript, sandbox)
         finally:
             await sandbox.close()
-        if ran.status == "timed_out":
-            raise AgentTimedOut(ran.reason)
-        if ran.status != "completed":
-            raise ForgeError(f"the agent failed: {ran.reason}")
-        transcript, events = ran.transcript(), []
+    return transcript, events, await _verify(suite, job, workdir, transcript)
+
+
+async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Transcript", sandbox: Any = None) -> "Outcome":
+    """The suite's verifier on the work (in ``sandbox`` when it runs programs), within VERIFY_TIMEOUT_S."""
+    from forge_cli.tasks.types import verify_outcome
+
     try:
-        outcome = await asyncio.wait_for(asyncio.to_thread(suite.verifier.verify, job.task, workdir, transcript),
-                                         timeout=VERIFY_TIMEOUT_S)
+        return await asyncio.wait_for(verify_outcome(suite.verifier, job.task, workdir, transcript, sandbox),
+                                      timeout=VERIFY_TIMEOUT_S)
     except asyncio.TimeoutError:
         raise ForgeError(f"the verifier did not answer within {VERIFY_TIMEOUT_S:g} s") from None
-    return transcript, events, outcome
+
+
+def open_sandbox(registry: Any, job: Job, workdir: Path, options: Any = None) -> Any:
+    """The job's sandbox (``job.sandbox``, registered) on ``workdir``, with the gateway reachable inside
+    at the port of ``job.base_url`` through ``job.gateway_socket`` when the sandbox isolates the network."""
+    from urllib.parse import urlsplit
+
+    from forge_cli.sandbox.base import GatewayAccess
+
+    entry = registry.sandboxes.get(job.sandbox)
+    if entry is None or entry.value.open is None:
+        known = ", ".join(n for n, e in registry.sandboxes.items() if e.value.open is not None)
+        raise ForgeError(f"sandbox '{job.sandbox}' cannot run agents (known: {known})")
+    port = urlsplit(job.base_url).port or 80
+    access = GatewayAccess(Path(job.gateway_socket), port) if job.gateway_socket else None
+    return entry.value.open(workdir, options, access)
 
 
 class LocalExecutor:
