@@ -75,12 +75,19 @@ def _corpus() -> list[str]:
 
 
 def build_tokenizer(vocab_size: int) -> Any:
-    """A byte-level BPE tokenizer (any text round-trips) wrapped for transformers, with the chat template."""
+    """A byte-level BPE tokenizer (any text round-trips) wrapped for transformers, with the chat template.
+
+    Every digit is a token of its own (the pre-tokenizer splits digits before BPE sees them, as
+    Llama's and Qwen's tokenizers do): a number is then the same tokens wherever it appears, so
+    copying one — from a question into a tool call, from a tool result into an answer — is copying
+    tokens. With merged digits (`` 8``, ``35``, ``17`` by context) the tiny default model learned
+    the copies far more slowly (benchmarks/RESULTS.md, "Learning")."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -142,5 +142,7 @@ class WarmStartConfig(_Member):
     max_minutes: float = Field(6.0, gt=0, description="Stop after this long even below the target.")
     traces: int = Field(1024, ge=8, description="Synthetic train-split trajectories to learn from.")
     batch_size: int = Field(32, ge=1, description="Completions per supervised step.")
-    lr: float = Field(3e-3, gt=0, description="Learning rate of the supervised steps (AdamW).")
+    lr: float = Field(3e-3, gt=0, description="Learning rate of the first supervised step (AdamW).")
+    final_lr_fraction: float = Field(1.0, gt=0, le=1, description=(
+        "The learning rate falls along a half cosine over max_minutes to lr x this (1: constant)."))
     eval_every: int = Field(25, ge=1, description="Supervised steps between two held-out evaluations.")
