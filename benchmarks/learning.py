@@ -91,7 +91,9 @@ def main() -> None:
         row["samples_per_hour"] = 3600 * sum(s["trajectories"] for s in steps) / row["rl_s"] if row["rl_s"] else None
         row["time_split"] = {k: sum(s.get(k) or 0.0 for s in steps) / max(row["rl_s"], 1e-9)
                              for k in ("wait_s", "train_s", "sync_s")}
-        warm_model = home / "models" / "default-warm"
+        warm_model = home / "models" / "default-warm"  # kept only when the warm start reached its target,
+        if not (warm_model / "config.json").is_file():  # else the run's step-0 checkpoint: the same weights
+            warm_model = main_run / "checkpoints" / "step-00000000" / "model"
         if "control" in parts and row["rl_s"]:
             control = runs / f"control-s{seed}"
             forge(home, runs, "model", "warmstart", "--model", str(warm_model), "--out", str(args.work / f"control-model-s{seed}"),
