@@ -244,3 +244,18 @@ def test_forge_sandbox_build_without_an_engine_is_one_red_line(cli, monkeypatch,
     assert done.exit_code == 1
     assert "no Docker engine answers" in done.output and "scripts/docker-engine.sh start" in done.output
     assert len(done.output.strip().splitlines()) == 1
+
+
+def test_an_agents_venv_runs_inside_on_its_own_python_mounted_read_only(tmp_path):
+    from forge_cli.paths import agents_dir
+
+    venv = agents_dir() / "demo" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+
+    async def main():
+        async with DockerSandbox(tmp_path) as sb:
+            return await sb.exec([str(venv / "bin" / "python"), "-c", "import sys; print(sys.prefix, sys.version_info[:2])"])
+
+    done = run(main())
+    assert done.ok, done.reason
+    assert done.stdout.split()[0] == str(venv) and done.stdout.split(None, 1)[1].strip() == str(sys.version_info[:2])

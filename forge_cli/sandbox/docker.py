@@ -182,6 +182,23 @@ def remove_leftovers(client: Any) -> list[str]:
     return removed
 
 
+def python_prefixes(agents: Path) -> list[Path]:
+    """The Python installations the agents' venvs were made from (``home`` in ``pyvenv.cfg``), where
+    the image does not have them (``/usr``): a venv's ``bin/python`` links there, so the sandbox
+    mounts them read-only at the same path."""
+    found: set[Path] = set()
+    for cfg in agents.glob("*/venv/pyvenv.cfg"):
+        try:
+            home = next(line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
+                        if line.split("=", 1)[0].strip() == "home")
+        except (OSError, StopIteration):
+            continue
+        prefix = Path(home).resolve().parent
+        if prefix.is_dir() and str(prefix) not in ("/", "/usr", "/usr/local"):
+            found.add(prefix)
+    return sorted(found)
+
+
 def _ids(user: str) -> tuple[int, int]:
     if user == "root":
         return 0, 0
@@ -289,6 +306,8 @@ class DockerSandbox:
             if agents_dir().is_dir():
                 agents = str(agents_dir().resolve())
                 mounts.append(Mount(agents, agents, type="bind", read_only=True))
+                for prefix in python_prefixes(agents_dir()):
+                    mounts.append(Mount(str(prefix), str(prefix), type="bind", read_only=True))
             main = ["sh", "-c", f"touch {READY_FILE}; exec cat >/dev/null"]
             if self.gateway is not None:
                 from forge_cli.sandbox import forward

@@ -10,8 +10,8 @@
 2. every image under ``sandboxes/images/NAME`` (a ``Dockerfile`` that builds ``FROM`` the base,
    ``ARG BASE``), tagged ``forge-NAME:latest``, built with no network.
 
-An image that is already there (with the same package list, for the base) is kept unless
-``force``. Agents are never installed into images: the sandbox bind-mounts ``$FORGE_HOME/agents``.
+An image that is already there, made from the same package list (the base) or the same folder
+contents (the others), is kept unless ``force``. Agents are never installed into images: the sandbox bind-mounts ``$FORGE_HOME/agents``.
 Mistakes the user can fix (no engine, no debootstrap, not root) are :class:`ForgeError`\\ s.
 """
 
@@ -41,6 +41,7 @@ _BASE_CHANGES = (
     'CMD ["/bin/bash"]',
 )
 _LABEL = "forge.base.packages"
+_CONTEXT_LABEL = "forge.image.context"  # on images built from a folder: the digest of its files
 # Folders debootstrap leaves that an image does not need (about half the size).
 _TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info")
 
@@ -118,20 +119,29 @@ def rootfs_tarball(*, force: bool = False, progress: Progress = lambda _: None,
     return tar
 
 
-def _has_image(client: Any, tag: str, label: str | None = None) -> bool:
+def _has_image(client: Any, tag: str, label: str, value: str) -> bool:
+    """Is ``tag`` there, made from what ``value`` digests (its ``label``)?"""
     import docker.errors
 
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:
         return False
-    return label is None or (image.labels or {}).get(_LABEL) == label
+    return (image.labels or {}).get(label) == value
+
+
+def folder_key(folder: Path) -> str:
+    """A short digest of a build folder's files (an image is rebuilt when they change)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 def build_base(client: Any, *, force: bool = False, progress: Progress = lambda _: None) -> BuiltImage:
     """:data:`BASE_IMAGE` from the cached (or freshly debootstrapped) rootfs, unless it is already there."""
     key = base_key()
-    if not force and _has_image(client, BASE_IMAGE, key):
+    if not force and _has_image(client, BASE_IMAGE, _LABEL, key):
         return BuiltImage(BASE_IMAGE, False, 0.0)
     start = time.monotonic()
     tar = rootfs_tarball(force=force, progress=progress)
@@ -139,7 +149,7 @@ def build_base(client: Any, *, force: bool = False, progress: Progress = lambda 
     repository, tag = BASE_IMAGE.split(":")
     client.api.import_image_from_file(str(tar), repository=repository, tag=tag,
                                       changes=[*_BASE_CHANGES, f"LABEL {_LABEL}={key}"])
-    if not _has_image(client, BASE_IMAGE, key):
+    if not _has_image(client, BASE_IMAGE, _LABEL, key):
         raise ForgeError(f"docker import did not produce {BASE_IMAGE}")
     return BuiltImage(BASE_IMAGE, True, time.monotonic() - start)
 
@@ -147,13 +157,15 @@ def build_base(client: Any, *, force: bool = False, progress: Progress = lambda 
 def build_folder(client: Any, tag: str, folder: Path, *, force: bool = False,
                  progress: Progress = lambda _: None) -> BuiltImage:
     """``tag`` from ``folder``'s Dockerfile, ``FROM`` the base (build argument ``BASE``), with no network."""
-    if not force and _has_image(client, tag):
+    key = folder_key(folder)
+    if not force and _has_image(client, tag, _CONTEXT_LABEL, key):
         return BuiltImage(tag, False, 0.0)
     start = time.monotonic()
     progress(f"docker build {folder.name} → {tag}")
     error = None
     for chunk in client.api.build(path=str(folder), tag=tag, rm=True, forcerm=True, pull=False, decode=True,
-                                  network_mode="none", buildargs={"BASE": BASE_IMAGE}, nocache=force):
+                                  network_mode="none", buildargs={"BASE": BASE_IMAGE}, nocache=force,
+                                  labels={_CONTEXT_LABEL: key}):
         if "error" in chunk:
             error = str(chunk["error"]).strip()
         elif (line := str(chunk.get("stream", "")).strip()).startswith("Step "):
