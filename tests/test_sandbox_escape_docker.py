@@ -204,3 +204,37 @@ def test_a_runaway_loop_is_killed_at_its_deadline_or_its_cpu_time(tmp_path):
     cpu = run(_in(tmp_path, loop, timeout_s=60, cpu_time_s=1))
     assert wall.timed_out and "timed out after 2 s" in wall.reason and wall.wall_s < 15
     assert cpu.cpu_exceeded and "CPU-time limit of 1 s" in cpu.reason, cpu
+
+
+def test_a_real_gateway_records_the_calls_an_agent_makes_from_inside(tmp_path, tiny_model):
+    import json
+
+    from forge_cli.config import load_config
+    from forge_cli.gateway.server import serve_gateway
+
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"rules": [{"when": "ping", "reply": "pong"}], "turns": ["hello"]}))
+    config = load_config(env={}, overrides={
+        "model.path": str(tiny_model), "model.engine.type": "scripted", "model.engine.policy": str(policy),
+        "gateway.port": 0, "run.dir": str(tmp_path / "runs")})
+
+    async def main():
+        async with serve_gateway(config, "docker-agent") as gw:
+            info = await gw.open_session(task_id="t1", scaffold="inside")
+            port = int(gw.url.rsplit(":", 1)[1])
+            agent = f"""
+import json, os, urllib.request
+request = urllib.request.Request(os.environ["BASE"] + "/chat/completions",
+    data=json.dumps({{"messages": [{{"role": "user", "content": "ping"}}]}}).encode(),
+    headers={{"Authorization": "Bearer " + os.environ["KEY"], "Content-Type": "application/json"}})
+print(json.load(urllib.request.urlopen(request, timeout=60))["choices"][0]["message"]["content"])
+"""
+            async with DockerSandbox(tmp_path / "work", gateway=GatewayAccess(gw.unix_path, port)) as sb:
+                done = await sb.exec(["python3", "-c", agent, TOKEN], timeout_s=120,
+                                     env={"BASE": f"http://127.0.0.1:{port}/v1", "KEY": info.api_key})
+            return done, gw.pool.trajectory(info.trajectory_id)
+
+    done, trajectory = run(main())
+    assert done.ok, done.reason + done.stderr
+    assert done.stdout.strip() == "pong"
+    assert len(trajectory.completions) == 1 and trajectory.completions[0].output_ids
