@@ -1,0 +1,156 @@
+"""The four PyPI black-box agents (mini-swe-agent, aider, openai-agents, smolagents), installed by the
+project's installer, fix a swe-mini repository inside each sandbox backend.
+
+Each run is a real rollout (:func:`forge_cli.rollout.driver.rollout`) through a real gateway
+(``serve_gateway``, TCP and its unix socket) with the scripted engine: a policy of
+:mod:`forge_cli.tasks.agent_policies` answers in the agent's own protocol and tool format, the agent
+program parses it and edits the repository in its sandbox (bubblewrap, or a container without
+network), and swe-mini's verifier runs the tests there. Every recorded completion is checked for
+exact tokens: ``decode(prompt_ids)`` is the chat template's rendering of the request the agent sent
+(recorded by the gateway), and the output ids and logprobs are what the model scores for that text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forge_cli.config import load_config
+from forge_cli.rollout.driver import RolloutRequest, rollout
+from tests.docker_support import docker_engine, sandbox_containers  # noqa: F401  (a fixture)
+
+POLICIES = {"mini-swe-agent": "mini_swe_agent", "aider": "aider", "openai-agents": "openai_agents",
+            "smolagents": "smolagents"}
+BUDGET_S = 240.0
+
+
+def bwrap_problem() -> str | None:
+    from forge_cli.sandbox.bwrap import unavailable
+
+    return unavailable()
+
+
+def configure(tiny_model: Path, tmp_path: Path, sandbox: str, policy: str | None, **more: Any) -> Any:
+    overrides = {"model.path": str(tiny_model), "gateway.port": 0, "run.dir": str(tmp_path / "runs"),
+                 "rollout.sandbox": sandbox, **more}
+    if policy is not None:
+        overrides.update({"model.engine.type": "scripted",
+                          "model.engine.policy": f"forge_cli.tasks.agent_policies:{policy}"})
+    if sandbox == "local":
+        overrides["sandboxes.local.isolation"] = "bwrap"
+    return load_config(env={}, overrides=overrides)
+
+
+def roll(config: Any, scaffold: str, *, groups: int = 1, seed: int = 0,
+         timeout_s: float = BUDGET_S) -> tuple[Any, list[Any], Any]:
+    """One rollout of ``scaffold`` on swe-mini; the summary, every trajectory (with its completions,
+    their requests recorded) and the tokenizer."""
+    from forge_cli.gateway.server import serve_gateway
+
+    request = RolloutRequest(scaffold=scaffold, suite="swe-mini", groups=groups, n=1, concurrency=groups,
+                             trajectory_timeout_s=timeout_s, seed=seed)
+
+    async def go() -> tuple[Any, list[Any], Any]:
+        async with serve_gateway(config, "agents") as gw:
+            gw.state.record_requests = True
+            summary = await rollout(config, request, gateway=gw)
+            trajectories = [gw.pool.trajectory(t.id) for g in gw.pool.groups() for t in g.trajectories]
+            return summary, trajectories, gw.state
+
+    return asyncio.run(go())
+
+
+def rendered(state: Any, api: str, raw: dict[str, Any], tool_format: str) -> str:
+    """The chat template's rendering of a recorded request, as the gateway renders its API's body."""
+    from forge_cli.gateway.render import Tool, render_prompt
+
+    fmt = state.tool_formats[tool_format]
+    if api == "openai-chat":
+        from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, NamedToolChoice
+        from forge_cli.gateway.routes.chat import to_turns
+
+        req = ChatCompletionRequest.model_validate(raw)
+        tools = [Tool(t.function.name, t.function.description or "",
+                      t.function.parameters or {"type": "object", "properties": {}}) for t in (req.tools or [])]
+        choice = req.tool_choice if isinstance(req.tool_choice, str) else None
+        forced = req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
+        turns = to_turns(req.messages)
+    else:
+        from forge_cli.gateway.protocol.responses import ResponsesRequest
+        from forge_cli.gateway.routes import responses
+
+        req = ResponsesRequest.model_validate(raw)
+        tools = responses.to_tools(req)[0]
+        choice = req.tool_choice if isinstance(req.tool_choice, str) else None
+        forced = req.tool_choice.get("name") if isinstance(req.tool_choice, dict) else None
+        turns = responses.to_turns(req)
+    return render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=choice, forced_tool=forced).text
+
+
+def check_exact_tokens(state: Any, api: str, completions: list[Any]) -> None:
+    """decode(prompt_ids) is the rendered request; the output ids and logprobs are the model's score of them."""
+    from forge_cli.engine.hf import score
+
+    engine = state.engine
+    for c in completions:
+        assert c.request is not None, "the gateway recorded no request"
+        assert state.tokenizer.decode(c.prompt_ids) == rendered(state, api, c.request, c.tool_format), c.seq
+        assert len(c.output_logprobs) == len(c.output_ids) > 0
+        again, _ = score(engine.model, c.prompt_ids, c.output_ids, c.sampling.get("temperature", 1.0), None)
+        assert again == pytest.approx(c.output_logprobs, abs=1e-4), c.seq
+
+
+def solve(name: str, sandbox: str, tiny_model: Path, tmp_path: Path, installed_agent: Any, **more: Any) -> list[Any]:
+    """``name`` fixes one swe-mini task in ``sandbox``: solved, with exact tokens; its completions."""
+    spec = installed_agent(name)
+    config = configure(tiny_model, tmp_path, sandbox, POLICIES[name], **more)
+    started = time.monotonic()
+    summary, trajectories, state = roll(config, name)
+    took = time.monotonic() - started
+    (traj,) = trajectories
+    assert traj.status == "completed" and summary.success_rate == 1.0, (traj.status, traj.error, summary)
+    assert traj.rewards.get("outcome") == 1.0
+    completions = sorted(traj.completions, key=lambda c: c.seq)
+    assert len(completions) >= 2
+    check_exact_tokens(state, spec.api, completions)
+    print(f"{name} in {sandbox}: solved in {took:.1f} s, {len(completions)} completions, "
+          f"first prompt {len(completions[0].prompt_ids)} tokens")
+    return completions
+
+
+def seen(completions: list[Any]) -> str:
+    """Every request's text as JSON (what the agent sent back: its observations)."""
+    return "\n".join(json.dumps(c.request) for c in completions)
+
+
+@pytest.fixture
+def local_sandbox() -> None:
+    if (problem := bwrap_problem()) is not None:
+        pytest.skip(f"no bubblewrap sandbox here ({problem}; scripts/system-deps.sh installs it)")
+
+
+@pytest.fixture
+def docker_sandbox(docker_engine):  # noqa: F811
+    yield docker_engine
+    assert sandbox_containers(docker_engine) == []  # every container was removed
+
+
+# ---- mini-swe-agent: one bash tool, chat completions, submits with an echo -----------------------------
+
+
+@pytest.mark.slow
+def test_mini_swe_agent_local(tiny_model, tmp_path, installed_agent, local_sandbox):
+    completions = solve("mini-swe-agent", "local", tiny_model, tmp_path, installed_agent)
+    assert '"name": "bash"' in seen(completions) and "edited" in seen(completions)
+
+
+@pytest.mark.slow
+def test_mini_swe_agent_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
+    completions = solve("mini-swe-agent", "docker", tiny_model, tmp_path, installed_agent)
+    assert "edited" in seen(completions)
+
