@@ -85,3 +85,25 @@ def test_the_loops_checkpoint_resumes_the_identical_next_step(tiny_model, tmp_pa
         engine_.close()
     for name, value in expected.items():
         assert torch.allclose(got[name], value, rtol=1e-5, atol=1e-6), name
+
+
+def test_the_newest_checkpoints_and_the_first_are_kept(tmp_path):
+    """Pruning keeps the newest ``keep`` and step 0 — the policy the run started from (its warm start),
+    which a control or another loss starts from."""
+    from pathlib import Path
+
+    import torch
+
+    from forge_cli.train.checkpoint import TrainerState, save_checkpoint
+
+    class Tiny(torch.nn.Linear):
+        def save_pretrained(self, path, **_):
+            Path(path).mkdir(parents=True, exist_ok=True)
+            torch.save(self.state_dict(), Path(path) / "weights.pt")
+
+    model = Tiny(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for step in range(6):
+        save_checkpoint(tmp_path, model, optimizer, None, TrainerState(step=step, policy_version=step), keep=2)
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000000", "step-00000004", "step-00000005"]
+    assert (tmp_path / "latest").read_text() == "step-00000005"

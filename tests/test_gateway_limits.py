@@ -230,11 +230,11 @@ def test_a_10mb_prompt_is_refused_without_tokenising_it(gw, path):
     assert gw.spy.longest < 2**20, "the prompt was tokenised"
     assert elapsed < 10
     assert _rss_mb() - before < 500  # tokenising it kept ~2 GB
-    assert "this model's context is 8192 tokens" in message and "at least" in message
+    assert "this model's context is 65536 tokens" in message and "at least" in message
 
 
 def test_health_answers_while_a_long_prompt_is_tokenised(gw):
-    text = "word " * 60_000  # 300 kB: under the bound, so it is tokenised (slowly, by the spy)
+    text = "word " * 80_000  # 400 kB: under the bound, so it is tokenised (slowly, by the spy), and over 65,536 tokens
     result = {}
     worker = threading.Thread(target=lambda: result.setdefault("r", post(gw, "/v1/chat/completions",
                                                                       {"messages": [{"role": "user", "content": text}]})))
@@ -245,7 +245,7 @@ def test_health_answers_while_a_long_prompt_is_tokenised(gw):
     waited = time.monotonic() - started
     worker.join(60)
     assert health.status_code == 200 and waited < 0.75, waited
-    assert "this model's context is 8192 tokens" in assert_shape("/v1/chat/completions", result["r"], 400)
+    assert "this model's context is 65536 tokens" in assert_shape("/v1/chat/completions", result["r"], 400)
 
 
 # ---- connections -------------------------------------------------------------------------------------------

@@ -275,3 +275,26 @@ def test_a_white_box_scaffold_solves_files_tasks_with_only_tools_served_over_mcp
     finally:
         live.stop()
         pool.close()
+
+
+@pytest.mark.slow
+def test_a_rollout_of_a_white_box_scaffold_with_only_mcp_tools_is_verified_as_solved(tiny_model, tmp_path):
+    from forge_cli.config import load_config
+    from forge_cli.pool import DataPool
+    from forge_cli.rollout.driver import RolloutRequest, rollout
+
+    config = load_config(env={}, overrides={
+        "model.path": str(tiny_model), "model.engine.type": "scripted", "model.engine.policy": f"{__name__}:files_over_mcp",
+        "gateway.port": 0, "gateway.socket": "", "run.dir": str(tmp_path / "runs"),
+        "scaffolds.tool-call.mcp": ["files"], "scaffolds.tool-call.max_turns": 6})
+    request = RolloutRequest(scaffold="tool-call", suite="files", groups=3, n=1, concurrency=1, seed=4)
+    summary = _run(rollout(config, request, run="r"))
+    assert summary.trajectories == 3 and summary.success_rate == 1.0
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    try:
+        trajectories = [pool.trajectory(t.id) for g in pool.groups() for t in g.trajectories]
+        assert all(t.status == "completed" and t.rewards["outcome"] == 1 for t in trajectories)
+        assert all("replace_all" in str(c.request) or c.request is None for t in trajectories for c in t.completions)
+    finally:
+        pool.close()
+    assert list((tmp_path / "runs" / "r" / "work").glob("*/.forge-*")) == []

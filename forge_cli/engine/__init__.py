@@ -28,7 +28,8 @@ class VLLMEngineConfig(_EngineConfig):
 
     type: Literal["vllm"] = "vllm"
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="CUDA: the share of GPU memory vLLM may take.")
-    kv_cache_bytes: int = Field(256 * 1024 * 1024, gt=0, description="CPU: bytes of KV cache.")
+    kv_cache_bytes: int = Field(512 * 1024 * 1024, gt=0, description=(
+        "CPU: bytes of KV cache (the default model: 4 KiB a token, so 512 MiB holds two sequences of its 65,536 positions)."))
     enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prompt prefixes.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description=(
         "More of vLLM's AsyncEngineArgs, passed as they are (speculative_config, kv_transfer_config, "

@@ -44,6 +44,12 @@ class ModelSize:
     vocab_size: int
 
 
+# Positions of the default model: real agents' first prompts run to ~10k tokens (opencode), ~13k
+# (codex) and ~32k (claude-code) on this tokenizer, so 8,192 refused them; RoPE has no weights per
+# position, so the only cost is the KV cache a full-length sequence needs (4 KiB a token for "tiny"
+# in float32: 256 MiB for one 64k sequence).
+CONTEXT_POSITIONS = 65536
+
 SIZES = {
     "tiny": ModelSize(128, 4, 4, 512, 4096),  # ~1.6M parameters: tests and CPU training
     "small": ModelSize(512, 8, 8, 1536, 16384),  # ~45M parameters
@@ -123,7 +129,7 @@ def init_default_model(path: Path | None = None, size: str = "tiny", seed: int =
         num_hidden_layers=dims.num_hidden_layers,
         num_attention_heads=dims.num_attention_heads,
         num_key_value_heads=dims.num_attention_heads,
-        max_position_embeddings=8192,
+        max_position_embeddings=CONTEXT_POSITIONS,
         rope_theta=10000.0,
         tie_word_embeddings=True,
         bos_token_id=None,

@@ -74,7 +74,7 @@ class VLLMEngine(Engine):
         model_path: str | Path,
         *,
         max_model_len: int | None = None,
-        kv_cache_bytes: int = 256 * 1024 * 1024,
+        kv_cache_bytes: int = 512 * 1024 * 1024,
         gpu_memory_utilization: float = 0.5,
         enable_prefix_caching: bool = True,
         engine_args: dict[str, Any] | None = None,

@@ -64,11 +64,19 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
     workdir.mkdir(parents=True, exist_ok=True)
     if spec.kind == "white":
         from forge_cli.rollout.loop import run_episode
+        from forge_cli.rollout.mcp_tools import episode_tools
         from forge_cli.tasks.types import Transcript
 
+        if registry is None:
+            from forge_cli.plugins import get_registry
+
+            registry = get_registry()
         seed_workdir(job.task, workdir)  # task.files, confined to the workdir
-        result = await run_episode(spec, base_url=job.base_url, api_key=job.api_key, prompt=job.task.prompt,
-                                   options=job.options, model=job.model, tools=suite.tools(job.task, workdir))
+        # the task's own tools, or (the options' mcp = [...]) those MCP servers serve from the job's sandbox
+        async with episode_tools(job.options, suite, job.task, workdir,
+                                 lambda: open_sandbox(registry, job, workdir, sandbox_options)) as tools:
+            result = await run_episode(spec, base_url=job.base_url, api_key=job.api_key, prompt=job.task.prompt,
+                                       options=job.options, model=job.model, tools=tools)
         transcript, events = Transcript(answer=result.answer), result.events
     else:
         from forge_cli.rollout.blackbox import run_blackbox

@@ -29,10 +29,14 @@ class TrainerState:
     pool_cursor: int | None = None
 
 
+FIRST = f"step-{0:08d}"
+
+
 def save_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any, state: TrainerState, keep: int = 2,
                     weights: dict[str, Any] | None = None) -> Path:
     """Write checkpoint ``state.step``: ``model`` in HF format (with ``weights`` as its state dict if
-    given: a gathered ZeRO-3 one), ``optimizer``'s state (None: not kept) and the RNGs."""
+    given: a gathered ZeRO-3 one), ``optimizer``'s state (None: not kept) and the RNGs; keep the newest
+    ``keep`` checkpoints and step 0 (the policy the run started from), and remove the others."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{state.step:08d}"
@@ -56,7 +60,8 @@ def save_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any, stat
     pointer.write_text(final.name)
     os.replace(pointer, root / "latest")
     for old in sorted(root.glob("step-*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        if old.name != FIRST:  # the policy the run started from (after a warm start) is always kept
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 
