@@ -74,7 +74,26 @@ def installed(spec: ScaffoldSpec) -> AgentInstall | None:
 
 
 def _requirement_key(recipe: InstallRecipe) -> str:
-    return " ".join((recipe.manager, recipe.requirement, *recipe.extra_packages))
+    key = " ".join((recipe.manager, recipe.requirement, *recipe.extra_packages))
+    runner = runner_script(recipe)
+    if runner is not None:  # an edited runner is a new install
+        import hashlib
+
+        key += f" runner:{hashlib.sha256(runner.read_bytes()).hexdigest()[:16]}"
+    return key
+
+
+def runner_script(recipe: InstallRecipe) -> Path | None:
+    """Forge's runner script for a pip agent whose ``bin`` names one (``scaffolds/runners/BIN.py``: a
+    small program that drives a library agent, e.g. smolagents), else None. The installer writes it
+    into the agent's venv as its program, run by the venv's python, so it is visible wherever the
+    agent is (both sandboxes mount ``$FORGE_HOME/agents``)."""
+    if recipe.manager != "pip":
+        return None
+    from forge_cli.paths import data_dir
+
+    script = data_dir("scaffolds") / "runners" / f"{recipe.bin}.py"
+    return script if script.is_file() else None
 
 
 def run_streamed(
@@ -161,6 +180,11 @@ def _install_pip(recipe: InstallRecipe, prefix: Path, log: Path, on_line: LineSi
     python = str(venv_dir / "bin" / "python")
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
     run_streamed("pip install", [*pip, recipe.requirement, *recipe.extra_packages], log, on_line)
+    runner = runner_script(recipe)
+    if runner is not None:
+        program = venv_dir / "bin" / recipe.bin
+        program.write_text(f"#!{python}\n" + runner.read_text())
+        program.chmod(0o755)
     probe = f"import importlib.metadata as m; print(m.version({recipe.package!r}))"
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     return done.stdout.strip() or "?"

@@ -105,7 +105,8 @@ def check_exact_tokens(state: Any, api: str, completions: list[Any]) -> None:
         assert again == pytest.approx(c.output_logprobs, abs=1e-4), c.seq
 
 
-def solve(name: str, sandbox: str, tiny_model: Path, tmp_path: Path, installed_agent: Any, **more: Any) -> list[Any]:
+def solve(name: str, sandbox: str, tiny_model: Path, tmp_path: Path, installed_agent: Any, *, least: int = 2,
+          **more: Any) -> list[Any]:
     """``name`` fixes one swe-mini task in ``sandbox``: solved, with exact tokens; its completions."""
     spec = installed_agent(name)
     config = configure(tiny_model, tmp_path, sandbox, POLICIES[name], **more)
@@ -116,7 +117,7 @@ def solve(name: str, sandbox: str, tiny_model: Path, tmp_path: Path, installed_a
     assert traj.status == "completed" and summary.success_rate == 1.0, (traj.status, traj.error, summary)
     assert traj.rewards.get("outcome") == 1.0
     completions = sorted(traj.completions, key=lambda c: c.seq)
-    assert len(completions) >= 2
+    assert len(completions) >= least
     check_exact_tokens(state, spec.api, completions)
     print(f"{name} in {sandbox}: solved in {took:.1f} s, {len(completions)} completions, "
           f"first prompt {len(completions[0].prompt_ids)} tokens")
@@ -153,4 +154,46 @@ def test_mini_swe_agent_local(tiny_model, tmp_path, installed_agent, local_sandb
 def test_mini_swe_agent_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
     completions = solve("mini-swe-agent", "docker", tiny_model, tmp_path, installed_agent)
     assert "edited" in seen(completions)
+
+# ---- smolagents: a ToolCallingAgent with a shell tool, tool_choice "required", ends with final_answer -----
+
+
+@pytest.mark.slow
+def test_smolagents_local(tiny_model, tmp_path, installed_agent, local_sandbox):
+    completions = solve("smolagents", "local", tiny_model, tmp_path, installed_agent)
+    assert '"final_answer"' in seen(completions) and "edited" in seen(completions)
+
+
+@pytest.mark.slow
+def test_smolagents_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
+    completions = solve("smolagents", "docker", tiny_model, tmp_path, installed_agent)
+    assert "edited" in seen(completions)
+
+
+# ---- openai-agents: the Agents SDK over the Responses API, a shell function tool, tracing off -------------
+
+
+@pytest.mark.slow
+def test_openai_agents_local(tiny_model, tmp_path, installed_agent, local_sandbox):
+    completions = solve("openai-agents", "local", tiny_model, tmp_path, installed_agent)
+    assert all("input" in c.request for c in completions) and "edited" in seen(completions)
+
+
+@pytest.mark.slow
+def test_openai_agents_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
+    completions = solve("openai-agents", "docker", tiny_model, tmp_path, installed_agent)
+    assert "edited" in seen(completions)
+
+# ---- aider: chat completions without tools; the files in its prompt, whole-file edits in its reply --------
+
+
+@pytest.mark.slow
+def test_aider_local(tiny_model, tmp_path, installed_agent, local_sandbox):
+    completions = solve("aider", "local", tiny_model, tmp_path, installed_agent, least=1)
+    assert "tools" not in completions[0].request and "READ ONLY files" in seen(completions)
+
+
+@pytest.mark.slow
+def test_aider_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
+    solve("aider", "docker", tiny_model, tmp_path, installed_agent, least=1)
 

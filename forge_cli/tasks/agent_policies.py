@@ -130,6 +130,32 @@ def openai_agents(context: dict[str, Any]) -> str:
     return _hermes("shell", command=text) if kind == "command" else text
 
 
+
+def aider(context: dict[str, Any]) -> str:
+    """aider in ``whole`` edit format: the repository's files are in its prompt (``--read .``, read-only);
+    the reply names each file to change on a line of its own, then its whole new content in aider's fence.
+    A later call of the same message (a lint or edit reflection) is answered without edits."""
+    from forge_cli.tasks.swe_units import repair
+
+    messages = context.get("messages") or []
+    package = package_of(messages)
+    if package is None:
+        return "I cannot tell which package to fix."
+    asked = max(i for i, m in enumerate(messages) if f"package `{package}`" in _text(m.get("content")))
+    if any(m.get("role") == "assistant" for m in messages[asked + 1:]):
+        return "The fix is in place."
+    shown: dict[str, tuple[str, str]] = {}
+    for m in messages[:asked + 1]:
+        for path, fence, body in re.findall(rf"^({re.escape(package)}/\w+\.py)\n(`{{3,}})\n(.*?)^\2$",
+                                            _text(m.get("content")), flags=re.M | re.S):
+            shown[path] = (fence, body)
+    fixed = [(path, fence, repair(body)[0]) for path, (fence, body) in sorted(shown.items()) if repair(body)[1]]
+    if not fixed:
+        return "I see no bug in the files I was shown."
+    return "I will fix the planted bug.\n\n" + "\n".join(f"{path}\n{fence}\n{text}{fence}\n"
+                                                            for path, fence, text in fixed)
+
+
 # ---- the npm agents (opencode, codex, claude-code) ------------------------------------------------------
 # Each reads the modules the failing tests point at with its own reading tool, fixes every planted bug
 # with its own edit tool, runs the tests with its own shell tool, then answers (:func:`swe_fix`); an
@@ -317,12 +343,16 @@ def _codex_patch(path: str, old: str, new: str) -> str:
     return f"*** Begin Patch\n*** Update File: {path}\n@@\n{body}*** End Patch\n"
 
 
+# a replacement through codex's command tool: the edit as JSON, the last argument of a small python program
+CODEX_EDIT = ("import json, pathlib, sys; e = json.loads(sys.argv[1]); p = pathlib.Path(e['path']); "
+              "p.write_text(p.read_text().replace(e['old'], e['new'], 1))")
+
+
 def _codex_edit(path: str, old: str, new: str, offered: set[str]) -> str:
     if "apply_patch" in offered:
         return _hermes("apply_patch", input=_codex_patch(path, old, new))
-    script = (f"import pathlib; p = pathlib.Path({path!r}); t = p.read_text(); "
-              f"p.write_text(t.replace({old!r}, {new!r}, 1))")
-    return _codex_run(f"python3 -c {shlex.quote(script)}", offered)
+    edit = json.dumps({"path": path, "old": old, "new": new})
+    return _codex_run(f"python3 -c {shlex.quote(CODEX_EDIT)} {shlex.quote(edit)}", offered)
 
 
 def _codex_edited(name: str, args: dict[str, Any]) -> tuple[str, str] | None:
@@ -331,13 +361,14 @@ def _codex_edited(name: str, args: dict[str, Any]) -> tuple[str, str] | None:
         path = re.search(r"^\*\*\* Update File: (.+)$", patch, re.M)
         old = "\n".join(line[1:] for line in patch.splitlines() if line.startswith("-"))
         return (path.group(1).strip(), old) if path else None
-    found = re.search(r"pathlib\.Path\(('[^']+')\).*?t\.replace\(('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")",
-                      _command_text(_codex_command(name, args)))
-    if found is None:
+    command = _command_text(_codex_command(name, args))
+    if CODEX_EDIT not in command:
         return None
-    import ast
-
-    return ast.literal_eval(found.group(1)), ast.literal_eval(found.group(2))
+    try:
+        edit = json.loads(shlex.split(command)[-1])
+    except ValueError:
+        return None
+    return edit.get("path"), edit.get("old")
 
 
 CODEX_TOOLS = AgentTools(
