@@ -74,3 +74,34 @@ def test_unreadable_weight_paths_are_forge_errors(tiny_model, kind, tmp_path):
         return out
 
     assert asyncio.run(run()).output_ids
+
+
+def test_busy_seconds_count_the_time_a_request_is_in_flight(tiny_model):
+    """The engine-idle fraction's clock: it runs while at least one request is in flight (overlapping
+    requests count once) and stands still while none is."""
+    import time
+
+    async def run():
+        engine = make("scripted", tiny_model)
+        assert engine.busy_seconds() == 0.0
+        release = asyncio.Event()
+        original = engine._generate
+
+        async def slow(*args, **kwargs):
+            await release.wait()
+            return await original(*args, **kwargs)
+
+        engine._generate = slow
+        params = SamplingParams(max_tokens=2, temperature=0)
+        started = time.monotonic()
+        calls = [asyncio.ensure_future(engine.generate([5, 6, 7], params)) for _ in range(3)]
+        await asyncio.sleep(0.3)
+        assert 0.25 <= engine.busy_seconds() <= time.monotonic() - started  # running, counted once
+        release.set()
+        await asyncio.gather(*calls)
+        busy = engine.busy_seconds()
+        await asyncio.sleep(0.2)
+        assert engine.busy_seconds() == busy  # idle: the clock stands
+        await engine.close()
+
+    asyncio.run(run())

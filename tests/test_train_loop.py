@@ -53,6 +53,8 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     assert all(s["success"] == 1.0 and s["success_by_suite"] == {"calc": 1.0} for s in steps)
     assert all(s["tokens"] > s["unique_tokens"] > 0 for s in steps)  # the prefix tree merged the shared prompt
     assert all(sum(s["ages"].values()) == s["samples"] and s["max_age"] >= 0 for s in steps)
+    assert all(0.0 <= s["trainer_idle"] <= 1.0 and 0.0 <= s["engine_idle"] <= 1.0 for s in steps)
+    assert all(s["trainer_idle"] == pytest.approx(s["wait_s"] / s["step_s"]) for s in steps)
     evals = [f for kind, f in seen if kind == "eval"]
     # every eval_every steps, and the final policy once more
     assert [e["step"] for e in evals] == [2, 3] and all(e["success"] == 1.0 and e["tasks"] == 2 for e in evals)

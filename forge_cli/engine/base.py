@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
@@ -100,6 +101,8 @@ class Engine:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._busy_s = 0.0  # seconds with at least one request in flight, up to _busy_since
+        self._busy_since: float | None = None
         self.eos_token_id: int | None = None
 
     # ---- what subclasses provide --------------------------------------------------------------
@@ -123,6 +126,8 @@ class Engine:
     async def _admitted(self) -> AsyncIterator[None]:
         while not self._open.is_set():
             await self._open.wait()
+        if self._in_flight == 0:
+            self._busy_since = time.monotonic()
         self._in_flight += 1
         self._idle.clear()
         try:
@@ -130,7 +135,15 @@ class Engine:
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
+                self._busy_s += time.monotonic() - (self._busy_since or time.monotonic())
+                self._busy_since = None
                 self._idle.set()
+
+    def busy_seconds(self) -> float:
+        """Seconds (of the monotonic clock) during which at least one request was in flight, since the
+        engine started: the loop's engine-idle fraction is 1 - its growth over a step / the step's time."""
+        running = time.monotonic() - self._busy_since if self._busy_since is not None else 0.0
+        return self._busy_s + running
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> SamplingParams:
         """Raise ForgeError if the prompt leaves no room; clamp max_tokens to what is left."""

@@ -11,6 +11,10 @@ def _num(value: Any, fmt: str = ".3f") -> str:
     return "—" if value is None else format(value, fmt)
 
 
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{100 * value:.0f} %"
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "—"
@@ -91,6 +95,8 @@ class TrainDisplay:
                           f"mean {_num(s.get('mean_age'), '.2f')}, max {s.get('max_age', 0)}")
             table.add_row("time split", f"wait {_num(s.get('wait_s'), '.2f')} s · train {_num(s.get('train_s'), '.2f')} s · "
                           f"sync {_num(s.get('sync_s'), '.2f')} s")
+            table.add_row("idle", f"trainer {_pct(s.get('trainer_idle'))} (waiting for groups) · "
+                          f"engine {_pct(s.get('engine_idle'))} (no request in flight)")
         if r:
             table.add_row("rollout", f"{r.get('running', 0)} running, {r.get('finished', 0)} finished, "
                           f"{r.get('solved', 0)} solved")

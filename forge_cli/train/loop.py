@@ -90,7 +90,7 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
             producer = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True,
                                                    on_progress=lambda p: _progress(p, live, difficulty, tell)))
             try:
-                last, sampled = time.monotonic(), 0.0
+                last, sampled, engine_busy = time.monotonic(), 0.0, gw.engine.busy_seconds()
                 while (steps is None or step < steps) and (deadline is None or time.monotonic() < deadline):
                     t0 = time.monotonic()
                     batch, waited = await _take(scheduler, gw, version, producer, deadline)
@@ -108,19 +108,22 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                         stop = cancelled
                     step, now = step + 1, time.monotonic()
                     fields = step_fields(batch, samples, stats, difficulty=difficulty)
+                    busy = gw.engine.busy_seconds()
                     fields |= {"policy_version": version, "take_s": t1 - t0, "wait_s": waited,
+                               "trainer_idle": waited / max(now - last, 1e-9),
+                               "engine_idle": max(0.0, 1.0 - (busy - engine_busy) / max(now - last, 1e-9)),
                                "train_s": t2 - t1, "sync_s": now - t2, "step_s": now - last,
                                "samples_per_s": fields["trajectories"] / max(now - last, 1e-9),
                                "train_tokens_per_s": fields["unique_tokens"] / max(t2 - t1, 1e-9),
                                "rollout_tokens_per_s": (live.get("output_tokens", 0.0) - sampled) / max(now - last, 1e-9),
                                "group_ids": [g.id for g in batch.groups]}
-                    last, sampled = now, live.get("output_tokens", 0.0)
+                    last, sampled, engine_busy = now, live.get("output_tokens", 0.0), busy
                     tell("step", log.write("step", step, **fields))
                     if stop is not None:
                         raise stop
                     if config.train.eval_every and step % config.train.eval_every == 0:
                         best = await _evaluate(config, gw, log, tell, step, best)
-                        last, sampled = time.monotonic(), live.get("output_tokens", 0.0)
+                        last, sampled, engine_busy = time.monotonic(), live.get("output_tokens", 0.0), gw.engine.busy_seconds()
                     if config.train.checkpoint_every and step % config.train.checkpoint_every == 0:
                         await _unstoppable(save(config, gw.run_dir, model, trainer, step, version))
                         saved = step
