@@ -361,14 +361,12 @@ def _codex_edited(name: str, args: dict[str, Any]) -> tuple[str, str] | None:
         path = re.search(r"^\*\*\* Update File: (.+)$", patch, re.M)
         old = "\n".join(line[1:] for line in patch.splitlines() if line.startswith("-"))
         return (path.group(1).strip(), old) if path else None
-    command = _command_text(_codex_command(name, args))
-    if CODEX_EDIT not in command:
-        return None
     try:
-        edit = json.loads(shlex.split(command)[-1])
+        argv = shlex.split(_command_text(_codex_command(name, args)))
+        edit = json.loads(argv[-1]) if argv[:3] == ["python3", "-c", CODEX_EDIT] and len(argv) == 4 else None
     except ValueError:
         return None
-    return edit.get("path"), edit.get("old")
+    return (edit.get("path"), edit.get("old")) if isinstance(edit, dict) else None
 
 
 CODEX_TOOLS = AgentTools(
