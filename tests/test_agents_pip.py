@@ -197,3 +197,44 @@ def test_aider_local(tiny_model, tmp_path, installed_agent, local_sandbox):
 def test_aider_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
     solve("aider", "docker", tiny_model, tmp_path, installed_agent, least=1)
 
+# ---- forge scaffold show: the first prompt's length on the current model, measured once and cached -------
+
+
+@pytest.mark.slow
+def test_scaffold_show_measures_the_first_prompt_once(cli, tiny_model, tmp_path, installed_agent):
+    from forge_cli.rollout import first_prompt
+    from forge_cli.rollout.blackbox import run_blackbox
+    from forge_cli.rollout.driver import resolve_suite
+    from forge_cli.plugins import get_registry
+    from tests.test_blackbox import Live
+
+    spec = installed_agent("smolagents")
+    first_prompt.cache_path().unlink(missing_ok=True)  # the agents' FORGE_HOME is the session's
+
+    def show(*flags: str) -> tuple[dict, float]:
+        started = time.monotonic()
+        done = cli("--set", f"model.path={tiny_model}", "scaffold", "show", "smolagents", "--json", *flags)
+        assert done.exit_code == 0, done.stderr
+        return json.loads(done.stdout)["first_prompt"], time.monotonic() - started
+
+    measured, _ = show()
+    assert measured["cached"] is False and measured["context"] == 65536
+    entry, = json.loads(first_prompt.cache_path().read_text()).values()
+    assert entry["tokens"] == measured["tokens"]
+    again, took = show()
+    assert again["cached"] is True and again["tokens"] == measured["tokens"] and took < 10
+    # the same agent on the same task through another gateway: its first completion is that long
+    suite, split, seed = first_prompt.MEASURE_TASK
+    task = resolve_suite(suite, None, get_registry()).make(split, 1, seed)[0]
+    live = Live(tiny_model, tmp_path, ["Done."])
+    try:
+        session = live.session("smolagents")
+        asyncio.run(run_blackbox(spec, base_url=f"{live.url}/v1", api_key=session["api_key"], model="forge",
+                                 task=task, workdir=tmp_path / "work", timeout_s=120))
+        assert len(live.completions(session)[0].prompt_ids) == measured["tokens"]
+    finally:
+        live.close()
+    fresh, _ = show("--remeasure")
+    assert fresh["cached"] is False and fresh["tokens"] == measured["tokens"]
+    assert cli("scaffold", "show", "codex", "--json").exit_code == 0  # not installed: said, not measured
+

@@ -65,15 +65,27 @@ def register(app: typer.Typer) -> None:
     def show(
         name: str = typer.Argument(..., help="Scaffold name."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a panel."),
+        measure: bool = typer.Option(True, "--measure/--no-measure", help=(
+            "For an installed black-box agent, say how long its first prompt is on the current model (tokens): "
+            "measured by really launching the agent once against a scripted gateway of its own on a swe-mini task "
+            "and counting its first completion's prompt ids; cached under FORGE_HOME per agent version and tokenizer.")),
+        remeasure: bool = typer.Option(False, "--remeasure", help="Measure the first prompt again, ignoring the cache."),
     ) -> None:
-        """Everything about one scaffold: its definition, its loop (and whether it resolves), install recipe, launch and options."""
+        """Everything about one scaffold: its definition, its loop (and whether it resolves), install recipe, launch,
+        options and, for an installed black-box agent, the length of its first prompt on the current model."""
         from rich.panel import Panel
         from rich.table import Table
 
         from forge_cli.commands._common import print_json
-        from forge_cli.console import console
+        from forge_cli.console import console, err_console
 
         info = _describe(name)
+        if measure and "launch" in info:
+            if info.get("installed", "no").startswith("no"):
+                info["first_prompt"] = {"tokens": None, "text": f"measured once it is installed (forge scaffold add {name})"}
+            else:
+                with err_console.status(f"measuring {name}'s first prompt (launching it once)…"):
+                    info["first_prompt"] = _first_prompt(name, remeasure)
         if as_json:
             print_json(info)
             return
@@ -90,6 +102,8 @@ def register(app: typer.Typer) -> None:
                     grid.add_row("", f"{env_key}={env_value}")
                 for filename in value["files"]:
                     grid.add_row("", f"writes {filename}")
+            elif key == "first_prompt":
+                grid.add_row("first prompt", value["text"])
             elif value is not None:
                 grid.add_row(key.replace("_", " "), str(value))
         console.print(Panel(grid, title=f"scaffold [bold]{name}[/]", title_align="left"))
@@ -179,6 +193,25 @@ def _describe(name: str) -> dict[str, Any]:
             key: (getattr(options, key), field.description or "") for key, field in spec.options.model_fields.items()
         }
     return info
+
+
+def _first_prompt(name: str, refresh: bool) -> dict[str, Any]:
+    """How long the installed agent's first prompt is on the current model (a measurement or the cache's)."""
+    import datetime
+
+    from forge_cli.cli import get_state
+    from forge_cli.errors import ForgeError
+    from forge_cli.rollout.first_prompt import first_prompt_length
+
+    try:
+        found = first_prompt_length(get_state().config(), name, refresh=refresh)
+    except ForgeError as exc:
+        return {"tokens": None, "text": f"not measured: {exc}"}
+    when = datetime.datetime.fromtimestamp(found.measured_at).strftime("%Y-%m-%d %H:%M")
+    of = f" of the model's {found.context:,} positions" + ("" if found.fits else ": it does not fit") if found.context else ""
+    text = f"{found.tokens:,} tokens{of} (measured {when}{', cached' if found.cached else ''})"
+    return {"tokens": found.tokens, "context": found.context, "cached": found.cached, "model": found.model,
+            "measured_at": found.measured_at, "text": text}
 
 
 def _loop_line(spec: Any) -> str:
