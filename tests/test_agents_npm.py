@@ -1,0 +1,155 @@
+"""The npm black-box agents (opencode, codex, claude-code), installed by `forge scaffold add`, fix a swe-mini
+repository end to end inside each sandbox backend: a rollout with the scripted engine and a policy that answers
+in the agent's own tool protocol (forge_cli.tasks.agent_policies), the agent's own tools editing the file in its
+sandbox, the swe-mini verifier running the tests there, and every recorded completion's prompt ids exactly the
+chat template's rendering of the request the agent sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tool_formats
+from tests.docker_support import docker_engine, sandbox_containers  # noqa: F401  (a fixture)
+
+# the tool each agent edits with, as its policy calls it
+EDIT_TOOL = {"opencode": "edit", "codex": "exec_command", "claude-code": "Edit"}
+
+
+@pytest.fixture(scope="session")
+def long_model(tiny_model, tmp_path_factory):
+    """The default tiny model with room for real agents' first prompts (claude-code's ~30k tokens): the
+    session's tiny model where it has 65,536 positions already, else a copy that says so (RoPE has no
+    weights per position)."""
+    config = json.loads((Path(tiny_model) / "config.json").read_text())
+    if config.get("max_position_embeddings", 0) >= 65536:
+        return tiny_model
+    copy = tmp_path_factory.mktemp("model-64k") / "tiny"
+    shutil.copytree(tiny_model, copy)
+    config["max_position_embeddings"] = 65536
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def rerendered(api: str, raw: dict, tokenizer, fmt) -> str:
+    """The chat template's rendering of a recorded request, through the gateway's own request models."""
+    from forge_cli.gateway.protocol.anthropic import MessagesRequest
+    from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, NamedToolChoice
+    from forge_cli.gateway.protocol.responses import ResponsesRequest
+    from forge_cli.gateway.render import Tool, render_prompt
+    from forge_cli.gateway.routes import chat, messages, responses
+
+    if api == "openai-chat":
+        req = ChatCompletionRequest.model_validate(raw)
+        tools = [Tool(t.function.name, t.function.description or "", t.function.parameters or
+                      {"type": "object", "properties": {}}) for t in (req.tools or [])]
+        choice = req.tool_choice if isinstance(req.tool_choice, str) else None
+        forced = req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
+        turns = chat.to_turns(req.messages)
+    elif api == "openai-responses":
+        req = ResponsesRequest.model_validate(raw)
+        tools = responses.to_tools(req)[0]
+        choice = req.tool_choice if isinstance(req.tool_choice, str) else None
+        forced = req.tool_choice.get("name") if isinstance(req.tool_choice, dict) else None
+        turns = responses.to_turns(req)
+    else:
+        req = MessagesRequest.model_validate(raw)
+        tools = messages.to_tools(req)
+        choice, forced = messages._tool_choice(req, tools)
+        turns = messages.to_turns(req)
+    return render_prompt(tokenizer, turns, tools, fmt, tool_choice=choice, forced_tool=forced).text
+
+
+def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path) -> None:
+    """`forge rollout --scaffold NAME --task swe-mini --sandbox BACKEND` with the scripted engine and NAME's policy,
+    through rollout(); checks the verified fix, the agent's own edit call and the exact tokens."""
+    from forge_cli.config import load_config
+    from forge_cli.engine.hf import score
+    from forge_cli.gateway.server import serve_gateway
+    from forge_cli.rollout.driver import RolloutRequest, rollout
+    from forge_cli.tasks.agent_policies import NPM_AGENT_POLICIES
+
+    config = load_config(env={}, overrides={
+        "model.path": str(model), "model.engine.type": "scripted",
+        "model.engine.policy": f"forge_cli.tasks.agent_policies:{NPM_AGENT_POLICIES[name]}",
+        "gateway.port": 0, "run.dir": str(tmp_path / "runs"), "rollout.sandbox": backend})
+    request = RolloutRequest(scaffold=name, suite="swe-mini", groups=1, n=1, trajectory_timeout_s=240)
+
+    async def go():
+        async with serve_gateway(config, "r") as gw:
+            gw.state.record_requests = True  # the seam: keep each request, to render it again here
+            summary = await rollout(config, request, gateway=gw)
+            return summary, gw.engine, gw.pool.groups()
+
+    summary, engine, groups = asyncio.run(go())
+    from forge_cli.pool import DataPool
+
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    try:
+        (trajectory,) = [pool.trajectory(t.id) for g in groups for t in g.trajectories]
+        assert trajectory.status == "completed", trajectory.error
+        assert trajectory.rewards["outcome"] == 1.0  # the verifier ran the tests in the sandbox: all pass, unchanged
+        assert summary.success_rate == 1.0
+        calls = trajectory.completions
+        texts = [engine.tokenizer.decode(c.output_ids) for c in calls]
+        assert any(f'"name": "{EDIT_TOOL[name]}"' in t for t in texts)
+        assert texts[-1].startswith("Fixed: the tests pass.")
+        spec_api = {"opencode": "openai-chat", "codex": "openai-responses", "claude-code": "anthropic-messages"}[name]
+        formats = tool_formats()
+        for c in calls:  # decode(prompt_ids) is the template's rendering of the request the agent sent
+            assert c.request is not None
+            assert engine.tokenizer.decode(c.prompt_ids) == rerendered(spec_api, c.request, engine.tokenizer,
+                                                                       formats[c.tool_format])
+            assert len(c.output_logprobs) == len(c.output_ids) > 0
+        shortest = min(calls, key=lambda c: len(c.prompt_ids))  # the logprobs are the model's for those ids
+        again, _ = score(engine.model, list(shortest.prompt_ids), list(shortest.output_ids),
+                         shortest.sampling["temperature"], None)
+        assert again == pytest.approx(list(shortest.output_logprobs), abs=1e-4)
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def docker_ready(docker_engine):  # noqa: F811
+    yield docker_engine
+    assert sandbox_containers(docker_engine) == []  # nothing left behind
+
+
+@pytest.mark.slow
+def test_opencode_local(installed_agent, long_model, tmp_path):
+    installed_agent("opencode")
+    fix_swe_mini("opencode", "local", long_model, tmp_path)
+
+
+@pytest.mark.slow
+def test_opencode_docker(installed_agent, long_model, tmp_path, docker_ready):
+    installed_agent("opencode")
+    fix_swe_mini("opencode", "docker", long_model, tmp_path)
+
+
+@pytest.mark.slow
+def test_codex_local(installed_agent, long_model, tmp_path):
+    installed_agent("codex")
+    fix_swe_mini("codex", "local", long_model, tmp_path)
+
+
+@pytest.mark.slow
+def test_codex_docker(installed_agent, long_model, tmp_path, docker_ready):
+    installed_agent("codex")
+    fix_swe_mini("codex", "docker", long_model, tmp_path)
+
+
+@pytest.mark.slow
+def test_claude_code_local(installed_agent, long_model, tmp_path):
+    installed_agent("claude-code")
+    fix_swe_mini("claude-code", "local", long_model, tmp_path)
+
+
+@pytest.mark.slow
+def test_claude_code_docker(installed_agent, long_model, tmp_path, docker_ready):
+    installed_agent("claude-code")
+    fix_swe_mini("claude-code", "docker", long_model, tmp_path)
