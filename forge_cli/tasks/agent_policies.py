@@ -34,13 +34,18 @@ def _text(content: Any) -> str:
 
 
 def _observation(content: Any) -> str:
-    """A tool result as the agent showed it: mini-swe-agent sends ``{"returncode": …, "output": …}``."""
+    """A tool result as the agent showed it: mini-swe-agent sends ``{"returncode": …, "output": …}``, the
+    Agents SDK an MCP tool's content as ``{"type": "text", "text": …}`` (or a list of them)."""
     text = _text(content)
     try:
         data = json.loads(text)
     except ValueError:
         return text
-    return str(data.get("output", text)) if isinstance(data, dict) else text
+    if isinstance(data, list):
+        return "\n".join(str(d.get("text", "")) if isinstance(d, dict) else str(d) for d in data)
+    if isinstance(data, dict):
+        return str(data.get("output", data.get("text", text)))
+    return text
 
 
 def package_of(messages: list[dict[str, Any]]) -> str | None:
