@@ -150,10 +150,11 @@ def test_writes_outside_the_workdir_fail(box, tmp_path, monkeypatch):
     agents = tmp_path / "scripts"  # read-only inside, like $FORGE_HOME/agents
     outside = tmp_path / "outside.txt"
     host_tmp = Path(tempfile.gettempdir()) / f"forge-escape-{uuid.uuid4().hex}"
+    in_home = Path.home() / f"forge-x-{uuid.uuid4().hex}"  # a fresh name: a leftover from another run proves nothing
     done = box(f"""
         import os
         for path in ["/etc/forge-x", "/usr/forge-x", {str(Path(sys.prefix) / 'forge-x')!r}, {str(agents / 'x')!r},
-                     "/forge-x", "/run/forge-x", {str(Path.home() / 'forge-x')!r}]:
+                     "/forge-x", "/run/forge-x", {str(in_home)!r}]:
             try:
                 open(path, "w").write("x")
                 print("WROTE", path)
@@ -168,7 +169,7 @@ def test_writes_outside_the_workdir_fail(box, tmp_path, monkeypatch):
     assert "WROTE" not in done.stdout and done.stdout.count("refused") == 7
     assert (tmp_path / "work" / "mine.txt").read_text() == "ok"
     assert not outside.exists() and not host_tmp.exists() and not (agents / "x").exists()
-    assert not (Path.home() / "forge-x").exists()
+    assert not in_home.exists()
 
 
 def test_the_hosts_home_and_forge_home_are_not_readable(box, tmp_path):

@@ -246,7 +246,9 @@ def test_scaffold_runs_an_episode_through_the_gateway(gateway, name):
         data, prompt = event.data, tok.decode(nxt.prompt_ids)
         if policy == "truncate":
             # the gateway's own count: exactly the next completion's prompt, within the budget
-            assert data["tokens_before"] > BUDGET >= data["tokens_after"] == len(nxt.prompt_ids)
+            assert data["tokens_before"] > BUDGET and data["tokens_after"] == len(nxt.prompt_ids)
+            # within the budget — or, when even the head and the newest turn do not fit, exactly those
+            assert data["tokens_after"] <= BUDGET or data["kept_turns"] == 1, data
             assert data["removed_turns"] >= 1 and data["removed_messages"] >= 2
         elif policy == "summarize":
             summaries = [(ctx, reply) for mode, ctx, reply in calls if mode == "summary"]
