@@ -14,7 +14,7 @@ train: setup      ## the main job: forge train on the embedded default (model in
 	$(VENV)/bin/forge train
 
 test: setup system-deps  ## the whole test suite, slow tests included (what CI runs)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest --durations=30  # the slowest 30 in the log: the suite must stay under 30 minutes
 
 test-fast: setup system-deps  ## everything but the slow tests
 	$(VENV)/bin/python -m pytest -m "not slow"
