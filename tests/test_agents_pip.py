@@ -248,18 +248,17 @@ def test_scaffold_show_measures_the_first_prompt_once(cli, tiny_model, tmp_path,
 
 # ---- the untrained default model on a real vLLM engine: failed trajectories, in time, nothing left -------
 
-UNTRAINED_BUDGET_S = 90.0
+UNTRAINED_BUDGET_S = 60.0
 
 
 @pytest.mark.slow
 def test_the_untrained_model_fails_cleanly_in_every_pip_agent(tiny_model, tmp_path, installed_agent, docker_sandbox):
     """The four agents in docker against vLLM sampling from the untrained default model: none crashes the
     rollout or hangs past its budget; the tasks stay unsolved; no container or process is left."""
-    import psutil
-
     from forge_cli.gateway.server import serve_gateway
 
     pytest.importorskip("vllm", reason="the vLLM engine is not installed")
+    import psutil  # a dependency of vLLM's
     for name in POLICIES:
         installed_agent(name)
     config = configure(tiny_model, tmp_path, "docker", None, **{"model.engine.type": "vllm"})
@@ -269,8 +268,8 @@ def test_the_untrained_model_fails_cleanly_in_every_pip_agent(tiny_model, tmp_pa
     async def go() -> None:
         async with serve_gateway(config, "untrained") as gw:
             for name in POLICIES:
-                request = RolloutRequest(scaffold=name, suite="swe-mini", groups=2, n=1, concurrency=2,
-                                         trajectory_timeout_s=UNTRAINED_BUDGET_S, max_tokens_per_trajectory=1024)
+                request = RolloutRequest(scaffold=name, suite="swe-mini", groups=1, n=1, concurrency=1,
+                                         trajectory_timeout_s=UNTRAINED_BUDGET_S, max_tokens_per_trajectory=512)
                 started = time.monotonic()
                 summary = await rollout(config, request, gateway=gw)
                 ended[name] = ([k for k, v in summary.by_status.items() for _ in range(v)], time.monotonic() - started)
@@ -279,7 +278,7 @@ def test_the_untrained_model_fails_cleanly_in_every_pip_agent(tiny_model, tmp_pa
     asyncio.run(go())
     print({name: (statuses, f"{took:.1f} s") for name, (statuses, took) in ended.items()})
     for name, (statuses, took) in ended.items():
-        assert len(statuses) == 2 and set(statuses) <= {"completed", "failed", "timed_out"}, (name, statuses)
+        assert len(statuses) == 1 and set(statuses) <= {"completed", "failed", "timed_out"}, (name, statuses)
         assert took < UNTRAINED_BUDGET_S + 60, (name, took)  # the budget, then the verifier and teardown
     # vLLM's engine process takes a moment to exit after the gateway closed; multiprocessing's resource
     # tracker lives as long as this interpreter
