@@ -34,6 +34,8 @@ notes = open("notes.txt").read()
 messages = [{"role": "user", "content": prompt + "\\n" + notes}]
 first = client.chat.completions.create(model=model, messages=messages, max_tokens=8)
 print("first:", first.choices[0].message.content, flush=True)
+if mode == "args":
+    print("ARGS", sys.argv[4:], os.environ.get("TOY_EXTRA"), flush=True)
 if mode == "crash":
     raise RuntimeError("the agent broke after its first call")
 if mode == "hang":
@@ -145,6 +147,25 @@ def test_a_session_base_url_and_an_answer_on_stdout(gateway, tmp_path):
                                       model="forge", task=TASK, workdir=tmp_path / "work", timeout_s=60))
     assert result.status == "completed" and result.answer == "done"
     assert len(gateway.completions(session)) == 2
+
+
+def test_a_scaffolds_extra_args_env_and_budget_reach_its_launch(gateway, tmp_path):
+    from forge_cli.rollout.executors import Job, launch_options
+
+    job = Job(scaffold="toy-agent", suite="files", verifier=None, task=TASK, workdir=str(tmp_path / "work"),
+              base_url=f"{gateway.url}/v1", api_key="k", model="forge", timeout_s=120.0,
+              options={"extra_args": ["--flag", "x y"], "env": {"TOY_EXTRA": "yes"}, "timeout_s": 45})
+    assert launch_options(job) == {"timeout_s": 45.0, "extra_args": ["--flag", "x y"], "extra_env": {"TOY_EXTRA": "yes"}}
+    assert launch_options(Job(**{**job.__dict__, "options": {}}))["timeout_s"] == 120.0  # the trajectory's budget
+    spec = toy_spec(tmp_path, "args")
+    fake_install(spec)
+    session = gateway.session(spec.name)
+    kwargs = launch_options(job)
+    result = asyncio.run(run_blackbox(spec, base_url=f"{gateway.url}/v1", api_key=session["api_key"], model="forge",
+                                      task=TASK, workdir=tmp_path / "work", **kwargs))
+    assert result.status == "completed", result
+    assert "ARGS ['--flag', 'x y'] yes" in result.stdout
+    assert list(result.command[-2:]) == ["--flag", "x y"]
 
 
 def test_a_crash_after_a_call_is_failed_and_keeps_the_call(gateway, tmp_path):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 from forge_cli.errors import ForgeError
 
@@ -153,6 +153,8 @@ async def run_blackbox(
     cpu_time_s: float | None = None,
     agents_home: Path | None = None,
     sandbox: "Sandbox | None" = None,
+    extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> BlackboxResult:
     """Launch ``spec``'s installed agent once on ``task`` against the gateway and wait for its end.
 
@@ -164,7 +166,9 @@ async def run_blackbox(
     ``sandbox``, a plain-subprocess :class:`~forge_cli.sandbox.local.LocalSandbox` (no bubblewrap:
     it reaches ``base_url`` on the host's loopback) on ``workdir`` is opened and closed here; a
     caller's ``sandbox`` (one opened with a :class:`~forge_cli.sandbox.base.GatewayAccess`, for
-    isolation) is used as it is (its work directory is ``workdir``) and left open. See the module's docstring for what is returned and what is raised.
+    isolation) is used as it is (its work directory is ``workdir``) and left open. ``extra_args`` are
+    appended to the rendered command and ``extra_env`` added to its environment (a scaffold's
+    ``extra_args`` / ``env`` options). See the module's docstring for what is returned and what is raised.
     """
     if timeout_s is None or timeout_s <= 0:
         raise ForgeError(f"run_blackbox: timeout_s must be a positive number of seconds, not {timeout_s}")
@@ -184,6 +188,7 @@ async def run_blackbox(
         values = launch_values(spec, install, base_url=base_url, api_key=api_key, model=model, prompt=task.prompt,
                                workdir=sandbox.workdir)
         command, env, files = spec.launch.render(values)
+        command, env = [*command, *extra_args], {**env, **(extra_env or {})}
         for name, text in {**task.files, **files}.items():
             await sandbox.write_file(name, text)
         started = time.monotonic()

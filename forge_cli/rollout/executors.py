@@ -88,7 +88,7 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
         sandbox = open_sandbox(registry, job, workdir, sandbox_options)  # [sandboxes.NAME]'s options
         try:  # run_blackbox writes task.files itself
             ran = await run_blackbox(spec, base_url=job.base_url, api_key=job.api_key, model=job.model, task=job.task,
-                                     workdir=workdir, timeout_s=job.timeout_s, sandbox=sandbox)
+                                     workdir=workdir, sandbox=sandbox, **launch_options(job))
             if ran.status == "timed_out":
                 raise AgentTimedOut(ran.reason)
             if ran.status != "completed":
@@ -110,6 +110,14 @@ async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Tran
                                       timeout=VERIFY_TIMEOUT_S)
     except asyncio.TimeoutError:
         raise ForgeError(f"the verifier did not answer within {VERIFY_TIMEOUT_S:g} s") from None
+
+
+def launch_options(job: Job) -> dict[str, Any]:
+    """What a black-box scaffold's own options (``[scaffolds.NAME]``: ``timeout_s``, ``extra_args``,
+    ``env``) change in its launch: the budget is the shorter of the trajectory's and the scaffold's."""
+    timeout = job.options.get("timeout_s")
+    return {"timeout_s": min(job.timeout_s, float(timeout)) if timeout else job.timeout_s,
+            "extra_args": list(job.options.get("extra_args") or ()), "extra_env": dict(job.options.get("env") or {})}
 
 
 def open_sandbox(registry: Any, job: Job, workdir: Path, options: Any = None) -> Any:
