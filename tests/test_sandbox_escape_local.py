@@ -5,14 +5,11 @@ loopback (a server of the test's own on the host's 127.0.0.1, and the gateway st
 from __future__ import annotations
 
 import asyncio
-import http.server
 import os
 import socket
-import socketserver
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +20,7 @@ from forge_cli.sandbox.base import GatewayAccess
 from forge_cli.sandbox.bwrap import unavailable
 from forge_cli.sandbox.cgroup import ExecCgroup
 from forge_cli.sandbox.local import LocalSandbox
+from tests.unix_http import serve_unix, stop
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no bubblewrap sandbox here: {unavailable()}")
 PY = sys.executable
@@ -97,26 +95,6 @@ def test_only_loopback_inside(box):
     assert done.stdout.splitlines() == ["['lo']", "1"]
 
 
-class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        body = f"gateway saw {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-class _UnixHTTP(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):
-        conn, _ = super().get_request()
-        return conn, ("unix", 0)
-
-
 def test_host_loopback_is_unreachable_but_the_gateway_answers(box, tmp_path):
     host = socket.socket()
     host.bind(("127.0.0.1", 0))
@@ -124,8 +102,7 @@ def test_host_loopback_is_unreachable_but_the_gateway_answers(box, tmp_path):
     host.settimeout(0.5)
     port = host.getsockname()[1]
     sock = Path(tempfile.mkdtemp()) / "gw.sock"
-    gw = _UnixHTTP(str(sock), _Hello)
-    threading.Thread(target=gw.serve_forever, daemon=True).start()
+    gw = serve_unix(sock, label="gateway saw")
     try:
         done = box(f"""
             import socket, urllib.request
@@ -139,8 +116,7 @@ def test_host_loopback_is_unreachable_but_the_gateway_answers(box, tmp_path):
         with pytest.raises(socket.timeout):
             host.accept()  # nothing from inside reached the host's own listener
     finally:
-        gw.shutdown()
-        gw.server_close()
+        stop(gw)
         host.close()
     assert done.ok, done
     assert done.stdout.splitlines() == ["host refused ConnectionRefusedError", "gateway saw /v1/models"]

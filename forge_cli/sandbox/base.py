@@ -123,6 +123,19 @@ class Sandbox(Protocol):
         ...
 
 
+def exec_argv(backend: str, closed: bool, command: Sequence[str], timeout_s: float | None) -> list[str]:
+    """``command`` as strings, once it is one a backend can run: a ForgeError for an exec after
+    :meth:`Sandbox.close`, an empty command or a deadline that is not positive."""
+    if closed:
+        raise ForgeError(f"{backend} sandbox: exec after close")
+    argv = [str(c) for c in command]
+    if not argv:
+        raise ForgeError(f"{backend} sandbox: exec needs a command")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ForgeError(f"{backend} sandbox: timeout_s must be positive, not {timeout_s}")
+    return argv
+
+
 def inside(workdir: Path, path: str) -> Path:
     """``path`` (relative, POSIX-style) resolved inside ``workdir``; a ForgeError if it would leave it."""
     rel = PurePosixPath(path)

@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, GatewayAccess, inside
+from forge_cli.sandbox.base import ExecResult, GatewayAccess, exec_argv, inside
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
 DEFAULT_IMAGE = "forge-agent-base:latest"
@@ -410,13 +410,7 @@ class DockerSandbox:
         cpu_time_s: float | None = None,
     ) -> ExecResult:
         """Run ``command`` in the container to its end or its deadline; see :meth:`forge_cli.sandbox.base.Sandbox.exec`."""
-        if self._closed:
-            raise ForgeError("docker sandbox: exec after close")
-        command = [str(c) for c in command]
-        if not command:
-            raise ForgeError("docker sandbox: exec needs a command")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ForgeError(f"docker sandbox: timeout_s must be positive, not {timeout_s}")
+        command = exec_argv("docker", self._closed, command, timeout_s)
         memory = memory_bytes
         cpu = cpu_time_s if cpu_time_s is not None else self.options.cpu_time_s
         start = time.monotonic()

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, GatewayAccess, inside, signal_name
+from forge_cli.sandbox.base import ExecResult, GatewayAccess, exec_argv, inside, signal_name
 from forge_cli.sandbox.cgroup import ExecCgroup
 
 if TYPE_CHECKING:
@@ -166,13 +166,7 @@ class LocalSandbox:
         cpu_time_s: float | None = None,
     ) -> ExecResult:
         """Run ``command`` to its end or its deadline; see :meth:`forge_cli.sandbox.base.Sandbox.exec`."""
-        if self._closed:
-            raise ForgeError("local sandbox: exec after close")
-        command = [str(c) for c in command]
-        if not command:
-            raise ForgeError("local sandbox: exec needs a command")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ForgeError(f"local sandbox: timeout_s must be positive, not {timeout_s}")
+        command = exec_argv("local", self._closed, command, timeout_s)
         memory = memory_bytes if memory_bytes is not None else self.memory_bytes
         cpu = cpu_time_s if cpu_time_s is not None else self.cpu_time_s
         marker = uuid.uuid4().hex
