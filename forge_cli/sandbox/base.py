@@ -17,6 +17,8 @@ its stdin/stdout connected to the caller (an MCP client on the host launches std
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 import signal as _signal
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -121,6 +123,57 @@ class Sandbox(Protocol):
     async def close(self) -> None:
         """Kill whatever still runs in the sandbox and free what it holds (not the work directory)."""
         ...
+
+
+class WorkdirFiles:
+    """The file half of :class:`Sandbox` for backends whose work directory is a host folder
+    (``_workdir``) that programs see at the same path: ``local`` and ``docker``. ``backend`` names
+    the backend in errors; :meth:`_handed` is called on what was written (docker hands it to the
+    container's user)."""
+
+    backend = "sandbox"
+    _workdir: Path
+
+    def _handed(self, target: Path) -> None:
+        """Called on every file or folder written into the work directory (nothing by default)."""
+
+    async def write_file(self, path: str, data: str | bytes) -> None:
+        target = inside(self._workdir, path)
+
+        def write() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data.encode() if isinstance(data, str) else data)
+            self._handed(target)
+
+        await asyncio.to_thread(write)
+
+    async def read_file(self, path: str) -> bytes:
+        target = inside(self._workdir, path)
+        try:
+            return await asyncio.to_thread(target.read_bytes)
+        except OSError as exc:
+            raise ForgeError(f"{self.backend} sandbox: cannot read {path!r}: {exc.strerror or exc}") from None
+
+    async def copy_in(self, src: Path, dest: str) -> None:
+        target = inside(self._workdir, dest)
+
+        def copy() -> None:
+            self._copy(Path(src), target)
+            self._handed(target)
+
+        await asyncio.to_thread(copy)
+
+    async def copy_out(self, src: str, dest: Path) -> None:
+        await asyncio.to_thread(self._copy, inside(self._workdir, src), Path(dest))
+
+    def _copy(self, src: Path, dest: Path) -> None:
+        if not src.exists():
+            raise ForgeError(f"{self.backend} sandbox: nothing to copy at {src}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, dest)
 
 
 def exec_argv(backend: str, closed: bool, command: Sequence[str], timeout_s: float | None) -> list[str]:

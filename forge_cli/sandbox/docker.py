@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, GatewayAccess, exec_argv, inside
+from forge_cli.sandbox.base import ExecResult, GatewayAccess, WorkdirFiles, exec_argv
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
 DEFAULT_IMAGE = "forge-agent-base:latest"
@@ -235,12 +235,14 @@ class _Tail:
         return bytes(self.data[-self.size:]).decode("utf-8", errors="replace")
 
 
-class DockerSandbox:
+class DockerSandbox(WorkdirFiles):
     """The ``docker`` backend of :class:`~forge_cli.sandbox.base.Sandbox` (see the module's docstring).
 
     ``workdir`` is made if missing and stays the caller's (its owner is given back on :meth:`close`);
     ``gateway`` makes the gateway reachable inside; ``run_id`` labels the containers.
     """
+
+    backend = "docker"
 
     def __init__(self, workdir: str | Path, options: DockerOptions | None = None, *,
                  gateway: GatewayAccess | None = None, run_id: str | None = None,
@@ -518,39 +520,6 @@ class DockerSandbox:
     def _handed(self, path: Path) -> None:
         if self.uid != 0 and path.exists():
             _chown_tree(path, self.uid, self.gid) if path.is_dir() else os.lchown(path, self.uid, self.gid)
-
-    async def write_file(self, path: str, data: str | bytes) -> None:
-        target = inside(self._workdir, path)
-
-        def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data.encode() if isinstance(data, str) else data)
-            self._handed(target)
-
-        await asyncio.to_thread(write)
-
-    async def read_file(self, path: str) -> bytes:
-        target = inside(self._workdir, path)
-        try:
-            return await asyncio.to_thread(target.read_bytes)
-        except OSError as exc:
-            raise ForgeError(f"docker sandbox: cannot read {path!r}: {exc.strerror or exc}") from None
-
-    async def copy_in(self, src: Path, dest: str) -> None:
-        from forge_cli.sandbox.local import _copy
-
-        target = inside(self._workdir, dest)
-
-        def copy() -> None:
-            _copy(Path(src), target)
-            self._handed(target)
-
-        await asyncio.to_thread(copy)
-
-    async def copy_out(self, src: str, dest: Path) -> None:
-        from forge_cli.sandbox.local import _copy
-
-        await asyncio.to_thread(_copy, inside(self._workdir, src), Path(dest))
 
     async def close(self) -> None:
         """Remove the container and give the work directory back to its owner (it is not deleted)."""

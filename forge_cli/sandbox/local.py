@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, GatewayAccess, exec_argv, inside, signal_name
+from forge_cli.sandbox.base import ExecResult, GatewayAccess, WorkdirFiles, exec_argv, signal_name
 from forge_cli.sandbox.cgroup import ExecCgroup
 
 if TYPE_CHECKING:
@@ -79,12 +79,14 @@ _MEMORY_WORDS = ("MemoryError", "Cannot allocate memory", "out of memory", "bad_
                  "memory allocation failed", "failed to allocate")
 
 
-class LocalSandbox:
+class LocalSandbox(WorkdirFiles):
     """The ``local`` backend of :class:`~forge_cli.sandbox.base.Sandbox` (see the module's docstring).
 
     ``workdir`` is made if missing and is not removed by :meth:`close` (it is the caller's);
     ``memory_bytes`` / ``cpu_time_s`` are the default limits of every exec (``None``: no limit).
     """
+
+    backend = "local"
 
     def __init__(
         self,
@@ -253,33 +255,6 @@ class LocalSandbox:
             return self.host_command(command, full)
         return ["env", "-i", "-C", str(self._workdir), *(f"{k}={v}" for k, v in full.items()), *map(str, command)]
 
-    async def write_file(self, path: str, data: str | bytes) -> None:
-        target = inside(self._workdir, path)
-
-        def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(data, str):
-                target.write_text(data)
-            else:
-                target.write_bytes(data)
-
-        await asyncio.to_thread(write)
-
-    async def read_file(self, path: str) -> bytes:
-        target = inside(self._workdir, path)
-        try:
-            return await asyncio.to_thread(target.read_bytes)
-        except OSError as exc:
-            raise ForgeError(f"local sandbox: cannot read {path!r}: {exc.strerror or exc}") from None
-
-    async def copy_in(self, src: Path, dest: str) -> None:
-        target = inside(self._workdir, dest)
-        await asyncio.to_thread(_copy, Path(src), target)
-
-    async def copy_out(self, src: str, dest: Path) -> None:
-        source = inside(self._workdir, src)
-        await asyncio.to_thread(_copy, source, Path(dest))
-
     async def close(self) -> None:
         """Kill every program still running here and delete the sandbox's own folder (not the work directory)."""
         self._closed = True
@@ -293,16 +268,6 @@ class LocalSandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def _copy(src: Path, dest: Path) -> None:
-    if not src.exists():
-        raise ForgeError(f"local sandbox: nothing to copy at {src}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if src.is_dir():
-        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-    else:
-        shutil.copy2(src, dest)
 
 
 def _use_bwrap(isolation: str) -> bool:
