@@ -64,9 +64,11 @@ def rerendered(api: str, raw: dict, tokenizer, fmt) -> str:
     return render_prompt(tokenizer, turns, tools, fmt, tool_choice=choice, forced_tool=forced).text
 
 
-def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path) -> None:
+def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path, mcp: list[str] | None = None,
+                 edit_tool: str | None = None) -> list:
     """`forge rollout --scaffold NAME --task swe-mini --sandbox BACKEND` with the scripted engine and NAME's policy,
-    through rollout(); checks the verified fix, the agent's own edit call and the exact tokens."""
+    through rollout(); checks the verified fix, the agent's own edit call (``edit_tool``: the name it offers an
+    MCP server's tool under, with ``mcp = [...]`` set) and the exact tokens; the completions."""
     from forge_cli.config import load_config
     from forge_cli.engine.hf import score
     from forge_cli.gateway.server import serve_gateway
@@ -76,7 +78,8 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path) -> None:
     config = load_config(env={}, overrides={
         "model.path": str(model), "model.engine.type": "scripted",
         "model.engine.policy": f"forge_cli.tasks.agent_policies:{NPM_AGENT_POLICIES[name]}",
-        "gateway.port": 0, "run.dir": str(tmp_path / "runs"), "rollout.sandbox": backend})
+        "gateway.port": 0, "run.dir": str(tmp_path / "runs"), "rollout.sandbox": backend,
+        **({f"scaffolds.{name}.mcp": mcp} if mcp else {})})
     request = RolloutRequest(scaffold=name, suite="swe-mini", groups=1, n=1, trajectory_timeout_s=240)
 
     async def go():
@@ -96,7 +99,7 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path) -> None:
         assert summary.success_rate == 1.0
         calls = trajectory.completions
         texts = [engine.tokenizer.decode(c.output_ids) for c in calls]
-        assert any(f'"name": "{EDIT_TOOL[name]}"' in t for t in texts)
+        assert any(f'"name": "{edit_tool or EDIT_TOOL[name]}"' in t for t in texts), texts
         assert texts[-1].startswith("Fixed: the tests pass.")
         spec_api = {"opencode": "openai-chat", "codex": "openai-responses", "claude-code": "anthropic-messages"}[name]
         formats = tool_formats()
@@ -109,6 +112,7 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path) -> None:
         again, _ = score(engine.model, list(shortest.prompt_ids), list(shortest.output_ids),
                          shortest.sampling["temperature"], None)
         assert again == pytest.approx(list(shortest.output_logprobs), abs=1e-4)
+        return calls
     finally:
         pool.close()
 
@@ -150,6 +154,12 @@ def test_claude_code_local(installed_agent, long_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_claude_code_docker(installed_agent, long_model, tmp_path, docker_ready):
+def test_claude_code_docker_with_mcp_files(installed_agent, long_model, tmp_path, docker_ready):
+    """claude-code in a container with ``mcp = ["files"]``: Forge writes its --mcp-config, claude-code starts
+    the files server inside the container (the servers' own venv under FORGE_HOME/agents) and reads and edits
+    the repository only through it (``mcp__files__read_file``, ``mcp__files__edit_file``)."""
     installed_agent("claude-code")
-    fix_swe_mini("claude-code", "docker", long_model, tmp_path)
+    calls = fix_swe_mini("claude-code", "docker", long_model, tmp_path, mcp=["files"], edit_tool="mcp__files__edit_file")
+    offered = {t["name"] for t in calls[-1].request["tools"]}
+    assert {"mcp__files__read_file", "mcp__files__edit_file", "mcp__files__write_file"} <= offered
+    assert "mcp__files__read_file" in json.dumps([c.request for c in calls])

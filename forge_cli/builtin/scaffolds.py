@@ -13,7 +13,8 @@ format; the tool format is the gateway's concern, the policies act on OpenAI mes
 
 A white-box scaffold's options are its family's (:mod:`forge_cli.rollout.families`) plus those of
 its context policy, and ``mcp`` (the MCP servers its tools come from: :mod:`forge_cli.rollout.mcp_tools`);
-black-box scaffolds share the options of a launched agent. Both are what ``[scaffolds.NAME]`` in
+black-box scaffolds share the options of a launched agent, ``mcp`` among them for the agents that take
+MCP servers (:mod:`forge_cli.rollout.agent_mcp`). Both are what ``[scaffolds.NAME]`` in
 ``forge.toml`` may set.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from forge_cli import hookimpl
 from forge_cli.paths import data_dir
@@ -44,6 +45,25 @@ class AgentOptions(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the agent.")
 
 
+def _black_options(spec: ScaffoldSpec) -> type[BaseModel]:
+    """A black-box agent's options: ``mcp`` for those that take MCP servers, refused (one line) for the others."""
+    from forge_cli.rollout.agent_mcp import supports_mcp, unsupported
+
+    options = with_mcp_option(AgentOptions)
+    if supports_mcp(spec.name):
+        return options
+
+    def refuse(names: list[str]) -> list[str]:
+        if names:
+            raise ValueError(unsupported(spec.name))
+        return names
+
+    checked: type[BaseModel] = create_model(options.__name__, __base__=options, __doc__=options.__doc__,
+                                            __module__=options.__module__,
+                                            __validators__={"no_mcp": field_validator("mcp")(refuse)})
+    return checked
+
+
 def _white_options(spec: ScaffoldSpec) -> type[BaseModel]:
     family = FAMILIES.get(spec.family or "")
     return with_mcp_option(with_policy_options(family.options if family else ToolLoopOptions, spec.context_policy))
@@ -55,7 +75,7 @@ def load_definitions() -> list[ScaffoldSpec]:
     specs = []
     for path in sorted(root.glob("white/*.toml")) + sorted(root.glob("black/*.toml")):
         spec = ScaffoldSpec.from_toml(path)
-        options = _white_options(spec) if spec.kind == "white" else AgentOptions
+        options = _white_options(spec) if spec.kind == "white" else _black_options(spec)
         specs.append(dataclasses.replace(spec, options=options))
     return specs
 

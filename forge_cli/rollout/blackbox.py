@@ -155,6 +155,7 @@ async def run_blackbox(
     sandbox: "Sandbox | None" = None,
     extra_args: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
+    mcp: Sequence[str] = (),
 ) -> BlackboxResult:
     """Launch ``spec``'s installed agent once on ``task`` against the gateway and wait for its end.
 
@@ -168,12 +169,18 @@ async def run_blackbox(
     caller's ``sandbox`` (one opened with a :class:`~forge_cli.sandbox.base.GatewayAccess`, for
     isolation) is used as it is (its work directory is ``workdir``) and left open. ``extra_args`` are
     appended to the rendered command and ``extra_env`` added to its environment (a scaffold's
-    ``extra_args`` / ``env`` options). See the module's docstring for what is returned and what is raised.
+    ``extra_args`` / ``env`` options). ``mcp`` names Forge's MCP servers (the scaffold's ``mcp``
+    option) that the agent is configured to start inside the sandbox
+    (:mod:`forge_cli.rollout.agent_mcp`). See the module's docstring for what is returned and what is raised.
     """
     if timeout_s is None or timeout_s <= 0:
         raise ForgeError(f"run_blackbox: timeout_s must be a positive number of seconds, not {timeout_s}")
     install = find_install(spec, agents_home)
     assert spec.launch is not None
+    if mcp:
+        from forge_cli.rollout.agent_mcp import check_supported
+
+        check_supported(spec.name, mcp)
     owned = sandbox is None
     if sandbox is None:
         if workdir is None:
@@ -188,6 +195,9 @@ async def run_blackbox(
         values = launch_values(spec, install, base_url=base_url, api_key=api_key, model=model, prompt=task.prompt,
                                workdir=sandbox.workdir)
         command, env, files = spec.launch.render(values)
+        if mcp:
+            command, env, files = await _with_mcp(spec.name, command, env, files, mcp, sandbox, task,
+                                                  install.prefix.parent)
         command, env = [*command, *extra_args], {**env, **(extra_env or {})}
         for name, text in {**task.files, **files}.items():
             await sandbox.write_file(name, text)
@@ -200,6 +210,26 @@ async def run_blackbox(
     finally:
         if owned:
             await sandbox.close()
+
+
+async def _with_mcp(scaffold: str, command: list[str], env: dict[str, str], files: dict[str, str],
+                    names: Sequence[str], sandbox: "Sandbox", task: "Task", agents_home: Path
+                    ) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """The launch with the MCP servers ``names`` in the agent's own configuration, each started by the
+    servers' environment under ``agents_home`` in the work directory (a search corpus written there)."""
+    import asyncio
+
+    from forge_cli.rollout import agent_mcp
+    from forge_cli.rollout.mcp_tools import server, write_corpus
+
+    python, folder = await asyncio.to_thread(agent_mcp.tools_env, agents_home)
+    servers = {}
+    for name in dict.fromkeys(names):
+        shipped = server(name)
+        args = ["--corpus", await write_corpus(sandbox, task)] if name == "search" else []
+        servers[name] = [str(python), str(folder / shipped.script), "--root", str(sandbox.workdir), *args]
+    done = agent_mcp.configure(scaffold, agent_mcp.Launch(command, env, files), servers, Path(sandbox.workdir))
+    return done.command, done.env, done.files
 
 
 async def _answer(rule: str, done: "ExecResult", sandbox: "Sandbox") -> str | None:

@@ -114,10 +114,13 @@ async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Tran
 
 def launch_options(job: Job) -> dict[str, Any]:
     """What a black-box scaffold's own options (``[scaffolds.NAME]``: ``timeout_s``, ``extra_args``,
-    ``env``) change in its launch: the budget is the shorter of the trajectory's and the scaffold's."""
+    ``env``, ``mcp``) change in its launch: the budget is the shorter of the trajectory's and the scaffold's."""
+    from forge_cli.rollout.mcp_tools import mcp_servers
+
     timeout = job.options.get("timeout_s")
     return {"timeout_s": min(job.timeout_s, float(timeout)) if timeout else job.timeout_s,
-            "extra_args": list(job.options.get("extra_args") or ()), "extra_env": dict(job.options.get("env") or {})}
+            "extra_args": list(job.options.get("extra_args") or ()), "extra_env": dict(job.options.get("env") or {}),
+            "mcp": mcp_servers(job.options)}
 
 
 def open_sandbox(registry: Any, job: Job, workdir: Path, options: Any = None) -> Any:

@@ -35,7 +35,8 @@ def _text(content: Any) -> str:
 
 def _observation(content: Any) -> str:
     """A tool result as the agent showed it: mini-swe-agent sends ``{"returncode": …, "output": …}``, the
-    Agents SDK an MCP tool's content as ``{"type": "text", "text": …}`` (or a list of them)."""
+    Agents SDK an MCP tool's content as ``{"type": "text", "text": …}`` (or a list of them), claude-code an
+    MCP tool's structured result as ``{"result": …}``."""
     text = _text(content)
     try:
         data = json.loads(text)
@@ -44,7 +45,7 @@ def _observation(content: Any) -> str:
     if isinstance(data, list):
         return "\n".join(str(d.get("text", "")) if isinstance(d, dict) else str(d) for d in data)
     if isinstance(data, dict):
-        return str(data.get("output", data.get("text", text)))
+        return str(data.get("output", data.get("text", data.get("result", text))))
     return text
 
 
@@ -212,10 +213,43 @@ def _relative(path: str, root: str) -> str:
     return path[len(root) + 1:] if root != "." and path.startswith(root + "/") else path.removeprefix("./")
 
 
+def mcp_files_tool(offered: set[str], tool: str) -> str | None:
+    """The name under which an agent offers the ``files`` MCP server's ``tool``: each agent qualifies it its
+    own way (claude-code ``mcp__files__edit_file``, opencode ``files_edit_file``, codex ``files__edit_file``)."""
+    return next((n for n in sorted(n for n in offered if isinstance(n, str))
+                 if n.endswith(tool) and "files" in n[: -len(tool)]), None)
+
+
+def with_mcp_files(own: AgentTools) -> AgentTools:
+    """``own`` with reading and editing done through Forge's ``files`` MCP server (``read_file``,
+    ``edit_file``) wherever the agent offers it; its own shell still runs the tests."""
+
+    def read(path: str, offered: set[str]) -> str:
+        name = mcp_files_tool(offered, "read_file")
+        return _hermes(name, path=path) if name else own.read(path, offered)
+
+    def edit(path: str, old: str, new: str, offered: set[str]) -> str:
+        name = mcp_files_tool(offered, "edit_file")
+        return _hermes(name, path=path, old=old, new=new) if name else own.edit(path, old, new, offered)
+
+    def read_back(name: str, args: dict[str, Any], result: str) -> tuple[str, str] | None:
+        if name.endswith("read_file") and "files" in name:
+            return str(args.get("path") or ""), _observation(result)
+        return own.read_back(name, args, result)
+
+    def edited(name: str, args: dict[str, Any]) -> tuple[str, str] | None:
+        if name.endswith("edit_file") and "files" in name:
+            return args.get("path"), args.get("old")
+        return own.edited(name, args)
+
+    return AgentTools(read=read, edit=edit, shell=own.shell, read_back=read_back, edited=edited, ran=own.ran)
+
+
 def swe_fix(context: dict[str, Any], tools: AgentTools) -> str:
     """The next move of a competent agent on a swe-mini task: read the modules the failing tests point
     at (and those ``api.py`` imports), replace each planted bug (:func:`forge_cli.tasks.swe_units.repair`)
-    with the agent's edit tool, run the tests with its shell, then answer."""
+    with the agent's edit tool (the ``files`` MCP server's, where the agent offers it), run the tests with
+    its shell, then answer."""
     from forge_cli.tasks.demo_policies import _tool_history
     from forge_cli.tasks.swe_units import repair
 
@@ -223,6 +257,8 @@ def swe_fix(context: dict[str, Any], tools: AgentTools) -> str:
     offered = {t.get("function", t).get("name") for t in context.get("tools") or [] if isinstance(t, dict)}
     if not offered:  # a side request without tools (opencode's session title)
         return "Fix the failing tests"
+    if mcp_files_tool(offered, "edit_file"):
+        tools = with_mcp_files(tools)
     prompt = _task_text(messages)
     package = re.search(r"package `(\w+)`", prompt)
     if package is None:

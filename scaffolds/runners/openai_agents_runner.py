@@ -2,9 +2,9 @@
 
 Installed by ``forge scaffold add openai-agents`` into the agent's own venv as its program;
 ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` point the SDK at the Forge gateway (Responses API), and
-tracing is off. ``--mcp shell,files`` replaces the built-in shell tool with the tools those Forge
-MCP servers list (their scripts in ``--tools``, run over stdio by this venv's python, which has the
-``mcp`` SDK the Agents SDK depends on). Prints the agent's final output on stdout; exits 1 if the
+tracing is off. ``--mcp-config FILE`` (an ``mcpServers`` JSON file, as claude-code reads: each
+server's ``command`` and ``args``; Forge writes it for the scaffold's ``mcp`` option) replaces the
+built-in shell tool with the tools those MCP servers list, each started over stdio. Prints the agent's final output on stdout; exits 1 if the
 run raised.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -22,18 +23,16 @@ async def run(args: argparse.Namespace) -> str:
     from agents import Agent, Runner, function_tool, set_tracing_disabled
 
     set_tracing_disabled(True)
-    names = [n.strip() for n in args.mcp.split(",") if n.strip()]
+    configured = json.loads(Path(args.mcp_config).read_text())["mcpServers"] if args.mcp_config else {}
     async with contextlib.AsyncExitStack() as stack:
         servers = []
-        if names:
+        if configured:
             from agents.mcp import MCPServerStdio
 
-            for name in names:
-                script = Path(args.tools) / f"{name}_server.py"
-                if not script.is_file():
-                    raise SystemExit(f"no Forge MCP server {name!r} at {script}")
-                server = MCPServerStdio(params={"command": sys.executable, "args": [str(script)]}, name=name,
-                                        cache_tools_list=True, client_session_timeout_seconds=120)
+            for name, entry in configured.items():
+                params = {"command": entry["command"], "args": list(entry.get("args", []))}
+                server = MCPServerStdio(params=params, name=name, cache_tools_list=True,
+                                        client_session_timeout_seconds=120)
                 servers.append(await stack.enter_async_context(server))
             tools = []
         else:
@@ -60,8 +59,7 @@ def main() -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--max-turns", type=int, default=20)
-    parser.add_argument("--mcp", default="", help="Forge MCP servers (comma-separated: shell, files, search) to use")
-    parser.add_argument("--tools", default=".forge-tools", help="the folder of Forge's MCP server scripts")
+    parser.add_argument("--mcp-config", default="", help="an mcpServers JSON file: the MCP servers whose tools to use")
     args = parser.parse_args()
     print(asyncio.run(run(args)))
     return 0

@@ -1,0 +1,220 @@
+"""Forge's MCP servers for black-box agents: where they run from, and each agent's own configuration of them.
+
+A black-box scaffold whose agent speaks MCP takes the same ``mcp`` option as a white-box one (the names
+of :data:`forge_cli.rollout.mcp_tools.SERVERS`)::
+
+    [scaffolds.claude-code]
+    mcp = ["files"]
+
+The agent itself starts the servers over stdio, inside its sandbox, from its own configuration, which
+:func:`configure` writes into the launch (:data:`AGENTS`, the one table of the agents that can):
+
+- ``opencode`` — ``"mcp"`` entries (``type = "local"``, a command array) in its ``opencode.json``; it
+  offers them as ``SERVER_TOOL`` (``files_edit_file``);
+- ``codex`` — ``[mcp_servers.NAME]`` tables (``command``, ``args``) in its ``config.toml``;
+- ``claude-code`` — ``--mcp-config FILE --strict-mcp-config`` (only Forge's servers); it offers them as
+  ``mcp__SERVER__TOOL``;
+- ``openai-agents`` — its runner's ``--mcp-config FILE`` (the same ``mcpServers`` JSON as claude-code's):
+  the servers' tools replace its built-in shell.
+
+Where they run from (:func:`tools_env`): both sandboxes see ``$FORGE_HOME/agents`` read-only and the
+Python installation the agents' venvs were made from, but not Forge's own venv (a container has only
+Debian's ``python3``, without the ``mcp`` SDK). So the servers get a venv of their own,
+``$FORGE_HOME/agents/.forge-mcp/venv``, made from the Python Forge runs on with the ``mcp`` SDK and its
+dependencies *copied* from Forge's own environment (no download: the same files, already installed
+here), and the server scripts beside it in ``.forge-mcp/tools``. It is made once, on the first launch
+that asks for MCP (under a file lock, so concurrent trajectories make it once), and again when the
+scripts or the SDK change. An MCP server that dies is the agent's business: it sees a tool error, or
+the tool disappears; the trajectory goes on like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from forge_cli.errors import ForgeError
+
+ENV_DIR = ".forge-mcp"  # under $FORGE_HOME/agents: visible read-only in every sandbox
+CONFIG_FILE = ".forge-mcp.json"  # an mcpServers file in the work directory (claude-code, the runners)
+ROOT_PACKAGE = "mcp"
+STARTUP_TIMEOUT_S = 120  # importing the SDK on a loaded machine takes a while
+TOOL_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A rendered launch: the command, its environment and the files written before it runs."""
+
+    command: list[str]
+    env: dict[str, str]
+    files: dict[str, str]
+
+
+def _opencode(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+    name = "opencode.json"
+    config = json.loads(launch.files.get(name, "{}"))
+    config.setdefault("mcp", {}).update({n: {"type": "local", "command": argv, "enabled": True,
+                                             "timeout": STARTUP_TIMEOUT_S * 1000} for n, argv in servers.items()})
+    return Launch(launch.command, launch.env, {**launch.files, name: json.dumps(config, indent=2)})
+
+
+def _codex(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+    name = ".codex/config.toml"
+    tables = "".join(f"\n[mcp_servers.{n}]\ncommand = {json.dumps(argv[0])}\nargs = {json.dumps(argv[1:])}\n"
+                     f"startup_timeout_sec = {STARTUP_TIMEOUT_S}\ntool_timeout_sec = {TOOL_TIMEOUT_S}\n"
+                     for n, argv in servers.items())
+    return Launch(launch.command, launch.env, {**launch.files, name: launch.files.get(name, "") + tables})
+
+
+def _servers_file(servers: Mapping[str, list[str]]) -> str:
+    """The ``mcpServers`` JSON claude-code (and Forge's runners) read."""
+    return json.dumps({"mcpServers": {n: {"type": "stdio", "command": argv[0], "args": argv[1:]}
+                                      for n, argv in servers.items()}}, indent=2)
+
+
+def _claude_code(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+    env = {**launch.env, "MCP_TIMEOUT": str(STARTUP_TIMEOUT_S * 1000), "MCP_TOOL_TIMEOUT": str(TOOL_TIMEOUT_S * 1000)}
+    return Launch([*launch.command, "--mcp-config", str(workdir / CONFIG_FILE), "--strict-mcp-config"], env,
+                  {**launch.files, CONFIG_FILE: _servers_file(servers)})
+
+
+def _runner(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+    return Launch([*launch.command, "--mcp-config", str(workdir / CONFIG_FILE)], launch.env,
+                  {**launch.files, CONFIG_FILE: _servers_file(servers)})
+
+
+Configure = Callable[[Launch, Mapping[str, list[str]], Path], Launch]
+
+# the black-box agents that take Forge's MCP servers, and how each is told about them
+AGENTS: dict[str, Configure] = {"opencode": _opencode, "codex": _codex, "claude-code": _claude_code,
+                                "openai-agents": _runner}
+
+
+def supports_mcp(scaffold: str) -> bool:
+    return scaffold in AGENTS
+
+
+def unsupported(scaffold: str) -> str:
+    """Why ``scaffold`` cannot be given MCP servers, in one line."""
+    return f"the agent '{scaffold}' cannot use MCP servers (those that can: {', '.join(AGENTS)})"
+
+
+def check_supported(scaffold: str, names: Sequence[str]) -> None:
+    """A ForgeError when ``scaffold``'s agent is asked for MCP servers it cannot take."""
+    if names and scaffold not in AGENTS:
+        raise ForgeError(unsupported(scaffold))
+
+
+def configure(scaffold: str, launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+    """``launch`` with ``servers`` (name → the argv that starts it inside the sandbox) in the agent's own
+    MCP configuration."""
+    check_supported(scaffold, list(servers))
+    return AGENTS[scaffold](launch, servers, workdir) if servers else launch
+
+
+# ---- the servers' own environment under $FORGE_HOME/agents --------------------------------------------------
+
+
+def _closure(root: str) -> list[Any]:
+    """The installed distributions ``root`` needs (its requirements for this platform, extras followed)."""
+    import importlib.metadata as metadata
+    import re
+
+    from packaging.requirements import Requirement
+
+    found: dict[str, Any] = {}
+
+    def walk(name: str, extras: frozenset[str] = frozenset()) -> None:
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise ForgeError(f"Forge's environment lacks {name}, which its MCP servers need "
+                             "(pip install 'forge-cli[sandbox]')") from None
+        if key in found and not extras:
+            return
+        found[key] = dist
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+                walk(req.name, frozenset(req.extras))
+
+    walk(root)
+    return list(found.values())
+
+
+def _key(scripts: Path) -> str:
+    import hashlib
+    import importlib.metadata as metadata
+
+    digest = hashlib.sha256()
+    for script in sorted(scripts.glob("*.py")):
+        digest.update(script.name.encode() + b"\0" + script.read_bytes())
+    return f"python {sys.version.split()[0]} {ROOT_PACKAGE} {metadata.version(ROOT_PACKAGE)} tools {digest.hexdigest()[:16]}"
+
+
+def _build(target: Path, scripts: Path, key: str) -> None:
+    import shutil
+    import subprocess
+    import sysconfig
+
+    from forge_cli.installer import MARKER
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target / "venv")], check=True,
+                   capture_output=True)
+    relative = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)
+    site = target / "venv" / relative
+    for dist in _closure(ROOT_PACKAGE):
+        base = Path(dist.locate_file("")).resolve()
+        for file in dist.files or []:
+            source = Path(dist.locate_file(file)).resolve()
+            if not source.is_file() or not source.is_relative_to(base) or "__pycache__" in source.parts:
+                continue  # its console scripts live outside site-packages
+            dest = site / source.relative_to(base)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest)
+    shutil.copytree(scripts, target / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    (target / MARKER).write_text(json.dumps({"requirement": key}))
+
+
+def tools_env(agents_home: Path) -> tuple[Path, Path]:
+    """``(python, tools folder)`` of the MCP servers' environment under ``agents_home``, made now if it is
+    missing or stale (see the module's docstring)."""
+    import fcntl
+    import shutil
+    import subprocess
+
+    from forge_cli.installer import MARKER
+    from forge_cli.rollout.mcp_tools import tools_dir
+
+    scripts = tools_dir()
+    key = _key(scripts)
+    target = Path(agents_home) / ENV_DIR
+    python = target / "venv" / "bin" / "python"
+
+    def current() -> bool:
+        try:
+            return json.loads((target / MARKER).read_text()).get("requirement") == key and python.exists()
+        except (OSError, ValueError):
+            return False
+
+    if current():
+        return python, target / "tools"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{ENV_DIR}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not current():
+            staging = target.with_name(f"{ENV_DIR}.building")
+            shutil.rmtree(staging, ignore_errors=True)
+            try:
+                _build(staging, scripts, key)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise ForgeError(f"could not make the MCP servers' environment at {target}: {exc}") from None
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+    return python, target / "tools"
