@@ -124,9 +124,12 @@ def docker_ready(docker_engine):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_opencode_local(installed_agent, long_model, tmp_path):
+def test_opencode_local_with_mcp_files(installed_agent, long_model, tmp_path):
+    """opencode in bubblewrap with ``mcp = ["files"]``: the server in its opencode.json (``type = "local"``),
+    offered as ``files_read_file`` / ``files_edit_file``, through which the policy reads and edits."""
     installed_agent("opencode")
-    fix_swe_mini("opencode", "local", long_model, tmp_path)
+    calls = fix_swe_mini("opencode", "local", long_model, tmp_path, mcp=["files"], edit_tool="files_edit_file")
+    assert {"files_read_file", "files_edit_file"} <= {t["function"]["name"] for t in calls[-1].request["tools"]}
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ program parses it and edits the repository in its sandbox (bubblewrap, or a cont
 network), and swe-mini's verifier runs the tests there. Every recorded completion is checked for
 exact tokens: ``decode(prompt_ids)`` is the chat template's rendering of the request the agent sent
 (recorded by the gateway), and the output ids and logprobs are what the model scores for that text.
+The untrained-model run at the end takes all seven agents (the npm ones too) on one vLLM engine.
 """
 
 from __future__ import annotations
@@ -188,8 +189,14 @@ def test_openai_agents_local(tiny_model, tmp_path, installed_agent, local_sandbo
 
 
 @pytest.mark.slow
-def test_openai_agents_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
-    completions = solve("openai-agents", "docker", tiny_model, tmp_path, installed_agent)
+def test_openai_agents_docker_with_mcp_shell(tiny_model, tmp_path, installed_agent, docker_sandbox):
+    """``mcp = ["shell"]``: no built-in tool; the agent's only tool is Forge's shell MCP server's, which the
+    runner starts over stdio inside the container (from the servers' venv under FORGE_HOME/agents, as
+    Forge's --mcp-config says); the same policy fixes the repository through it."""
+    completions = solve("openai-agents", "docker", tiny_model, tmp_path, installed_agent,
+                        **{"scaffolds.openai-agents.mcp": ["shell"]})
+    offered = [t["name"] for t in completions[0].request["tools"]]
+    assert offered == ["shell"] and "timeout_s" in json.dumps(completions[0].request["tools"])  # the server's schema
     assert "edited" in seen(completions)
 
 # ---- aider: chat completions without tools; the files in its prompt, whole-file edits in its reply --------
@@ -249,34 +256,42 @@ def test_scaffold_show_measures_the_first_prompt_once(cli, tiny_model, tmp_path,
 # ---- the untrained default model on a real vLLM engine: failed trajectories, in time, nothing left -------
 
 UNTRAINED_BUDGET_S = 60.0
+NPM_AGENTS = ("opencode", "codex", "claude-code")
 
 
 @pytest.mark.slow
-def test_the_untrained_model_fails_cleanly_in_every_pip_agent(tiny_model, tmp_path, installed_agent, docker_sandbox):
-    """The four agents in docker against vLLM sampling from the untrained default model: none crashes the
-    rollout or hangs past its budget; the tasks stay unsolved; no container or process is left."""
+def test_the_untrained_model_fails_cleanly_in_all_seven_agents(tiny_model, tmp_path, installed_agent, docker_sandbox):
+    """All seven agents at once, in docker, against one vLLM engine sampling from the untrained default model
+    (65,536 positions: the npm agents' 10-32k-token first prompts fit): none crashes the rollout or hangs past
+    its budget (60 s, 512 output tokens a trajectory); the tasks stay unsolved; no container or process is left."""
     from forge_cli.gateway.server import serve_gateway
 
     pytest.importorskip("vllm", reason="the vLLM engine is not installed")
     import psutil  # a dependency of vLLM's
-    for name in POLICIES:
+    positions = json.loads((Path(tiny_model) / "config.json").read_text())["max_position_embeddings"]
+    assert positions >= 65536, f"the default model has {positions} positions: claude-code's first prompt needs ~32k"
+    agents = (*POLICIES, *NPM_AGENTS)
+    for name in agents:
         installed_agent(name)
     config = configure(tiny_model, tmp_path, "docker", None, **{"model.engine.type": "vllm"})
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     ended: dict[str, tuple[list[str], float]] = {}
 
+    async def one(gw: Any, name: str) -> None:
+        request = RolloutRequest(scaffold=name, suite="swe-mini", groups=1, n=1, concurrency=1,
+                                 trajectory_timeout_s=UNTRAINED_BUDGET_S, max_tokens_per_trajectory=512)
+        started = time.monotonic()
+        summary = await rollout(config, request, gateway=gw)
+        ended[name] = ([k for k, v in summary.by_status.items() for _ in range(v)], time.monotonic() - started)
+        assert summary.success_rate == 0.0, name
+
     async def go() -> None:
         async with serve_gateway(config, "untrained") as gw:
-            for name in POLICIES:
-                request = RolloutRequest(scaffold=name, suite="swe-mini", groups=1, n=1, concurrency=1,
-                                         trajectory_timeout_s=UNTRAINED_BUDGET_S, max_tokens_per_trajectory=512)
-                started = time.monotonic()
-                summary = await rollout(config, request, gateway=gw)
-                ended[name] = ([k for k, v in summary.by_status.items() for _ in range(v)], time.monotonic() - started)
-                assert summary.success_rate == 0.0, name
+            await asyncio.gather(*(one(gw, name) for name in agents))
 
     asyncio.run(go())
     print({name: (statuses, f"{took:.1f} s") for name, (statuses, took) in ended.items()})
+    assert sorted(ended) == sorted(agents)
     for name, (statuses, took) in ended.items():
         assert len(statuses) == 1 and set(statuses) <= {"completed", "failed", "timed_out"}, (name, statuses)
         assert took < UNTRAINED_BUDGET_S + 60, (name, took)  # the budget, then the verifier and teardown
@@ -286,32 +301,3 @@ def test_the_untrained_model_fails_cleanly_in_every_pip_agent(tiny_model, tmp_pa
     _, alive = psutil.wait_procs(new, timeout=30)
     left = [" ".join(p.cmdline()) for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert [c for c in left if "multiprocessing.resource_tracker" not in c] == []
-
-# ---- MCP: openai-agents takes its tools from Forge's MCP servers, run inside the sandbox -----------------
-
-
-@pytest.mark.slow
-def test_openai_agents_uses_forge_mcp_servers_local(tiny_model, tmp_path, installed_agent, local_sandbox, monkeypatch):
-    """The runner's --mcp shell: no built-in tool, the agent's only tool is the shell MCP server's, which
-    the agent starts over stdio inside bubblewrap from a copy of sandboxes/tools; the same policy fixes the
-    repository through it. (The scaffold's ``mcp`` option is not yet wired to black-box launches: the
-    test passes the runner's flags as that wiring would.)"""
-    import dataclasses
-    import shutil
-
-    from forge_cli.paths import agents_dir, data_dir
-    from forge_cli.plugins import get_registry
-
-    spec = installed_agent("openai-agents")
-    tools = agents_dir() / ".forge-mcp-tools"  # the agents folder is visible read-only in every sandbox
-    shutil.rmtree(tools, ignore_errors=True)
-    shutil.copytree(data_dir("sandboxes") / "tools", tools)
-    launch = dataclasses.replace(spec.launch, command=(*spec.launch.command, "--mcp", "shell", "--tools", str(tools)))
-    entries = get_registry().scaffolds
-    monkeypatch.setitem(entries, "openai-agents", dataclasses.replace(entries["openai-agents"],
-                                                                      value=dataclasses.replace(spec, launch=launch)))
-    completions = solve("openai-agents", "local", tiny_model, tmp_path, installed_agent)
-    offered = [t["name"] for t in completions[0].request["tools"]]
-    assert offered == ["shell"] and "timeout_s" in json.dumps(completions[0].request["tools"])  # the server's schema
-    assert "edited" in seen(completions)
-

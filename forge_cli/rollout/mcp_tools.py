@@ -7,7 +7,8 @@ wheel); :data:`SERVERS` is the one table of them, and what a scaffold's ``mcp`` 
     mcp = ["files", "shell"]
 
 With ``mcp`` set, an episode's tools are exactly those the named servers list, nothing of the
-task suite's own. :func:`mcp_tools` launches each server *inside* a sandbox
+task suite's own. (A black-box agent that speaks MCP takes the same option and starts the servers
+itself: :mod:`forge_cli.rollout.agent_mcp`.) :func:`mcp_tools` launches each server *inside* a sandbox
 (:meth:`~forge_cli.sandbox.base.Sandbox.stdio_command` gives the host argv; the MCP SDK's stdio
 client starts it and speaks JSON-RPC over its stdin/stdout), turns every ``list_tools`` entry into
 a :class:`~forge_cli.rollout.loop.Tool` whose schema is the server's input schema and whose run is
