@@ -145,9 +145,14 @@ def test_codex_local(installed_agent, long_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_codex_docker(installed_agent, long_model, tmp_path, docker_ready):
+def test_codex_docker_with_mcp_files(installed_agent, long_model, tmp_path, docker_ready):
+    """codex in a container with ``mcp = ["files"]``: ``[mcp_servers.files]`` in its config.toml; codex sends
+    the server's tools in an ``mcp__files`` namespace (rendered as ``read_file``, ``edit_file``) once the
+    server is up, and the policy edits through them."""
     installed_agent("codex")
-    fix_swe_mini("codex", "docker", long_model, tmp_path)
+    calls = fix_swe_mini("codex", "docker", long_model, tmp_path, mcp=["files"], edit_tool="edit_file")
+    spaces = {t["name"]: t for t in calls[-1].request["tools"] if t.get("type") == "namespace"}
+    assert {"read_file", "edit_file"} <= {t["name"] for t in spaces["mcp__files"]["tools"]}
 
 
 @pytest.mark.slow

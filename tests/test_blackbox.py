@@ -351,3 +351,81 @@ def test_an_agent_inside_bubblewrap_reaches_the_gateway_through_its_unix_socket(
     assert [c.seq for c in calls] == [0, 1]
     assert [gateway.decode(c.output_ids).startswith(t) for c, t in zip(calls, ("Sure, working.", "All finished."))] \
         == [True, True]
+
+
+# ---- MCP for black-box agents: the option, each agent's own configuration, the servers' environment ------
+
+
+def test_the_mcp_option_is_taken_by_agents_that_speak_mcp_and_refused_in_one_line_by_the_others():
+    from forge_cli.rollout.agent_mcp import AGENTS
+
+    registry = plugins.get_registry()
+    for name in ("opencode", "codex", "claude-code", "openai-agents"):
+        assert registry.options_for("scaffolds", name, {"mcp": ["files", "shell"]}, "forge.toml").mcp == ["files", "shell"]
+    for name in ("aider", "mini-swe-agent", "smolagents"):
+        assert name not in AGENTS
+        with pytest.raises(ForgeError, match=rf"\[scaffolds.{name}\]: mcp: .*the agent '{name}' cannot use MCP servers"):
+            registry.options_for("scaffolds", name, {"mcp": ["files"]}, "forge.toml")
+        assert registry.options_for("scaffolds", name, {}, "forge.toml").mcp == []
+    with pytest.raises(ForgeError, match="mcp.0: Input should be 'shell', 'files' or 'search'"):
+        registry.options_for("scaffolds", "opencode", {"mcp": ["nope"]}, "forge.toml")
+
+
+def test_each_agent_gets_the_servers_in_its_own_configuration(tmp_path):
+    import tomllib
+
+    from forge_cli.rollout.agent_mcp import CONFIG_FILE, Launch, configure
+
+    servers = {"files": ["/py", "/t/files_server.py", "--root", str(tmp_path)], "shell": ["/py", "/t/shell_server.py"]}
+    registry = plugins.get_registry()
+
+    def rendered(name: str) -> Launch:
+        spec = registry.scaffold(name)
+        values = {k: "x" for k in ("bin", "scaffolds", "base_url", "gateway_url", "api_key", "model", "prompt", "python")}
+        command, env, files = spec.launch.render({**values, "workdir": str(tmp_path)})
+        return configure(name, Launch(list(command), dict(env), dict(files)), servers, tmp_path)
+
+    opencode = json.loads(rendered("opencode").files["opencode.json"])
+    assert opencode["mcp"]["files"]["command"] == servers["files"] and opencode["mcp"]["shell"]["type"] == "local"
+    assert opencode["provider"]["forge"]["options"]["apiKey"] == "x"  # the recipe's own config kept
+    codex = tomllib.loads(rendered("codex").files[".codex/config.toml"])
+    assert codex["mcp_servers"]["files"] == {"command": "/py", "args": servers["files"][1:], "startup_timeout_sec": 120,
+                                             "tool_timeout_sec": 300}
+    assert codex["model_providers"]["forge"]["wire_api"] == "responses"
+    for name in ("claude-code", "openai-agents"):
+        launch = rendered(name)
+        at = launch.command.index("--mcp-config")
+        assert launch.command[at + 1] == str(tmp_path / CONFIG_FILE)
+        listed = json.loads(launch.files[CONFIG_FILE])["mcpServers"]
+        assert [listed["files"]["command"], *listed["files"]["args"]] == servers["files"]
+    assert rendered("claude-code").command[-1] == "--strict-mcp-config"
+    with pytest.raises(ForgeError, match="the agent 'aider' cannot use MCP servers"):
+        configure("aider", Launch([], {}, {}), servers, tmp_path)
+
+
+def test_the_servers_environment_is_made_once_and_its_python_serves_the_tools(tmp_path):
+    """Under FORGE_HOME/agents: a venv with the mcp SDK copied from Forge's environment and the server scripts;
+    its python (nothing of Forge's venv on its path) starts the files server, which lists its tools."""
+    import subprocess
+
+    from forge_cli.rollout import agent_mcp
+
+    python, tools = agent_mcp.tools_env(tmp_path)
+    assert python.is_relative_to(tmp_path) and (tools / "files_server.py").is_file()
+    made = (tmp_path / agent_mcp.ENV_DIR / installer.MARKER).stat().st_mtime_ns
+    assert agent_mcp.tools_env(tmp_path) == (python, tools)  # current: not made again
+    assert (tmp_path / agent_mcp.ENV_DIR / installer.MARKER).stat().st_mtime_ns == made
+    probe = ("import sys, mcp; assert not any('/work/' in p and '.venv' in p for p in sys.path), sys.path; "
+             "print(mcp.__file__)")
+    done = subprocess.run([str(python), "-I", "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(str(tmp_path)), done.stderr
+    hello = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    served = subprocess.run([str(python), str(tools / "files_server.py"), "--root", str(tmp_path)],
+                            input="".join(json.dumps(m) + "\n" for m in hello), capture_output=True, text=True,
+                            timeout=120)
+    listed = [json.loads(line) for line in served.stdout.splitlines() if line.strip()]
+    names = {t["name"] for m in listed if m.get("id") == 2 for t in m["result"]["tools"]}
+    assert {"read_file", "write_file", "edit_file", "list_files"} <= names, served.stderr[-500:]

@@ -179,6 +179,7 @@ class AgentTools:
     read_back: Callable[[str, dict[str, Any], str], tuple[str, str] | None]  # (tool, args, result) -> (path, text)
     edited: Callable[[str, dict[str, Any]], tuple[str, str] | None]  # (tool, args) -> (path, old) of an edit
     ran: Callable[[str, dict[str, Any], str], str | None]  # (tool, args, result) -> the test run's output
+    output: Callable[[str], str] = str  # any tool's result -> what the tool returned (the agent's wrapping off)
 
 
 TEST_COMMAND = "python3 -m unittest"
@@ -213,11 +214,15 @@ def _relative(path: str, root: str) -> str:
     return path[len(root) + 1:] if root != "." and path.startswith(root + "/") else path.removeprefix("./")
 
 
+def _is_files_tool(name: Any, tool: str) -> bool:
+    return isinstance(name, str) and (name == tool or (name.endswith(tool) and "files" in name[: -len(tool)]))
+
+
 def mcp_files_tool(offered: set[str], tool: str) -> str | None:
     """The name under which an agent offers the ``files`` MCP server's ``tool``: each agent qualifies it its
-    own way (claude-code ``mcp__files__edit_file``, opencode ``files_edit_file``, codex ``files__edit_file``)."""
-    return next((n for n in sorted(n for n in offered if isinstance(n, str))
-                 if n.endswith(tool) and "files" in n[: -len(tool)]), None)
+    own way (claude-code ``mcp__files__edit_file``, opencode ``files_edit_file``; codex sends it in a
+    ``mcp__files`` namespace, which the gateway renders as the bare ``edit_file``)."""
+    return next((n for n in sorted(n for n in offered if isinstance(n, str)) if _is_files_tool(n, tool)), None)
 
 
 def with_mcp_files(own: AgentTools) -> AgentTools:
@@ -233,16 +238,17 @@ def with_mcp_files(own: AgentTools) -> AgentTools:
         return _hermes(name, path=path, old=old, new=new) if name else own.edit(path, old, new, offered)
 
     def read_back(name: str, args: dict[str, Any], result: str) -> tuple[str, str] | None:
-        if name.endswith("read_file") and "files" in name:
-            return str(args.get("path") or ""), _observation(result)
+        if _is_files_tool(name, "read_file"):
+            return str(args.get("path") or ""), _observation(own.output(result))
         return own.read_back(name, args, result)
 
     def edited(name: str, args: dict[str, Any]) -> tuple[str, str] | None:
-        if name.endswith("edit_file") and "files" in name:
+        if _is_files_tool(name, "edit_file"):
             return args.get("path"), args.get("old")
         return own.edited(name, args)
 
-    return AgentTools(read=read, edit=edit, shell=own.shell, read_back=read_back, edited=edited, ran=own.ran)
+    return AgentTools(read=read, edit=edit, shell=own.shell, read_back=read_back, edited=edited, ran=own.ran,
+                      output=own.output)
 
 
 def swe_fix(context: dict[str, Any], tools: AgentTools) -> str:
@@ -420,6 +426,7 @@ CODEX_TOOLS = AgentTools(
                                           if (p := _cat_path(_codex_command(name, args))) else None),
     edited=_codex_edited,
     ran=lambda name, args, result: _codex_output(result) if _is_test(_codex_command(name, args)) else None,
+    output=_codex_output,
 )
 
 
