@@ -1,7 +1,8 @@
 """The npm black-box agents (opencode, codex, claude-code), installed by `forge scaffold add`, fix a swe-mini
 repository end to end inside each sandbox backend: a rollout with the scripted engine and a policy that answers
-in the agent's own tool protocol (forge_cli.tasks.agent_policies), the agent's own tools editing the file in its
-sandbox, the swe-mini verifier running the tests there, and every recorded completion's prompt ids exactly the
+in the agent's own tool protocol (forge_cli.tasks.agent_policies), the agent's own tools — or, in the tests named
+``…_with_mcp_files``, Forge's files MCP server started by the agent from its own MCP configuration — editing the file
+in its sandbox, the swe-mini verifier running the tests there, and every recorded completion's prompt ids exactly the
 chat template's rendering of the request the agent sent."""
 
 from __future__ import annotations
