@@ -155,8 +155,10 @@ def test_a_scaffolds_extra_args_env_and_budget_reach_its_launch(gateway, tmp_pat
     job = Job(scaffold="toy-agent", suite="files", verifier=None, task=TASK, workdir=str(tmp_path / "work"),
               base_url=f"{gateway.url}/v1", api_key="k", model="forge", timeout_s=120.0,
               options={"extra_args": ["--flag", "x y"], "env": {"TOY_EXTRA": "yes"}, "timeout_s": 45})
-    assert launch_options(job) == {"timeout_s": 45.0, "extra_args": ["--flag", "x y"], "extra_env": {"TOY_EXTRA": "yes"}}
+    assert launch_options(job) == {"timeout_s": 45.0, "extra_args": ["--flag", "x y"], "extra_env": {"TOY_EXTRA": "yes"},
+                                   "mcp": []}
     assert launch_options(Job(**{**job.__dict__, "options": {}}))["timeout_s"] == 120.0  # the trajectory's budget
+    assert launch_options(Job(**{**job.__dict__, "options": {"mcp": ["files", "shell", "files"]}}))["mcp"] == ["files", "shell"]
     spec = toy_spec(tmp_path, "args")
     fake_install(spec)
     session = gateway.session(spec.name)
@@ -166,6 +168,9 @@ def test_a_scaffolds_extra_args_env_and_budget_reach_its_launch(gateway, tmp_pat
     assert result.status == "completed", result
     assert "ARGS ['--flag', 'x y'] yes" in result.stdout
     assert list(result.command[-2:]) == ["--flag", "x y"]
+    with pytest.raises(ForgeError, match="the agent 'toy-agent' cannot use MCP servers"):  # no MCP support: refused
+        asyncio.run(run_blackbox(spec, base_url=f"{gateway.url}/v1", api_key=session["api_key"], model="forge",
+                                 task=TASK, workdir=tmp_path / "work", **{**kwargs, "mcp": ["files"]}))
 
 
 def test_a_crash_after_a_call_is_failed_and_keeps_the_call(gateway, tmp_path):
