@@ -26,9 +26,12 @@ def test_rollout_runs_verifies_and_records(cli, tiny_model, tmp_path):
 
 
 def test_a_bad_choice_is_one_red_line(cli, tiny_model):
-    for args, needle in ((["--task", "nope"], "no task suite"), (["--scaffold", "nope"], "no scaffold named 'nope'"),
-                         (["--task", "x.jsonl"], "needs a verifier"), (["--sandbox", "nope"], "unknown sandbox 'nope'")):
-        done = cli("--set", "gateway.port=0", "rollout", "--model", str(tiny_model), "--engine", "scripted",
+    for sets, args, needle in (([], ["--task", "nope"], "no task suite"), ([], ["--scaffold", "nope"], "no scaffold named 'nope'"),
+                               ([], ["--task", "x.jsonl"], "needs a verifier"),
+                               ([], ["--sandbox", "nope"], "unknown sandbox 'nope'"),
+                               (["--set", 'scaffolds.aider.mcp=["files"]'], ["--scaffold", "aider"],
+                                "the agent 'aider' cannot use MCP servers")):  # before any install is looked for
+        done = cli("--set", "gateway.port=0", *sets, "rollout", "--model", str(tiny_model), "--engine", "scripted",
                    "--policy", "forge_cli.tasks.demo_policies:calc", "--run", "bad", *args)
         assert done.exit_code == 1 and needle in done.stderr and done.stderr.count("\n") == 1, done.stderr
 

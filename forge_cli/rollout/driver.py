@@ -425,11 +425,12 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
     from forge_cli.gateway.server import LOOPBACK
     from forge_cli.rewards.group import _components
 
+    # every scaffold's section (a black-box agent asked for mcp it cannot take, too)
+    validate_options(spec.options, config.scaffolds.get(spec.name, {}), f"[scaffolds.{spec.name}]")
     if spec.kind == "white":
         from forge_cli.rollout.loop import resolve_loop
 
         resolve_loop(spec)
-        validate_options(spec.options, config.scaffolds.get(spec.name, {}), f"[scaffolds.{spec.name}]")
     else:
         from forge_cli.rollout.blackbox import find_install
 
