@@ -90,6 +90,29 @@ def test_bad_budgets_are_refused_before_anything_starts(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
+def test_the_final_evaluation_fits_in_the_time_budget(tiny_model, tmp_path):
+    """--minutes bounds the whole run: after an evaluation the steps stop one evaluation's time before
+    the deadline, so the final policy's evaluation ends within it (it used to start at the deadline)."""
+    from forge_cli.train.loop import train_loop
+
+    config = load_config(env={}, overrides={**SCRIPTED, "model.path": str(tiny_model), "run.dir": str(tmp_path / "runs"),
+                                            "train.eval_every": 2, "train.eval_tasks": 16, "train.eval_samples": 2,
+                                            "train.checkpoint_every": 0})
+    seen: list[tuple[str, float, dict]] = []
+    start, minutes = time.monotonic(), 0.5
+    result = asyncio.run(train_loop(config, run="budget", minutes=minutes,
+                                    on_event=lambda kind, fields: seen.append((kind, time.monotonic(), fields))))
+    assert result.status == "finished"
+    evals = [(t, f) for kind, t, f in seen if kind == "eval"]
+    steps = [f["step"] for kind, _, f in seen if kind == "step"]
+    assert len(evals) >= 3 and evals[-1][1]["step"] == steps[-1]  # periodic ones, the final policy's last
+    ends = {f["step"]: t for kind, t, f in seen if kind == "step"}
+    durations = [t - ends[f["step"]] for t, f in evals]
+    assert min(durations) > 0.5  # an evaluation takes long enough here for the bound to be tested
+    assert evals[-1][0] - start <= minutes * 60 + 0.5 * min(durations)
+
+
 def forge_train(tmp_path: Path, tiny_model: Path, *args: str, engine: str = "torch") -> subprocess.Popen:
     sets = {**SCRIPTED, "model.path": str(tiny_model), "run.dir": str(tmp_path / "runs"), "train.checkpoint_every": 2,
             "train.eval_every": 0, "train.warmstart.when": "never", "train.engine": engine}

@@ -91,9 +91,11 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                                                    on_progress=lambda p: _progress(p, live, difficulty, tell)))
             try:
                 last, sampled, engine_busy = time.monotonic(), 0.0, gw.engine.busy_seconds()
-                while (steps is None or step < steps) and (deadline is None or time.monotonic() < deadline):
+                # the final evaluation counts in --minutes: steps stop one evaluation's time early
+                stop_at = deadline
+                while (steps is None or step < steps) and (stop_at is None or time.monotonic() < stop_at):
                     t0 = time.monotonic()
-                    batch, waited = await _take(scheduler, gw, version, producer, deadline)
+                    batch, waited = await _take(scheduler, gw, version, producer, stop_at)
                     if batch is None:
                         break  # out of time while waiting for data
                     samples = build_samples(batch)
@@ -123,6 +125,7 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                         raise stop
                     if config.train.eval_every and step % config.train.eval_every == 0:
                         best = await _evaluate(config, gw, log, tell, step, best)
+                        stop_at = deadline - (time.monotonic() - now) if deadline is not None else None
                         last, sampled, engine_busy = time.monotonic(), live.get("output_tokens", 0.0), gw.engine.busy_seconds()
                     if config.train.checkpoint_every and step % config.train.checkpoint_every == 0:
                         await _unstoppable(save(config, gw.run_dir, model, trainer, step, version))
