@@ -123,6 +123,9 @@ class TrainConfig(Section):
         "auto", description="A tree over micro_batch_tokens: " + "; ".join(f"{k}: {v}" for k, v in SPLITS.items()) + ".")
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="auto: bf16 mixed precision on a GPU that supports it, float32 otherwise.")
+    threads: int | None = Field(None, ge=1, description=(
+        "CPU threads a train step may use (unset: torch's default, every core); on a CPU that also runs the "
+        "rollout engine, fewer leave it cores."))
     loss: LossConfig = Field(default_factory=CISPOLoss, description=(
         'The policy-gradient loss: [train.loss] with type = "cispo" | "ppo_clip" | "grpo" | "reinforce" and its fields.'))
     checkpoint_every: int = Field(10, ge=0, description="Train steps between checkpoints (0: only at the end).")

@@ -72,6 +72,32 @@ def test_precision_auto_is_float32_on_cpu():
         resolve_precision("fp8", "cpu")
 
 
+def test_a_step_uses_the_threads_it_is_given_in_the_thread_that_trains():
+    """train.threads: the step's thread runs torch on that many threads (the loop trains in a worker
+    thread, and torch's thread count is per calling thread), with the same result as torch's default."""
+    import threading
+
+    samples = forest(random.Random(3))
+    base, seen, losses = tiny_llama(torch.float32), {}, {}
+    for threads in (None, 1):
+        engine = TorchEngine(copy.deepcopy(base), lr=1e-3, threads=threads)
+
+        def work(threads: int | None = threads, engine: TorchEngine = engine) -> None:
+            losses[threads] = engine.step(samples, CISPO).loss
+            seen[threads] = torch.get_num_threads()
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+    # torch hands the last count set to threads started later: give the rest of the suite its own back
+    restore = threading.Thread(target=torch.set_num_threads, args=(seen[None],))
+    restore.start()
+    restore.join()
+    assert seen[1] == 1
+    assert seen[None] == torch.get_num_threads()  # unset: torch's own choice, untouched
+    assert losses[1] == pytest.approx(losses[None], rel=1e-5)
+
+
 def test_bf16_autocast_step_tracks_the_float32_step():
     """bf16 mixed precision (autocast; float32 master weights) on the tree path, whole and split:
     same loss to bf16's resolution, and the weights it updates stay float32."""

@@ -51,7 +51,8 @@ def world() -> tuple[int, int]:
 
 def _engine_args(config: Any) -> tuple[Any, float, dict[str, Any]]:
     """How the loop builds its train engine from ``config``: (``[train.engine]``, lr, keyword arguments)."""
-    return config.train.engine, config.train.lr, {"precision": config.train.precision}
+    return config.train.engine, config.train.lr, {"precision": config.train.precision,
+                                                    "threads": config.train.threads}
 
 
 def make_loop_trainer(config: Any, model: Any) -> Any:

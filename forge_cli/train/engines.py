@@ -37,6 +37,15 @@ def resolve_precision(precision: str, device: Any) -> str:
     return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
 
 
+def use_threads(threads: int | None) -> None:
+    """Let this thread's torch operations use ``threads`` CPU threads (``None``: leave torch's choice).
+
+    Called in the thread that trains, before each step: the loop trains in a worker thread, and
+    torch's intra-op thread count is set per calling thread under OpenMP."""
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 class _Closing:
     """``with make_train_engine(...) as engine:`` calls :meth:`close` on the way out."""
 
@@ -54,8 +63,9 @@ class TorchEngine(_Closing):
     name = "torch"
 
     def __init__(self, model: Any, lr: float, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
-                 precision: str = "auto") -> None:
+                 precision: str = "auto", threads: int | None = None) -> None:
         self.model = model
+        self.threads = threads
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         self.max_grad_norm = max_grad_norm
         self.device = next(model.parameters()).device
@@ -64,6 +74,7 @@ class TorchEngine(_Closing):
     def step(self, samples: Sequence[Sample], loss_cfg: Any, **kw: Any) -> StepStats:
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.precision == "bf16"
                     else contextlib.nullcontext())
+        use_threads(self.threads)
         with autocast:  # weights and optimizer stay float32; matmuls run in bf16
             return train_step(self.model, self.optimizer, samples, loss_cfg, max_grad_norm=self.max_grad_norm, **kw)
 
@@ -109,9 +120,10 @@ class DeepSpeedEngine(_Closing):
     name = "deepspeed"
 
     def __init__(self, model: Any, lr: float, zero_stage: int = 1, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
-                 precision: str = "auto") -> None:
+                 precision: str = "auto", threads: int | None = None) -> None:
         import deepspeed
 
+        self.threads = threads
         self._owns_group = init_distributed()
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         config = {
@@ -136,6 +148,7 @@ class DeepSpeedEngine(_Closing):
 
     def step(self, samples: Sequence[Sample], loss_cfg: Any, **kw: Any) -> StepStats:
         """One update on the global batch ``samples`` (this rank trains on every world-th sample)."""
+        use_threads(self.threads)
         mine = list(samples)[self.rank :: self.world]
         n_out = sum(len(s.tokens) - s.prompt_len for s in samples)
         n_global = max(n_out, 1)
