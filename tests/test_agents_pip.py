@@ -174,8 +174,14 @@ def test_smolagents_local(tiny_model, tmp_path, installed_agent, local_sandbox):
 
 
 @pytest.mark.slow
-def test_smolagents_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
-    completions = solve("smolagents", "docker", tiny_model, tmp_path, installed_agent)
+def test_smolagents_docker_with_mcp_shell(tiny_model, tmp_path, installed_agent, docker_sandbox):
+    """``mcp = ["shell"]``: the runner's tools are those of Forge's shell MCP server (smolagents' own MCP
+    client needs mcpadapt; the runner talks to the server with the mcp SDK of the servers' venv), started
+    over stdio inside the container; the same policy fixes the repository through it."""
+    completions = solve("smolagents", "docker", tiny_model, tmp_path, installed_agent,
+                        **{"scaffolds.smolagents.mcp": ["shell"]})
+    offered = sorted(t["function"]["name"] for t in completions[0].request["tools"])
+    assert offered == ["final_answer", "shell"] and "timeout_s" in json.dumps(completions[0].request["tools"])
     assert "edited" in seen(completions)
 
 

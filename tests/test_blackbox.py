@@ -365,9 +365,9 @@ def test_the_mcp_option_is_taken_by_agents_that_speak_mcp_and_refused_in_one_lin
     from forge_cli.rollout.agent_mcp import AGENTS
 
     registry = plugins.get_registry()
-    for name in ("opencode", "codex", "claude-code", "openai-agents"):
+    for name in ("opencode", "codex", "claude-code", "openai-agents", "smolagents"):
         assert registry.options_for("scaffolds", name, {"mcp": ["files", "shell"]}, "forge.toml").mcp == ["files", "shell"]
-    for name in ("aider", "mini-swe-agent", "smolagents"):
+    for name in ("aider", "mini-swe-agent"):
         assert name not in AGENTS
         with pytest.raises(ForgeError, match=rf"\[scaffolds.{name}\]: mcp: .*the agent '{name}' cannot use MCP servers"):
             registry.options_for("scaffolds", name, {"mcp": ["files"]}, "forge.toml")
@@ -397,7 +397,7 @@ def test_each_agent_gets_the_servers_in_its_own_configuration(tmp_path):
     assert codex["mcp_servers"]["files"] == {"command": "/py", "args": servers["files"][1:], "startup_timeout_sec": 120,
                                              "tool_timeout_sec": 300}
     assert codex["model_providers"]["forge"]["wire_api"] == "responses"
-    for name in ("claude-code", "openai-agents"):
+    for name in ("claude-code", "openai-agents", "smolagents"):
         launch = rendered(name)
         at = launch.command.index("--mcp-config")
         assert launch.command[at + 1] == str(tmp_path / CONFIG_FILE)

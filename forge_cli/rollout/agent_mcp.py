@@ -14,8 +14,8 @@ The agent itself starts the servers over stdio, inside its sandbox, from its own
 - ``codex`` — ``[mcp_servers.NAME]`` tables (``command``, ``args``) in its ``config.toml``;
 - ``claude-code`` — ``--mcp-config FILE --strict-mcp-config`` (only Forge's servers); it offers them as
   ``mcp__SERVER__TOOL``;
-- ``openai-agents`` — its runner's ``--mcp-config FILE`` (the same ``mcpServers`` JSON as claude-code's):
-  the servers' tools replace its built-in shell.
+- ``openai-agents`` and ``smolagents`` — their runners' ``--mcp-config FILE`` (the same ``mcpServers``
+  JSON as claude-code's): the servers' tools replace the built-in shell.
 
 Where they run from (:func:`tools_env`): both sandboxes see ``$FORGE_HOME/agents`` read-only and the
 Python installation the agents' venvs were made from, but not Forge's own venv (a container has only
@@ -91,7 +91,7 @@ Configure = Callable[[Launch, Mapping[str, list[str]], Path], Launch]
 
 # the black-box agents that take Forge's MCP servers, and how each is told about them
 AGENTS: dict[str, Configure] = {"opencode": _opencode, "codex": _codex, "claude-code": _claude_code,
-                                "openai-agents": _runner}
+                                "openai-agents": _runner, "smolagents": _runner}
 
 
 def supports_mcp(scaffold: str) -> bool:
