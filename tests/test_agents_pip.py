@@ -261,7 +261,7 @@ def test_scaffold_show_measures_the_first_prompt_once(cli, tiny_model, tmp_path,
 
 # ---- the untrained default model on a real vLLM engine: failed trajectories, in time, nothing left -------
 
-UNTRAINED_BUDGET_S = 60.0
+UNTRAINED_BUDGET_S = 40.0
 NPM_AGENTS = ("opencode", "codex", "claude-code")
 
 
@@ -269,7 +269,7 @@ NPM_AGENTS = ("opencode", "codex", "claude-code")
 def test_the_untrained_model_fails_cleanly_in_all_seven_agents(tiny_model, tmp_path, installed_agent, docker_sandbox):
     """All seven agents at once, in docker, against one vLLM engine sampling from the untrained default model
     (65,536 positions: the npm agents' 10-32k-token first prompts fit): none crashes the rollout or hangs past
-    its budget (60 s, 512 output tokens a trajectory); the tasks stay unsolved; no container or process is left."""
+    its budget (40 s, 512 output tokens a trajectory); the tasks stay unsolved; no container or process is left."""
     from forge_cli.gateway.server import serve_gateway
 
     pytest.importorskip("vllm", reason="the vLLM engine is not installed")
