@@ -118,7 +118,7 @@ def _example_lines():
 # what the example sets beyond the defaults: the embedded default's learning settings (issue 11), each
 # with its reason in the file
 LEARNING_SETTINGS = {
-    "rollout.scaffold": "tool-call", "rollout.task": "calc-1", "rollout.concurrency": 16, "pool.max_active_groups": 8,
+    "rollout.scaffold": "tool-call-unlisted", "rollout.task": "calc-1", "rollout.concurrency": 16, "pool.max_active_groups": 8,
     "train.lr": 1e-4, "train.groups_per_step": 4, "train.group_size": 8, "train.eval_every": 10, "train.eval_tasks": 32,
     "train.eval_samples": 4, "train.checkpoint_every": 20, "train.warmstart.target_success": 0.25,
     "train.warmstart.max_minutes": 8, "train.warmstart.batch_size": 32, "train.warmstart.lr": 3e-3,
@@ -130,7 +130,7 @@ def test_example_forge_toml_is_the_defaults():
     """As shipped the example sets the defaults but for the embedded default's learning settings (it
     says which, and why), and names three plugin sections."""
     config = load_config(EXAMPLE, env={})
-    assert config.scaffolds == {"tool-call": {}, "truncate-bc": {}, "opencode": {}}
+    assert config.scaffolds == {"tool-call-unlisted": {}, "truncate-bc": {}, "opencode": {}}
     assert config.model_copy(update={"scaffolds": {}}) == load_config(None, env={}, overrides=LEARNING_SETTINGS)
 
 

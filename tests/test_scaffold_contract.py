@@ -184,6 +184,20 @@ def test_every_family_and_policy_and_format_is_registered():
         assert isinstance(registry.scaffold(name).loop, str)  # every definition points at its loop
 
 
+def run_one(gateway, spec, task, tools, options):
+    """One episode of ``spec`` on ``task`` through the module's gateway: (its session, its result)."""
+    live, state, engine, pool, agent, formats = gateway
+
+    async def episode():
+        session = await state.create_session(task_id=task.id, scaffold=spec.name, tool_format=spec.tool_format)
+        formats[session.id] = spec.tool_format
+        result = await run_episode(spec, base_url=f"{live.url}/v1", api_key=session.api_key, prompt=task.prompt,
+                                   options=options, tools=tools, registry=plugins.get_registry())
+        return session, result
+
+    return asyncio.run(episode())
+
+
 @pytest.mark.parametrize("name", white_scaffolds())
 def test_scaffold_runs_an_episode_through_the_gateway(gateway, name):
     live, state, engine, pool, agent, formats = gateway
@@ -197,14 +211,7 @@ def test_scaffold_runs_an_episode_through_the_gateway(gateway, name):
     options = {"max_tokens": 512, **({"context_budget_tokens": BUDGET} if "context_budget_tokens" in fields else {}),
                **({"keep_last": 1} if "keep_last" in fields else {})}
 
-    async def episode():
-        session = await state.create_session(task_id=task.id, scaffold=spec.name, tool_format=spec.tool_format)
-        formats[session.id] = spec.tool_format
-        result = await run_episode(spec, base_url=f"{live.url}/v1", api_key=session.api_key, prompt=task.prompt,
-                                   options=options, tools=tools, registry=registry)
-        return session, result
-
-    session, result = asyncio.run(episode())
+    session, result = run_one(gateway, spec, task, tools, options)
     # the verifier saw the episode's final answer, and it is right
     outcome = verifier.verify(task, Path("."), Transcript(answer=result.answer))
     assert verifier.seen == [Transcript(answer=result.answer)] and outcome.solved, outcome.reason
@@ -262,3 +269,23 @@ def test_scaffold_runs_an_episode_through_the_gateway(gateway, name):
     assert texts["alpha"] not in tok.decode(after[0].prompt_ids)
     if policy == "summarize":
         assert len([m for m, _, _ in calls if m == "summary"]) == len(events)
+
+
+@pytest.mark.parametrize("system", [None, "", "Be brief."], ids=["default", "none", "own"])
+def test_tool_call_unlisted_prompts_hold_the_system_prompt_option_and_no_tool_listing(gateway, system):
+    """The embedded default's scaffold: the request's tools are not rendered into the prompt (the
+    calls are still parsed and run), and ``system_prompt`` is the system message ("" = none)."""
+    from forge_cli.rollout.families import SYSTEM
+
+    live, state, engine, pool, agent, formats = gateway
+    registry = plugins.get_registry()
+    spec = registry.scaffold("tool-call-unlisted")
+    task, texts, tools, looked = make_task(random.Random(7))
+    options = {"max_tokens": 512, **({} if system is None else {"system_prompt": system})}
+
+    session, result = run_one(gateway, spec, task, tools, options)
+    assert result.answer == f"The sum is {task.answer}." and looked == list(KEYS)
+    want = SYSTEM if system is None else system
+    head = f"<|im_start|>system\n{want}<|im_end|>\n" if want else ""
+    first = agent.calls[session.id][0][1]["prompt_text"]
+    assert first == f"{head}<|im_start|>user\n{task.prompt}<|im_end|>\n<|im_start|>assistant\n"

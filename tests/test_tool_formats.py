@@ -38,6 +38,7 @@ FORMATS = [entry.value for entry in REGISTRY.tool_formats.values()]
 CALL = ToolCall("ls", {"path": "/tmp", "all": True})
 WRITTEN = {
     "hermes": '<tool_call>\n{"name": "ls", "arguments": {"path": "/tmp", "all": true}}\n</tool_call>',
+    "hermes-unlisted": '<tool_call>\n{"name": "ls", "arguments": {"path": "/tmp", "all": true}}\n</tool_call>',
     "qwen3-coder": "<tool_call>\n<function=ls>\n<parameter=path>\n/tmp\n</parameter>\n<parameter=all>\ntrue\n"
                    "</parameter>\n</function>\n</tool_call>",
     "minimax-xml": '<minimax:tool_call>\n<invoke name="ls">\n<parameter name="path">/tmp</parameter>\n'
@@ -131,6 +132,25 @@ def test_hermes_render_lists_tools():
     tool = {"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}}
     text = HermesFormat().render_tools([tool])
     assert '"name": "bash"' in text and "<tools>" in text and "<tool_call>" in text
+
+
+def test_hermes_unlisted_renders_no_tools_into_the_prompt_and_reads_hermes_calls(tiny_model):
+    """The embedded default's format: the request's tools stay out of the prompt (the scaffold's
+    system message is all there is) while calls parse as Hermes' do."""
+    from transformers import AutoTokenizer
+
+    from forge_cli.builtin.tool_formats import HermesUnlistedFormat
+    from forge_cli.gateway.render import Tool, Turn, render_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tools = [Tool("calc", "e.g. 12 * 34")]
+    turns = [Turn(role="system", content="Be brief."), Turn(role="user", content="What is 2+2?")]
+    listed = render_prompt(tokenizer, turns, tools, HermesFormat()).text
+    unlisted = render_prompt(tokenizer, turns, tools, HermesUnlistedFormat()).text
+    assert "<tools>" in listed and '"name": "calc"' in listed
+    assert unlisted == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    text = HermesFormat().format_calls([ToolCall("calc", {"expression": "2+2"})])
+    assert HermesUnlistedFormat().parse(text) == HermesFormat().parse(text)
 
 
 def test_llama3_python_tag_opens_a_call_and_is_data_inside_one():

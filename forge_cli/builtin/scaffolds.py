@@ -92,8 +92,9 @@ def _formats(family: Family) -> tuple[str, ...]:
         return family.formats
     from forge_cli.builtin.tool_formats import BUILTIN_FORMATS
 
-    # the ReAct format is the react family's (text parsed by the loop); the others are function calling
-    return tuple(f.name for f in BUILTIN_FORMATS if f.name != "react")
+    # the ReAct format is the react family's (text parsed by the loop); the others are function calling.
+    # hermes-unlisted is Hermes for a model trained on its tools: only its preset (tool-call-unlisted) uses it
+    return tuple(f.name for f in BUILTIN_FORMATS if f.name not in ("react", "hermes-unlisted"))
 
 
 def systematic_scaffolds() -> list[ScaffoldSpec]:

@@ -10,6 +10,7 @@ from forge_cli.toolformats.json_formats import (
     DeepSeekFormat,
     FencedJsonFormat,
     HermesFormat,
+    HermesUnlistedFormat,
     KimiK2Format,
     Llama3JsonFormat,
     MistralFormat,
@@ -19,7 +20,7 @@ from forge_cli.toolformats.xml_formats import GlmFormat, MiniMaxXmlFormat, Qwen3
 
 BUILTIN_FORMATS = (
     HermesFormat, Qwen3CoderFormat, MiniMaxXmlFormat, Llama3JsonFormat, MistralFormat, DeepSeekFormat,
-    GlmFormat, KimiK2Format, ReActFormat, FencedJsonFormat, XmlTagsFormat,
+    GlmFormat, KimiK2Format, ReActFormat, FencedJsonFormat, XmlTagsFormat, HermesUnlistedFormat,
 )
 
 __all__ = ["BUILTIN_FORMATS", "HermesFormat"]

@@ -23,7 +23,10 @@ from forge_cli.errors import ForgeError
 DEFAULT_MINUTES = 15.0
 # scaffold options the embedded default trains with unless the config sets them: a tiny policy's
 # calls and answers are short, and a rambling sample should cost little
-EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {"tool-call": {"max_tokens": 48, "max_turns": 3}}
+EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {
+    "tool-call": {"max_tokens": 48, "max_turns": 3},
+    # its prompts are the task alone: no tool listing (the scaffold's) and no system message
+    "tool-call-unlisted": {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}}
 
 
 @dataclass(frozen=True)

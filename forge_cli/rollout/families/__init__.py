@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+SYSTEM = "You are a capable agent. Use the tools when they help; when you know the answer, reply with it and call no tool."
+
 
 class ToolLoopOptions(BaseModel):
     """Options of a white-box loop (``[scaffolds.tool-call]`` etc.), before its context policy's."""
@@ -34,6 +36,14 @@ class ToolLoopOptions(BaseModel):
     max_turns: int = Field(30, gt=0, description="Model calls (per agent) before the episode is cut off.")
     max_tokens: int = Field(512, gt=0, description="Largest completion per turn, in tokens.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature (the trainer uses the same).")
+
+
+class ToolCallOptions(ToolLoopOptions):
+    """Options of a ``tool-call`` scaffold: the loop's, and its system message."""
+
+    system_prompt: str = Field(
+        SYSTEM, description="The system message before the task; empty: none (the embedded default's: its prompts are "
+                    "the task alone).")
 
 
 class PlanOptions(ToolLoopOptions):
@@ -68,7 +78,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("tool-call", "forge_cli.rollout.families.tool_call:run", ToolLoopOptions, "hermes",
+        Family("tool-call", "forge_cli.rollout.families.tool_call:run", ToolCallOptions, "hermes",
                "Function-calling tool loop over the chat API (tools in the request, tool_calls back)"),
         Family("react", "forge_cli.rollout.families.react:run", ToolLoopOptions, "react",
                "ReAct text loop: tools described in the prompt, actions parsed from the text, observations as user text",

@@ -6,9 +6,8 @@ import json
 from typing import Any, Awaitable, Callable
 
 from forge_cli.rollout.context import Messages
+from forge_cli.rollout.families import SYSTEM  # the families' system prompt (tool-call's default system_prompt)
 from forge_cli.rollout.loop import Episode
-
-SYSTEM = "You are a capable agent. Use the tools when they help; when you know the answer, reply with it and call no tool."
 
 # a call the loop answers itself (the orchestrator's delegate): (name, arguments) -> result text, or None: a task tool
 LocalTool = Callable[[str, Any], "Awaitable[str | None]"]

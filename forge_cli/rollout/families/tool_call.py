@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forge_cli.rollout.families.common import SYSTEM, tool_loop
+from forge_cli.rollout.families.common import tool_loop
 from forge_cli.rollout.loop import Episode
 
 
@@ -11,8 +11,9 @@ async def run(episode: Episode) -> str | None:
     is the first message without tool calls (``None`` after ``max_turns``)."""
     client = episode.client()
     try:
-        answer, _ = await tool_loop(episode, client, [{"role": "system", "content": SYSTEM},
-                                                      {"role": "user", "content": episode.prompt}])
+        system = episode.options.system_prompt
+        first = [{"role": "system", "content": system}] if system else []
+        answer, _ = await tool_loop(episode, client, [*first, {"role": "user", "content": episode.prompt}])
     finally:
         await client.close()
     return answer
