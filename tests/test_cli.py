@@ -107,7 +107,7 @@ def test_plugins_lists_builtins(cli):
     assert result.exit_code == 0
     plugins = {p["name"]: p for p in json.loads(result.stdout)}
     assert "hermes" in plugins["forge:tool-formats"]["registered"]["tool_formats"]
-    assert len(plugins["forge:tool-formats"]["registered"]["tool_formats"]) == 11
+    assert len(plugins["forge:tool-formats"]["registered"]["tool_formats"]) == 12
     assert set(plugins["forge:sandboxes"]["registered"]["sandboxes"]) == {"local", "docker"}
     assert all(p["builtin"] for p in plugins.values())
 

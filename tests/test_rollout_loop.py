@@ -204,9 +204,12 @@ def test_builtin_white_box_options_are_the_loop_s_plus_the_policy_s():
     registry = plugins.get_registry()
     fields = {name: set(e.value.options.model_fields) for name, e in registry.scaffolds.items() if e.value.kind == "white"}
     loop = {"max_turns", "max_tokens", "temperature", "mcp"}  # mcp: the servers its tools may come from
+    call = loop | {"system_prompt"}  # the tool-call family's own
     assert fields["react"] == loop
-    assert fields["truncate-bc"] == loop | {"context_budget_tokens"}
-    assert fields["keep-last-k"] == loop | {"keep_last"}
+    assert fields["tool-call-unlisted"] == fields["tool-call"] == call
+    assert fields["truncate-bc"] == call | {"context_budget_tokens"}
+    assert fields["keep-last-k"] == call | {"keep_last"}
+    assert fields["plan-and-execute"] == loop | {"max_steps"}
     with pytest.raises(ForgeError, match="keep_last: unknown key"):
         registry.options_for("scaffolds", "react", {"keep_last": 2}, "forge.toml")
     options = registry.options_for("scaffolds", "keep-last-k", {"keep_last": 2}, "forge.toml")
