@@ -277,10 +277,9 @@ def test_tool_call_unlisted_prompts_hold_the_system_prompt_option_and_no_tool_li
     calls are still parsed and run), and ``system_prompt`` is the system message ("" = none)."""
     from forge_cli.rollout.families import SYSTEM
 
-    live, state, engine, pool, agent, formats = gateway
-    registry = plugins.get_registry()
-    spec = registry.scaffold("tool-call-unlisted")
-    task, texts, tools, looked = make_task(random.Random(7))
+    agent = gateway[4]
+    spec = plugins.get_registry().scaffold("tool-call-unlisted")
+    task, _, tools, looked = make_task(random.Random(7))
     options = {"max_tokens": 512, **({} if system is None else {"system_prompt": system})}
 
     session, result = run_one(gateway, spec, task, tools, options)

@@ -23,10 +23,11 @@ from forge_cli.errors import ForgeError
 DEFAULT_MINUTES = 15.0
 # scaffold options the embedded default trains with unless the config sets them: a tiny policy's
 # calls and answers are short, and a rambling sample should cost little
+_SHORT = {"max_tokens": 48, "max_turns": 3}
 EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {
-    "tool-call": {"max_tokens": 48, "max_turns": 3},
+    "tool-call": _SHORT,
     # its prompts are the task alone: no tool listing (the scaffold's) and no system message
-    "tool-call-unlisted": {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}}
+    "tool-call-unlisted": {**_SHORT, "system_prompt": ""}}
 
 
 @dataclass(frozen=True)
