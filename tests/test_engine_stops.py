@@ -71,6 +71,38 @@ def test_scripted_cuts_at_the_earliest_stop_of_a_smolagents_list(scripted):
     assert engine.tokenizer.decode(out.output_ids) == SMOLAGENTS_TEXT[: SMOLAGENTS_TEXT.index("</code>") + len("</code>")]
 
 
+def test_scripted_decode_time_is_emulated_per_output_token_without_the_cpu(scripted):
+    """decode_s_per_token: a call comes back no sooner than its output tokens' time, and the event loop
+    stays free meanwhile (a sleep, not work)."""
+    import time
+
+    engine, run = scripted
+    engine.decode_s_per_token = 0.02
+    try:
+        loop = asyncio.new_event_loop()
+        prompt = engine.tokenizer.encode("hi")
+        ticks = []
+
+        async def tick():
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+
+        async def call():
+            ticker = asyncio.ensure_future(tick())
+            started = time.monotonic()
+            outs = await engine.generate(prompt, SamplingParams(max_tokens=200, n=2), context={"reply": "one two three"})
+            ticker.cancel()
+            return outs, time.monotonic() - started
+
+        outs, took = loop.run_until_complete(call())
+        loop.close()
+    finally:
+        engine.decode_s_per_token = 0.0
+    longest = max(len(o.output_ids) for o in outs)
+    assert took >= 0.02 * longest and len(ticks) >= 0.02 * longest / 0.01 / 2  # the loop ran meanwhile
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts, stop_lists)
 def test_scripted_cut_is_the_plain_computation(scripted, text, stops):

@@ -63,6 +63,9 @@ class ScriptedEngineConfig(_EngineConfig):
     type: Literal["scripted"] = "scripted"
     policy: str | None = Field(None, description="A rules/turns JSON file, or module:function (see README).")
     device: str = Field("cpu", description="torch device of the scoring model.")
+    decode_s_per_token: float = Field(0.0, ge=0, description=(
+        "Seconds each output token takes to come back (an asyncio sleep, no CPU): a sampling engine's decode time, "
+        "emulated, for measuring what waits on rollouts (benchmarks/schedulers.py); 0: none."))
 
     def build(self, model_path: str | Path, max_model_len: int | None) -> Any:
         from forge_cli.engine.scripted import ScriptedEngine
@@ -71,7 +74,8 @@ class ScriptedEngineConfig(_EngineConfig):
         if not self.policy:
             raise ForgeError("the scripted engine needs a policy: --policy FILE (rules/turns JSON) or module:function "
                              "(model.engine.policy)")
-        return ScriptedEngine(model_path, self.policy, device=self.device, max_model_len=max_model_len)
+        return ScriptedEngine(model_path, self.policy, device=self.device, max_model_len=max_model_len,
+                              decode_s_per_token=self.decode_s_per_token)
 
 
 EngineConfig = tagged_union(VLLMEngineConfig, HFEngineConfig, ScriptedEngineConfig)

@@ -86,12 +86,13 @@ class ScriptedEngine(Engine):
     name = "scripted"
 
     def __init__(self, model_path: str | Path, policy: str | Path | Policy, *, device: str = "cpu",
-                 max_model_len: int | None = None) -> None:
+                 max_model_len: int | None = None, decode_s_per_token: float = 0.0) -> None:
         self.model, self.tokenizer = load_hf(model_path, device)
         super().__init__(context_limit(max_model_len, getattr(self.model.config, "max_position_embeddings", None)))
         self.eos_token_id = self.tokenizer.eos_token_id
         self.policy = load_policy(policy)
         self._lock = threading.Lock()
+        self.decode_s_per_token = decode_s_per_token  # emulated decode time (no CPU), 0: none
 
     async def _generate(self, prompt_ids, params, context):
         context = context or {}
@@ -100,6 +101,8 @@ class ScriptedEngine(Engine):
         for _ in range(params.n):
             text = await loop.run_in_executor(None, self.policy, context)
             outputs.append(await loop.run_in_executor(None, self._score, prompt_ids, text, params))
+        if self.decode_s_per_token:  # the n samples of one call decode side by side, as in a batch
+            await asyncio.sleep(self.decode_s_per_token * max(len(o.output_ids) for o in outputs))
         return outputs
 
     def _score(self, prompt_ids: list[int], text: str, params: SamplingParams) -> GenerationOutput:
