@@ -153,8 +153,9 @@ class RolloutConfig(Section):
         "local", description="Where scaffolds run: local (the driver's process) or ray (Ray tasks).")
     ray_address: str | None = Field(None, description="executor = ray: a Ray cluster's address (default: a local Ray).")
     sandbox: str = Field("local", description=(
-        "Where black-box agents run: a registered sandbox (forge sandbox list / forge doctor), e.g. local "
-        "(bubblewrap where installed) or docker; its options are [sandboxes.NAME]."))
+        "Where black-box agents run: a registered sandbox (forge sandbox status / forge doctor), e.g. local "
+        "(bubblewrap where installed) or docker; its options are [sandboxes.NAME]. A black-box agent's own "
+        "[scaffolds.NAME] sandbox wins."))
     mix: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict, description=(
         "Mixed-domain rollouts: suite name -> weight (e.g. {calc = 2.0, qa = 1.0}); each group's suite is drawn by "
         "weight from run.seed, its tasks keep their suite's verifier and tools. Empty: task alone."))

@@ -142,6 +142,15 @@ def installed_agent(agents_home, monkeypatch):
     return install
 
 
+@pytest.fixture
+def local_sandbox() -> None:
+    """Skips a test of the local sandbox's bubblewrap isolation where bubblewrap does not work."""
+    from forge_cli.sandbox.bwrap import unavailable
+
+    if (problem := unavailable()) is not None:
+        pytest.skip(f"no bubblewrap sandbox here ({problem}; scripts/system-deps.sh installs it)")
+
+
 # ---- a model and a live gateway ----------------------------------------------------------------------------
 
 

@@ -80,6 +80,7 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path, mcp: list
         "model.path": str(model), "model.engine.type": "scripted",
         "model.engine.policy": f"forge_cli.tasks.agent_policies:{NPM_AGENT_POLICIES[name]}",
         "gateway.port": 0, "run.dir": str(tmp_path / "runs"), "rollout.sandbox": backend,
+        **({"sandboxes.local.isolation": "bwrap"} if backend == "local" else {}),  # isolated, or an error
         **({f"scaffolds.{name}.mcp": mcp} if mcp else {})})
     request = RolloutRequest(scaffold=name, suite="swe-mini", groups=1, n=1, trajectory_timeout_s=240)
 
@@ -125,7 +126,7 @@ def docker_ready(docker_engine):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_opencode_local_with_mcp_files(installed_agent, long_model, tmp_path):
+def test_opencode_local_with_mcp_files(installed_agent, long_model, tmp_path, local_sandbox):
     """opencode in bubblewrap with ``mcp = ["files"]``: the server in its opencode.json (``type = "local"``),
     offered as ``files_read_file`` / ``files_edit_file``, through which the policy reads and edits."""
     installed_agent("opencode")
@@ -140,7 +141,7 @@ def test_opencode_docker(installed_agent, long_model, tmp_path, docker_ready):
 
 
 @pytest.mark.slow
-def test_codex_local(installed_agent, long_model, tmp_path):
+def test_codex_local(installed_agent, long_model, tmp_path, local_sandbox):
     installed_agent("codex")
     fix_swe_mini("codex", "local", long_model, tmp_path)
 
@@ -157,7 +158,7 @@ def test_codex_docker_with_mcp_files(installed_agent, long_model, tmp_path, dock
 
 
 @pytest.mark.slow
-def test_claude_code_local(installed_agent, long_model, tmp_path):
+def test_claude_code_local(installed_agent, long_model, tmp_path, local_sandbox):
     installed_agent("claude-code")
     fix_swe_mini("claude-code", "local", long_model, tmp_path)
 

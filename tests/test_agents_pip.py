@@ -31,12 +31,6 @@ POLICIES = {"mini-swe-agent": "mini_swe_agent", "aider": "aider", "openai-agents
 BUDGET_S = 240.0
 
 
-def bwrap_problem() -> str | None:
-    from forge_cli.sandbox.bwrap import unavailable
-
-    return unavailable()
-
-
 def configure(tiny_model: Path, tmp_path: Path, sandbox: str, policy: str | None, **more: Any) -> Any:
     overrides = {"model.path": str(tiny_model), "gateway.port": 0, "run.dir": str(tmp_path / "runs"),
                  "rollout.sandbox": sandbox, **more}
@@ -131,12 +125,6 @@ def seen(completions: list[Any]) -> str:
     return "\n".join(json.dumps(c.request) for c in completions)
 
 
-@pytest.fixture
-def local_sandbox() -> None:
-    if (problem := bwrap_problem()) is not None:
-        pytest.skip(f"no bubblewrap sandbox here ({problem}; scripts/system-deps.sh installs it)")
-
-
 def mine(containers: list[Any]) -> list[Any]:
     """The containers this process's sandboxes started (the engine may be shared with other test sessions)."""
     from forge_cli.sandbox.docker import OWNER_LABEL
@@ -183,6 +171,41 @@ def test_smolagents_docker_with_mcp_shell(tiny_model, tmp_path, installed_agent,
     offered = sorted(t["function"]["name"] for t in completions[0].request["tools"])
     assert offered == ["final_answer", "shell"] and "timeout_s" in json.dumps(completions[0].request["tools"])
     assert "edited" in seen(completions)
+
+
+@pytest.mark.slow
+def test_forge_train_on_smolagents_in_bubblewrap(cli, tiny_model, tmp_path, installed_agent, local_sandbox):
+    """``forge train --scaffold smolagents --task swe-mini``: the whole loop on a black-box agent. Its trajectories
+    (smolagents in bubblewrap, the scripted policy, the verifier in the sandbox) reach the trainer through the same
+    pool, scheduler and prefix tree as a white-box scaffold's; each step's weights go into the engine."""
+    from forge_cli.pool import DataPool
+
+    installed_agent("smolagents")
+    sets = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.agent_policies:smolagents",
+            "rollout.sandbox": "local", "sandboxes.local.isolation": "bwrap", "gateway.port": 0,
+            "run.dir": str(tmp_path / "runs"), "train.engine": "torch", "train.groups_per_step": 1,
+            "train.group_size": 2, "train.eval_every": 0}
+    flags = [part for key, value in sets.items() for part in ("--set", f"{key}={value}")]
+    done = cli(*flags, "train", "--no-live", "--run", "smol", "--model", str(tiny_model), "--scaffold", "smolagents",
+               "--task", "swe-mini", "--steps", "2", "--warmstart", "never")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    run = tmp_path / "runs" / "smol"
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [s for s in steps if s["kind"] == "step"]
+    assert [(s["step"], s["policy_version"]) for s in steps] == [(1, 1), (2, 2)]  # trained, swapped into the engine
+    assert all(s["success_by_suite"] == {"swe-mini": 1.0} and s["groups"] == 1 for s in steps)
+    # two draws of one task share smolagents' ~1,900-token first prompt: the prefix tree trains it once
+    assert all(s["tokens"] > 1.5 * s["unique_tokens"] > 0 for s in steps)
+    assert all(s["samples"] >= 2 * 3 and s["loss"] == s["loss"] for s in steps)  # three calls a draw; no NaN
+    pool = DataPool.sqlite(run / "pool.sqlite")
+    consumed = [g for g in pool.groups() if g.status.value == "consumed"]
+    assert {g.id for g in consumed} == {gid for s in steps for gid in s["group_ids"]}
+    for group in consumed:
+        trajectories = [pool.trajectory(t.id) for t in group.trajectories]
+        assert len(trajectories) == 2 and all(t.scaffold == "smolagents" and t.rewards.get("outcome") == 1.0
+                                              for t in trajectories)
+        assert all(c.output_ids and c.advantage is not None for t in trajectories for c in t.completions)
+    pool.close()
 
 
 # ---- openai-agents: the Agents SDK over the Responses API, a shell function tool, tracing off -------------
@@ -269,7 +292,8 @@ NPM_AGENTS = ("opencode", "codex", "claude-code")
 def test_the_untrained_model_fails_cleanly_in_all_seven_agents(tiny_model, tmp_path, installed_agent, docker_sandbox):
     """All seven agents at once, in docker, against one vLLM engine sampling from the untrained default model
     (65,536 positions: the npm agents' 10-32k-token first prompts fit): none crashes the rollout or hangs past
-    its budget (40 s, 512 output tokens a trajectory); the tasks stay unsolved; no container or process is left."""
+    its budget (40 s, 512 output tokens a trajectory); no prompt is refused as too long; the tasks stay
+    unsolved; no container or process is left."""
     from forge_cli.gateway.server import serve_gateway
 
     pytest.importorskip("vllm", reason="the vLLM engine is not installed")
@@ -282,6 +306,7 @@ def test_the_untrained_model_fails_cleanly_in_all_seven_agents(tiny_model, tmp_p
     config = configure(tiny_model, tmp_path, "docker", None, **{"model.engine.type": "vllm"})
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     ended: dict[str, tuple[list[str], float]] = {}
+    codes: dict[tuple[str, str], float] = {}  # the gateway's requests by endpoint and HTTP status
 
     async def one(gw: Any, name: str) -> None:
         request = RolloutRequest(scaffold=name, suite="swe-mini", groups=1, n=1, concurrency=1,
@@ -294,10 +319,15 @@ def test_the_untrained_model_fails_cleanly_in_all_seven_agents(tiny_model, tmp_p
     async def go() -> None:
         async with serve_gateway(config, "untrained") as gw:
             await asyncio.gather(*(one(gw, name) for name in agents))
+            for metric in gw.state.metrics.requests.collect():
+                codes.update({(s.labels["endpoint"], s.labels["status"]): s.value for s in metric.samples
+                                 if s.name.endswith("_total")})
 
     asyncio.run(go())
-    print({name: (statuses, f"{took:.1f} s") for name, (statuses, took) in ended.items()})
+    print({name: (statuses, f"{took:.1f} s") for name, (statuses, took) in ended.items()}, codes)
     assert sorted(ended) == sorted(agents)
+    # every agent's prompts fit the model's context: none was refused (a prompt past it is a 400)
+    assert codes and not [key for key in codes if key[1] == "400"], codes
     for name, (statuses, took) in ended.items():
         assert len(statuses) == 1 and set(statuses) <= {"completed", "failed", "timed_out"}, (name, statuses)
         assert took < UNTRAINED_BUDGET_S + 60, (name, took)  # the budget, then the verifier and teardown

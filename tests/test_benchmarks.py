@@ -1,4 +1,5 @@
-"""The CUDA tree-attention benchmark runs end to end (on CPU: dense and tree only) and agrees."""
+"""The benchmarks run end to end on small settings: CUDA tree attention (on CPU: dense and tree only), the rollout
+benchmark's sharing part, the sandbox benchmark's latency and concurrency parts."""
 
 from __future__ import annotations
 
@@ -39,3 +40,20 @@ def test_rollout_benchmark_sharing_runs(tmp_path):
     assert all(r["success_rate"] == 1.0 and r["prefix_share"] > 1.0 for r in rows.values())
     assert rows["tool-call"]["context_events_per_trajectory"] == 0
     assert rows["tool-call-truncate"]["context_events_per_trajectory"] > 0 and rows["tool-call-summarize"]["context_events_per_trajectory"] > 0
+
+
+def test_sandbox_benchmark_latency_and_concurrency_run(tmp_path):
+    """Parts 1 and 2 of benchmarks/sandbox.py on the local backends (the agents' part is each agent's own test)."""
+    from forge_cli.sandbox.bwrap import unavailable
+
+    out = tmp_path / "sandbox.json"
+    backends = ["local"] + (["bwrap"] if unavailable() is None else [])
+    done = subprocess.run([sys.executable, "benchmarks/sandbox.py", "--backends", *backends, "--repeats", "1",
+                           "--levels", "3", "--hold-s", "0.5", "--skip-agents", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "teardown ms" in done.stdout  # the table
+    result = json.loads(out.read_text())
+    assert [r["backend"] for r in result["latency"]] == backends
+    assert all(r["start_ms"] > 0 and r["exec_ms"] > 0 for r in result["latency"])
+    assert [(r["backend"], r["sandboxes"], r["ok"]) for r in result["concurrency"]] == [(b, 3, 3) for b in backends]

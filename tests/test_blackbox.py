@@ -428,9 +428,52 @@ def test_the_servers_environment_is_made_once_and_its_python_serves_the_tools(tm
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
-    served = subprocess.run([str(python), str(tools / "files_server.py"), "--root", str(tmp_path)],
-                            input="".join(json.dumps(m) + "\n" for m in hello), capture_output=True, text=True,
-                            timeout=120)
-    listed = [json.loads(line) for line in served.stdout.splitlines() if line.strip()]
-    names = {t["name"] for m in listed if m.get("id") == 2 for t in m["result"]["tools"]}
-    assert {"read_file", "write_file", "edit_file", "list_files"} <= names, served.stderr[-500:]
+    # stdin stays open until the listing came back: a server may end on EOF before it answered what it read
+    server = subprocess.Popen([str(python), str(tools / "files_server.py"), "--root", str(tmp_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        server.stdin.write("".join(json.dumps(m) + "\n" for m in hello))
+        server.stdin.flush()
+        names: set[str] = set()
+        for line in server.stdout:  # ends at EOF if the server died
+            message = json.loads(line) if line.strip() else {}
+            if message.get("id") == 2:
+                names = {t["name"] for t in message["result"]["tools"]}
+                break
+    finally:
+        server.stdin.close()
+        server.kill()
+        err = server.stderr.read()
+        server.wait(timeout=30)
+    assert {"read_file", "write_file", "edit_file", "list_files"} <= names, err[-500:]
+
+
+# What each built-in agent's launch turns off so that, sandboxed or not, it sends nothing but its LLM calls:
+# update checks, telemetry and analytics, price-map and model-list downloads. (smolagents and its runner
+# have none of their own: the OpenAI SDK only talks to the gateway.)
+NOISE_OFF = {
+    "opencode": {"env": {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+                         "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1"},
+                 "files": ['"autoupdate": false', '"share": "disabled"']},
+    "codex": {"env": {"NO_UPDATE_NOTIFIER": "1"},
+              "files": ["check_for_update_on_startup = false", "[analytics]\nenabled = false", '[otel]\nexporter = "none"']},
+    "claude-code": {"env": {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
+                            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}},
+    "mini-swe-agent": {"env": {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_COST_TRACKING": "ignore_errors"}},
+    "aider": {"env": {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}, "args": ["--no-check-update", "--analytics-disable"]},
+    "openai-agents": {"env": {"OPENAI_AGENTS_DISABLE_TRACING": "1"}},
+    "smolagents": {},
+}
+
+
+def test_every_built_in_agent_launches_with_its_network_noise_off():
+    registry = plugins.get_registry()
+    builtin = {name for name, e in registry.scaffolds.items() if e.value.kind == "black" and e.plugin == "forge:scaffolds"}
+    assert builtin == set(NOISE_OFF)  # a new built-in agent says what it turns off
+    for name, off in NOISE_OFF.items():
+        launch = registry.scaffold(name).launch
+        for key, value in off.get("env", {}).items():
+            assert launch.env.get(key) == value, (name, key)
+        assert set(off.get("args", [])) <= set(launch.command), name
+        files = "\n".join(launch.files.values())
+        assert all(text in files for text in off.get("files", [])), name

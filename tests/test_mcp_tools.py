@@ -20,6 +20,7 @@ from forge_cli.rollout.loop import Episode
 from forge_cli.rollout.mcp_tools import SERVERS, episode_tools, mcp_servers, mcp_tools, tools_dir
 from forge_cli.sandbox.local import LocalSandbox
 from tests.conftest import LiveGateway
+from tests.docker_support import docker_engine  # noqa: F401  (a fixture)
 
 
 def _run(coro):
@@ -144,14 +145,16 @@ def test_a_server_that_crashes_mid_run_is_a_tool_error_and_the_episode_goes_on(t
     assert _in_workdir(workdir) == []
 
 
-def test_a_server_that_cannot_start_fails_with_its_reason(tmp_path):
-    broken = tmp_path / "work" / "broken"  # in the work directory: visible inside every backend
-    broken.mkdir(parents=True)
+def test_a_server_that_cannot_start_fails_with_its_reason(tmp_path, monkeypatch):
+    from forge_cli.rollout import mcp_tools as module
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
     (broken / "files_server.py").write_text("raise SystemExit('no MCP SDK in this sandbox')\n")
+    monkeypatch.setattr(module, "tools_dir", lambda: broken)  # the seam: the scripts copied into the sandbox
 
     async def session():
         async with LocalSandbox(tmp_path / "work") as sandbox:
-            sandbox.tools_dir = "broken"  # where a sandbox keeps the servers (a container: its mount)
             async with mcp_tools(["files"], sandbox, start_timeout_s=30):
                 pytest.fail("it started")
 
@@ -279,17 +282,30 @@ def test_a_white_box_scaffold_solves_files_tasks_with_only_tools_served_over_mcp
 
 @pytest.mark.slow
 def test_a_rollout_of_a_white_box_scaffold_with_only_mcp_tools_is_verified_as_solved(tiny_model, tmp_path):
+    mcp_rollout(tiny_model, tmp_path, {"gateway.socket": ""}, groups=3)
+
+
+def test_in_a_container_the_servers_run_from_their_own_venv(tiny_model, tmp_path, docker_engine):  # noqa: F811
+    """The docker sandbox's python3 has no mcp SDK and cannot see Forge's venv: the servers run on the venv of
+    $FORGE_HOME/agents (made on first use, mounted read-only like the agents), and the rollout is solved."""
+    from tests.docker_support import sandbox_containers
+
+    mcp_rollout(tiny_model, tmp_path, {"rollout.sandbox": "docker"}, groups=1)
+    assert [c for c in sandbox_containers(docker_engine) if str(tmp_path) in str(c.attrs.get("Mounts"))] == []
+
+
+def mcp_rollout(tiny_model, tmp_path, more, *, groups):
     from forge_cli.config import load_config
     from forge_cli.pool import DataPool
     from forge_cli.rollout.driver import RolloutRequest, rollout
 
     config = load_config(env={}, overrides={
         "model.path": str(tiny_model), "model.engine.type": "scripted", "model.engine.policy": f"{__name__}:files_over_mcp",
-        "gateway.port": 0, "gateway.socket": "", "run.dir": str(tmp_path / "runs"),
-        "scaffolds.tool-call.mcp": ["files"], "scaffolds.tool-call.max_turns": 6})
-    request = RolloutRequest(scaffold="tool-call", suite="files", groups=3, n=1, concurrency=1, seed=4)
+        "gateway.port": 0, "run.dir": str(tmp_path / "runs"),
+        "scaffolds.tool-call.mcp": ["files"], "scaffolds.tool-call.max_turns": 6, **more})
+    request = RolloutRequest(scaffold="tool-call", suite="files", groups=groups, n=1, concurrency=1, seed=4)
     summary = _run(rollout(config, request, run="r"))
-    assert summary.trajectories == 3 and summary.success_rate == 1.0
+    assert summary.trajectories == groups and summary.success_rate == 1.0
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     try:
         trajectories = [pool.trajectory(t.id) for g in pool.groups() for t in g.trajectories]

@@ -192,6 +192,96 @@ def test_a_hanging_black_box_agent_is_timed_out_not_failed(fake_dist, setup, tmp
     pool.close()
 
 
+BREAKER = '''
+from forge_cli import hookimpl
+from forge_cli.specs import InstallRecipe, LaunchSpec, ScaffoldSpec
+
+SCRIPT = """
+import os, sys
+task = sys.argv[1]
+if "hog" in task:
+    blocks = [bytearray(64 * 2**20) for _ in range(64)]  # 4 GiB, touched
+elif "bomb" in task:
+    while True:
+        os.fork()
+elif "disk" in task:
+    with open("filler", "wb") as out:
+        while True:
+            out.write(os.urandom(2**20))
+            out.flush()
+print("four")
+"""
+
+@hookimpl
+def register_scaffolds(register):
+    from forge_cli.builtin.scaffolds import AgentOptions
+
+    register(ScaffoldSpec(name="breaker", kind="black", description="breaks its sandbox's limits when told",
+                          install=InstallRecipe("pip", "breaker", ">=1", "python"),
+                          launch=LaunchSpec(("$bin", "-c", SCRIPT, "$prompt")), options=AgentOptions))
+'''
+
+
+@pytest.mark.usefixtures("local_sandbox")
+def test_agents_that_break_their_sandboxs_limits_fail_with_the_reason_and_the_rollout_goes_on(fake_dist, setup, tmp_path):
+    """In bubblewrap, a memory hog, a fork bomb and a disk filler each end their own trajectory as failed with the
+    limit named in its recorded error; the well-behaved agent beside them completes, solved; nothing is left."""
+    import os
+    from pathlib import Path
+
+    from forge_cli.pool import DataPool
+    from forge_cli.sandbox.local import MARKER_VAR
+    from tests.test_blackbox import fake_install
+
+    fake_dist("breaker-plugin", {"breaker_plugin": BREAKER}, {"br": "breaker_plugin"})
+    config = setup(["two plus two, hog", "two plus two, bomb", "two plus two, disk", "two plus two"],
+                   **{"rollout.sandbox": "local", "sandboxes.local.isolation": "bwrap", "sandboxes.local.memory_mb": 256,
+                      "sandboxes.local.processes": 64, "sandboxes.local.disk_mb": 32, "gateway.socket": "auto"})
+    plugins.reset()
+    fake_install(plugins.get_registry().scaffold("breaker"))
+    summary = asyncio.run(rollout(config, RolloutRequest(scaffold="breaker", suite="inline", groups=4, n=1, concurrency=4,
+                                                         trajectory_timeout_s=60), run="r"))
+    assert summary.by_status == {"completed": 1, "failed": 3} and summary.trajectories == 4
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    ended = {}
+    for group in pool.groups():
+        (t,) = [pool.trajectory(x.id) for x in group.trajectories]
+        ended[t.task_id] = (t.status, t.error or "", t.rewards.get("outcome"))
+    pool.close()
+    assert ended["t3"][0] == "completed" and ended["t3"][2] == 1.0
+    assert ended["t0"][0] == "failed" and "memory limit of 256 MiB" in ended["t0"][1], ended["t0"]
+    assert ended["t1"][0] == "failed" and "limit of 64 processes" in ended["t1"][1], ended["t1"]
+    assert ended["t2"][0] == "failed" and "disk limit of 32 MiB" in ended["t2"][1], ended["t2"]
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _marked(Path("/proc") / pid / "environ", MARKER_VAR)]
+    assert left == []
+
+
+def test_an_agents_own_sandbox_wins_over_the_runs(fake_dist, setup, tmp_path):
+    """[scaffolds.NAME] sandbox: the agent runs there whatever rollout.sandbox says, and a bad one is refused first."""
+    from forge_cli.errors import ForgeError
+    from tests.test_blackbox import fake_install
+
+    fake_dist("breaker-plugin", {"breaker_plugin": BREAKER}, {"br": "breaker_plugin"})
+    plugins.reset()
+    fake_install(plugins.get_registry().scaffold("breaker"))
+    request = RolloutRequest(scaffold="breaker", suite="inline", groups=1, n=1, trajectory_timeout_s=60)
+    config = setup(["two plus two"], **{"rollout.sandbox": "no-such-sandbox", "scaffolds.breaker.sandbox": "local",
+                                        "sandboxes.local.isolation": "none"})
+    assert driver.sandbox_of(config, "breaker") == "local" and driver.sandbox_of(config, "one-call") == "no-such-sandbox"
+    assert asyncio.run(rollout(config, request, run="own")).by_status == {"completed": 1}
+    config = setup(["two plus two"], **{"rollout.sandbox": "local", "scaffolds.breaker.sandbox": "no-such-sandbox"})
+    with pytest.raises(ForgeError, match="unknown sandbox 'no-such-sandbox'"):
+        asyncio.run(rollout(config, request, run="bad"))
+    assert not (tmp_path / "runs" / "bad").exists()  # refused before anything was recorded
+
+
+def _marked(environ, var: str) -> bool:
+    try:
+        return f"{var}=".encode() in environ.read_bytes()
+    except OSError:
+        return False
+
+
 def test_what_would_fail_every_trajectory_fails_the_rollout_first(setup, tmp_path):
     from forge_cli.errors import ForgeError
 

@@ -341,3 +341,64 @@ def test_the_registered_local_sandbox_opens_with_its_options(tmp_path):
     run(box.close())
     with pytest.raises(ForgeError, match="memory_mb"):
         reg.options_for("sandboxes", "local", {"memory_mb": -1}, "forge.toml")
+
+
+OWNER = """
+import asyncio, sys
+from forge_cli.sandbox.local import LocalSandbox
+
+async def main():
+    box = LocalSandbox(sys.argv[1], isolation=sys.argv[2])
+    print(box.home.parent, flush=True)
+    await box.exec(["sleep", "600"], timeout_s=600)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("isolation", MODES)
+def test_what_a_sigkilled_owner_left_is_swept_by_the_next_process(tmp_path, isolation):
+    """The process that opened a sandbox dies by SIGKILL mid-exec. In bubblewrap its program dies with it;
+    a plain subprocess outlives it. Either way the next process's sweep kills what is left in the dead
+    owner's cgroups and removes them and the sandbox's own folder."""
+    import signal
+    import subprocess
+
+    from forge_cli.sandbox import local
+    from forge_cli.sandbox.cgroup import ExecCgroup
+
+    probe = ExecCgroup.create(pids_max=8, memory_bytes=None)
+    if probe is None:
+        pytest.skip("no writable cgroup here")
+    probe.remove()
+    workdir = tmp_path / "work"
+    owner = subprocess.Popen([PY, "-c", OWNER, str(workdir), isolation], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parent.parent)
+    root = Path(owner.stdout.readline().strip())
+    needle = f"PWD={workdir}".encode()
+    deadline, sleepers = time.monotonic() + 30, []
+    while not sleepers and time.monotonic() < deadline:
+        sleepers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _environ_has(int(p), needle)
+                    and Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep\0")]
+        time.sleep(0.05)
+    assert sleepers, "the owner's program never started"
+    groups = {line.rsplit("/", 1)[-1] for line in Path(f"/proc/{sleepers[0]}/cgroup").read_text().splitlines()
+              if "/forge-sandbox-" in line}
+    assert groups and all(g.startswith(f"forge-sandbox-{owner.pid}-") for g in groups)  # named after its owner
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(timeout=30)
+    if isolation == "bwrap":
+        assert wait_dead(sleepers, within=5.0) == []  # --die-with-parent
+    else:
+        assert all(alive(p) for p in sleepers)  # nothing of the dead owner's stops it...
+    removed = local.sweep_leftovers()  # ... until the next process sweeps
+    assert root.name in removed and groups <= set(removed), removed
+    assert wait_dead(sleepers, within=5.0) == [] and not root.exists()
+    assert local.sweep_leftovers() == []
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False

@@ -118,8 +118,9 @@ def forge_train(tmp_path: Path, tiny_model: Path, *args: str, engine: str = "tor
             "train.eval_every": 0, "train.warmstart.when": "never", "train.engine": engine}
     cmd = [sys.executable, "-m", "forge_cli"] + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     env = {**os.environ, "FORGE_HOME": str(tmp_path / "home")}
+    # the default SIGINT, whatever this process inherited (a shell's background job has it ignored)
     return subprocess.Popen(cmd + ["train", "--no-live", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 STEPS = 12

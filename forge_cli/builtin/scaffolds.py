@@ -43,6 +43,9 @@ class AgentOptions(BaseModel):
     timeout_s: float = Field(900.0, gt=0, description="Wall-clock budget of one run; then it is killed.")
     extra_args: list[str] = Field(default_factory=list, description="Appended to the launch command.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the agent.")
+    sandbox: str | None = Field(None, description=(
+        "Where this agent runs, a registered sandbox (local, docker); unset: rollout.sandbox. Set here, it wins "
+        "over rollout.sandbox and --sandbox: the agent's own section is the more specific."))
 
 
 def _black_options(spec: ScaffoldSpec) -> type[BaseModel]:

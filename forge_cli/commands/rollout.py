@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         engine: Optional[str] = typer.Option(None, "--engine", help="vllm, hf or scripted (default model.engine.type)."),
         policy: Optional[str] = typer.Option(None, "--policy", help="Scripted engine: a JSON rules/turns file or module:function."),
         executor: Optional[str] = typer.Option(None, "--executor", help="local or ray (default rollout.executor)."),
-        sandbox: Optional[str] = typer.Option(None, "--sandbox", help="Where black-box agents run: local (bubblewrap where installed) or docker (default rollout.sandbox)."),
+        sandbox: Optional[str] = typer.Option(None, "--sandbox", help="Where black-box agents run: local (bubblewrap where installed) or docker (default rollout.sandbox; an agent whose [scaffolds.NAME] sets sandbox runs there)."),
         gateway: Optional[str] = typer.Option(None, "--gateway", help="Use a running `forge gateway serve` at this URL (with --run NAME: its run) instead of serving one."),
         admin_key: Optional[str] = typer.Option(None, "--admin-key", envvar="FORGE_ADMIN_KEY", help="--gateway: the admin key it printed."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="executor ray: a cluster's address (default: a local Ray)."),

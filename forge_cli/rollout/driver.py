@@ -175,7 +175,7 @@ class _Run:
         try:
             for key, suite in suites.items():
                 self.executors[key] = make_executor(request.executor, spec, suite, address=request.ray_address,
-                                                    sandbox_options=config.sandboxes.get(config.rollout.sandbox))
+                                                    sandbox_options=config.sandboxes.get(sandbox_of(config, spec.name)))
         except BaseException:
             self.close()
             raise
@@ -315,7 +315,7 @@ class _Run:
         job = Job(scaffold=self.spec.name, suite=key, verifier=self.request.verifier, task=task,
                   workdir=str(self.gw.run_dir / "work" / trajectory_id), base_url=session.base_url, api_key=session.api_key,
                   model=self.gw.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options),
-                  sandbox=self.config.rollout.sandbox,
+                  sandbox=sandbox_of(self.config, self.spec.name),
                   gateway_socket=str(self.gw.unix_path) if getattr(self.gw, "unix_path", None) else None)
         return await self.executors[key].run(job)
 
@@ -435,12 +435,18 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
         from forge_cli.rollout.blackbox import find_install
 
         find_install(spec)
-    check_sandbox(registry, config.rollout.sandbox)
+    check_sandbox(registry, sandbox_of(config, spec.name))
     _components(registry.rewards, config.rewards)
     if (request.executor == "ray" and request.ray_address and not request.gateway_url
             and config.gateway.host in LOOPBACK):
         raise ForgeError(f"a Ray cluster at {request.ray_address} cannot reach a gateway on {config.gateway.host}: "
                          "serve it on an address the workers reach (gateway.host, with gateway.auth = strict)")
+
+
+def sandbox_of(config: Any, scaffold: str) -> str:
+    """The sandbox ``scaffold`` runs in: its own ``[scaffolds.NAME] sandbox`` (a black-box agent's), else
+    ``rollout.sandbox``."""
+    return config.scaffolds.get(scaffold, {}).get("sandbox") or config.rollout.sandbox
 
 
 def check_sandbox(registry: Any, name: str) -> None:

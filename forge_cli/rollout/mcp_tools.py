@@ -24,11 +24,12 @@ a :class:`~forge_cli.rollout.loop.Tool` whose schema is the server's input schem
 
 A server that does not start (no ``mcp`` package in the sandbox's Python, a bad script) fails the
 trajectory with the reason. The servers need Python with the ``mcp`` SDK inside the sandbox: the
-sandbox's ``python`` attribute if it has one (a container's ``python3``), else this interpreter
-(its venv is visible inside ``local`` sandboxes, bubblewrap or not). The scripts are run from the
-sandbox's ``tools_dir`` if it has one (a read-only mount of them), else from a copy put into the
-work directory (``.forge-tools/``, with a ``kv-search`` task's corpus in ``.forge-corpus/``): every
-backend can take that. Both are removed when the block ends. The ``mcp`` package is imported only
+interpreter Forge runs on where the sandbox sees it (``host_python``: its venv is visible inside
+``local`` sandboxes, bubblewrap or not), run on a copy of the scripts put into the work directory
+(``.forge-tools/``); else (a container: Debian's ``python3`` has no ``mcp``) the servers' own venv
+under ``$FORGE_HOME/agents``, which every sandbox sees read-only, with the scripts beside it
+(:func:`forge_cli.rollout.agent_mcp.tools_env`, the one black-box agents use). A ``kv-search``
+task's corpus is copied into ``.forge-corpus/``. What was copied in is removed when the block ends. The ``mcp`` package is imported only
 when servers start.
 """
 
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 120.0  # importing the SDK on a loaded machine takes a while
 CALL_TIMEOUT_S = 300.0
 CORPUS_DIR = ".forge-corpus"  # where a task's search corpus is written, inside the work directory
-TOOLS_DIR = ".forge-tools"  # where the servers are copied for a sandbox that has no tools_dir of its own
+TOOLS_DIR = ".forge-tools"  # where the servers are copied for a sandbox that runs this interpreter
 
 
 @dataclass(frozen=True)
@@ -224,16 +225,22 @@ async def mcp_tools(names: Sequence[str], sandbox: "Sandbox", *, task: "Task | N
     Enter and leave it in one task (the MCP client's task groups require it). What the block raises
     comes out as itself, not inside the client's exception groups."""
     chosen = [server(n) for n in dict.fromkeys(names)]
-    python = str(getattr(sandbox, "python", None) or sys.executable)
     placed: list[str] = []  # what this put into the work directory, removed afterwards
     try:
         async with AsyncExitStack() as stack:
             stack.callback(_remove, sandbox.workdir, placed)
-            folder = getattr(sandbox, "tools_dir", None)
-            if folder is None:  # every backend can take a copy: run them from the work directory
+            if getattr(sandbox, "host_python", True):  # this interpreter, on a copy of the scripts
+                python, folder = sys.executable, TOOLS_DIR
                 await sandbox.copy_in(tools_dir(), TOOLS_DIR)
                 placed.append(TOOLS_DIR)
-                folder = TOOLS_DIR
+            else:  # the servers' own venv under FORGE_HOME/agents, which the sandbox sees read-only
+                import asyncio
+
+                from forge_cli.paths import agents_dir
+                from forge_cli.rollout.agent_mcp import tools_env
+
+                env_python, env_tools = await asyncio.to_thread(tools_env, agents_dir())
+                python, folder = str(env_python), str(env_tools)
             tools: list[Tool] = []
             for shipped in chosen:
                 args: list[str] = []

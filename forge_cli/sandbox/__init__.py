@@ -6,8 +6,12 @@
   ``exec`` returns.
 - :mod:`forge_cli.sandbox.local` — the ``local`` backend: a subprocess in the trajectory's work
   directory, in its own session and process group, with a clean environment, a wall-time limit
-  (the whole group is killed at the deadline) and memory / CPU-time limits through rlimits. It
-  isolates nothing else (network, file system); that is a later backend's job.
+  and rlimits; inside bubblewrap where it works (:mod:`~forge_cli.sandbox.bwrap`: a read-only
+  system, only ``lo``, the gateway through :mod:`~forge_cli.sandbox.forward`), with a cgroup per
+  exec bounding its processes and memory (:mod:`~forge_cli.sandbox.cgroup`).
+- :mod:`forge_cli.sandbox.docker` — the ``docker`` backend: a container per trajectory (no network
+  but the gateway's socket, a read-only root, memory/pids/CPU limits, always removed), from images
+  built offline (:mod:`~forge_cli.sandbox.images`, ``forge sandbox build``).
 
 Importing this package is cheap (the standard library only).
 """

@@ -1,4 +1,4 @@
-"""The sandbox contract: what every backend (``local`` now, ``docker`` later) offers a caller.
+"""The sandbox contract: what every backend (``local``, ``docker``) offers a caller.
 
 A :class:`Sandbox` is one trajectory's place to run programs. Its *work directory* is where the
 agent works (the task's files, the agent's edits; the verifier inspects it afterwards); paths given
@@ -206,3 +206,24 @@ def signal_name(number: int) -> str:
         return _signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def owner_of(pid: int) -> str | None:
+    """``BOOT:PID:START`` naming process ``pid`` uniquely on this machine (None if it is gone): what a
+    sandbox records as its owner, so that a later process can tell a dead run's leftovers from a live one's."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    start = stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
+    return f"{boot}:{pid}:{start}"
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the process an :func:`owner_of` string names still runs."""
+    try:
+        pid = int(owner.split(":")[1])
+    except (IndexError, ValueError):
+        return False
+    return owner_of(pid) == owner

@@ -9,6 +9,10 @@ controller it may write — cgroup v2 (``/sys/fs/cgroup/cgroup.controllers``) or
 before it runs (:meth:`ExecCgroup.enter`, from ``preexec_fn``), and afterwards kills every process
 still in it and removes it. Where no controller is writable (not root, a read-only cgroupfs)
 :func:`ExecCgroup.create` returns ``None`` and the caller keeps its rlimits only.
+
+A group's name carries its owner (``forge-sandbox-PID-START-ID``: the creating process and its start
+time), so :func:`sweep_stale` can kill and remove the groups of a process that died without
+cleaning up (SIGKILL) — with whatever it had started still inside.
 """
 
 from __future__ import annotations
@@ -20,6 +24,47 @@ import uuid
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
+PREFIX = "forge-sandbox-"
+
+
+def _owner_tag(pid: int | None = None) -> str:
+    """``PID-START`` of a process (this one by default); ``PID-?`` if it is gone."""
+    from forge_cli.sandbox.base import owner_of
+
+    pid = os.getpid() if pid is None else pid
+    owner = owner_of(pid)
+    return f"{pid}-{owner.rsplit(':', 1)[1] if owner else '?'}"
+
+
+def _hierarchies() -> list[tuple[str, Path]]:
+    """The folders this process's exec groups are made in: (controller key, folder)."""
+    if (ROOT / "cgroup.controllers").exists():
+        own = _own_path("")
+        return [("unified", ROOT / own.lstrip("/"))] if own is not None else []
+    found = []
+    for controller in ("pids", "memory"):
+        own = _own_path(controller)
+        if own is not None and (ROOT / controller).is_dir():
+            found.append((controller, ROOT / controller / own.lstrip("/")))
+    return found
+
+
+def sweep_stale() -> list[str]:
+    """Kill the processes in, and remove, the exec groups whose owner process is gone; their names."""
+    removed = []
+    for key, folder in _hierarchies():
+        try:
+            entries = [d for d in folder.iterdir() if d.name.startswith(PREFIX) and d.is_dir()]
+        except OSError:
+            continue
+        for d in entries:
+            parts = d.name[len(PREFIX):].split("-")
+            if len(parts) < 3 or not parts[0].isdigit() or _owner_tag(int(parts[0])) == f"{parts[0]}-{parts[1]}":
+                continue  # not named by an owner, or its owner still runs
+            ExecCgroup({key: d}, None, None).remove()
+            if not d.exists():
+                removed.append(d.name)
+    return removed
 
 
 def _own_path(controller: str) -> str | None:
@@ -47,7 +92,7 @@ class ExecCgroup:
     def create(cls, *, pids_max: int | None, memory_bytes: int | None) -> "ExecCgroup | None":
         """A new group bounding ``pids_max`` processes (threads count) and ``memory_bytes`` in all;
         ``None`` when nothing here can be bounded this way."""
-        name = f"forge-sandbox-{uuid.uuid4().hex[:12]}"
+        name = f"{PREFIX}{_owner_tag()}-{uuid.uuid4().hex[:12]}"
         dirs: dict[str, Path] = {}
         try:
             if (ROOT / "cgroup.controllers").exists():  # v2: one hierarchy

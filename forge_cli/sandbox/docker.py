@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, GatewayAccess, WorkdirFiles, exec_argv
+from forge_cli.sandbox.base import ExecResult, GatewayAccess, WorkdirFiles, exec_argv, owner_alive, owner_of
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
 DEFAULT_IMAGE = "forge-agent-base:latest"
@@ -133,7 +133,7 @@ def engine_status() -> dict[str, Any]:
                 images[tag] = None
         containers = [
             {"name": c.name, "status": c.status, "run": c.labels.get(RUN_LABEL, ""),
-             "owner_alive": _owner_alive(c.labels.get(OWNER_LABEL, ""))}
+             "owner_alive": owner_alive(c.labels.get(OWNER_LABEL, ""))}
             for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
         ]
     finally:
@@ -150,30 +150,11 @@ def clean_leftovers() -> list[str]:
         client.close()
 
 
-def _owner_of(pid: int) -> str | None:
-    """``BOOT:PID:START`` naming process ``pid`` uniquely on this machine (None if it is gone)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    start = stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name
-    return f"{boot}:{pid}:{start}"
-
-
-def _owner_alive(owner: str) -> bool:
-    try:
-        pid = int(owner.split(":")[1])
-    except (IndexError, ValueError):
-        return False
-    return _owner_of(pid) == owner
-
-
 def remove_leftovers(client: Any) -> list[str]:
     """Remove the sandbox containers whose owner process is gone (a killed run's); their names."""
     removed = []
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        if not _owner_alive(container.labels.get(OWNER_LABEL, "")):
+        if not owner_alive(container.labels.get(OWNER_LABEL, "")):
             try:
                 container.remove(force=True)
                 removed.append(container.name)
@@ -243,6 +224,7 @@ class DockerSandbox(WorkdirFiles):
     """
 
     backend = "docker"
+    host_python = False  # Debian's python3 only (and the Pythons of $FORGE_HOME/agents' venvs)
 
     def __init__(self, workdir: str | Path, options: DockerOptions | None = None, *,
                  gateway: GatewayAccess | None = None, run_id: str | None = None,
@@ -324,7 +306,7 @@ class DockerSandbox(WorkdirFiles):
             if self.options.file_size_mb is not None:
                 size = self.options.file_size_mb * 2**20
                 ulimits.append(Ulimit(name="fsize", soft=size, hard=size))
-            owner = _owner_of(os.getpid()) or f"?:{os.getpid()}:?"
+            owner = owner_of(os.getpid()) or f"?:{os.getpid()}:?"
             memory = f"{self.options.memory_mb}m"
             api = self._client.api
             try:

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, GatewayAccess, WorkdirFiles, exec_argv, signal_name
+from forge_cli.sandbox.base import ExecResult, GatewayAccess, WorkdirFiles, exec_argv, owner_alive, owner_of, signal_name
 from forge_cli.sandbox.cgroup import ExecCgroup
 
 if TYPE_CHECKING:
@@ -74,6 +74,8 @@ TAIL_BYTES = 64 * 1024
 ISOLATIONS = ("auto", "bwrap", "none")  # bubblewrap where it works | bubblewrap or an error | a plain subprocess
 WATCH_S = 0.25  # how often a running exec's process and disk bounds are checked
 _warned = False  # the "isolation is reduced" line is said once per process
+_swept = False  # sweep_leftovers ran in this process
+ROOT_PREFIX = "forge-sandbox-"  # a sandbox's own folder in the temporary directory
 # Words a program's error output says when an allocation failed.
 _MEMORY_WORDS = ("MemoryError", "Cannot allocate memory", "out of memory", "bad_alloc", "ENOMEM",
                  "memory allocation failed", "failed to allocate")
@@ -87,6 +89,7 @@ class LocalSandbox(WorkdirFiles):
     """
 
     backend = "local"
+    host_python = True  # the interpreter Forge runs on (and its venv) runs inside, at its path
 
     def __init__(
         self,
@@ -116,9 +119,14 @@ class LocalSandbox(WorkdirFiles):
         self.read_only = tuple(Path(p) for p in read_only)
         self._workdir = Path(workdir).resolve()
         self._workdir.mkdir(parents=True, exist_ok=True)
-        self._root = Path(tempfile.mkdtemp(prefix="forge-sandbox-"))
+        global _swept
+        if not _swept:  # once per process: what dead runs left behind
+            _swept = True
+            sweep_leftovers()
+        self._root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
         for sub in ("home", "tmp", "logs", "status"):
             (self._root / sub).mkdir()
+        (self._root / "owner").write_text(owner_of(os.getpid()) or "")
         self.memory_bytes = memory_bytes
         self.cpu_time_s = cpu_time_s
         self.tail_bytes = tail_bytes
@@ -268,6 +276,25 @@ class LocalSandbox(WorkdirFiles):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def sweep_leftovers() -> list[str]:
+    """What local sandboxes of processes that are gone (a SIGKILLed run) left behind: their exec cgroups,
+    with every process still in them killed (a plain subprocess outlives its owner; bubblewrap's die with
+    it), and their own folders in the temporary directory. Done by the first sandbox a process opens;
+    returns what was removed."""
+    from forge_cli.sandbox.cgroup import sweep_stale
+
+    removed = sweep_stale()
+    for root in Path(tempfile.gettempdir()).glob(f"{ROOT_PREFIX}*"):
+        try:
+            owner = (root / "owner").read_text().strip()
+        except OSError:
+            continue  # not one of ours, or still being made
+        if owner and not owner_alive(owner):
+            shutil.rmtree(root, ignore_errors=True)
+            removed.append(root.name)
+    return removed
 
 
 def _use_bwrap(isolation: str) -> bool:
