@@ -11,8 +11,9 @@ still in it and removes it. Where no controller is writable (not root, a read-on
 :func:`ExecCgroup.create` returns ``None`` and the caller keeps its rlimits only.
 
 A group's name carries its owner (``forge-sandbox-PID-START-ID``: the creating process and its start
-time), so :func:`sweep_stale` can kill and remove the groups of a process that died without
-cleaning up (SIGKILL) — with whatever it had started still inside.
+time), so :func:`sweep_stale` — run by the next process in the same control group — can kill and
+remove the groups of a process that died without cleaning up (SIGKILL), with whatever it had started
+still inside. A group whose owner could not be named (``PID-?``) is never swept.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def sweep_stale() -> list[str]:
             continue
         for d in entries:
             parts = d.name[len(PREFIX):].split("-")
-            if len(parts) < 3 or not parts[0].isdigit() or _owner_tag(int(parts[0])) == f"{parts[0]}-{parts[1]}":
-                continue  # not named by an owner, or its owner still runs
+            if len(parts) < 3 or not parts[0].isdigit() or parts[1] == "?" \
+                    or _owner_tag(int(parts[0])) == f"{parts[0]}-{parts[1]}":
+                continue  # not named by a known owner, or its owner still runs
             ExecCgroup({key: d}, None, None).remove()
             if not d.exists():
                 removed.append(d.name)

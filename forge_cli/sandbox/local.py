@@ -126,7 +126,7 @@ class LocalSandbox(WorkdirFiles):
         self._root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
         for sub in ("home", "tmp", "logs", "status"):
             (self._root / sub).mkdir()
-        (self._root / "owner").write_text(owner_of(os.getpid()) or "")
+        (self._root / "owner").write_text(f"{owner_of(os.getpid()) or ''} {_pid_namespace()}")
         self.memory_bytes = memory_bytes
         self.cpu_time_s = cpu_time_s
         self.tail_bytes = tail_bytes
@@ -281,20 +281,31 @@ class LocalSandbox(WorkdirFiles):
 def sweep_leftovers() -> list[str]:
     """What local sandboxes of processes that are gone (a SIGKILLed run) left behind: their exec cgroups,
     with every process still in them killed (a plain subprocess outlives its owner; bubblewrap's die with
-    it), and their own folders in the temporary directory. Done by the first sandbox a process opens;
-    returns what was removed."""
+    it), and their own folders in the temporary directory — those this process can judge: its own cgroup's
+    children, folders of owners in its pid namespace. Done by the first sandbox a process opens; returns
+    what was removed."""
     from forge_cli.sandbox.cgroup import sweep_stale
 
     removed = sweep_stale()
+    here = _pid_namespace()
     for root in Path(tempfile.gettempdir()).glob(f"{ROOT_PREFIX}*"):
         try:
-            owner = (root / "owner").read_text().strip()
+            owner, _, namespace = (root / "owner").read_text().strip().partition(" ")
         except OSError:
             continue  # not one of ours, or still being made
-        if owner and not owner_alive(owner):
+        # only an owner this process can see: a /tmp shared with another pid namespace holds live ones it cannot
+        if owner and namespace == here and not owner_alive(owner):
             shutil.rmtree(root, ignore_errors=True)
             removed.append(root.name)
     return removed
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace (``pid:[INODE]``): owners are comparable only within one."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "?"
 
 
 def _use_bwrap(isolation: str) -> bool:
