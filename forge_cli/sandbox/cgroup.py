@@ -96,34 +96,26 @@ class ExecCgroup:
         ``None`` when nothing here can be bounded this way."""
         name = f"{PREFIX}{_owner_tag()}-{uuid.uuid4().hex[:12]}"
         dirs: dict[str, Path] = {}
+        limits = {"pids": pids_max, "memory": memory_bytes}
         try:
-            if (ROOT / "cgroup.controllers").exists():  # v2: one hierarchy
-                own = _own_path("")
-                if own is None:
-                    return None
-                d = ROOT / own.lstrip("/") / name
+            for key, folder in _hierarchies():
+                if key != "unified" and limits[key] is None:
+                    continue
+                d = folder / name
                 d.mkdir()
-                dirs["unified"] = d
-                if pids_max is not None:
+                dirs[key] = d
+                if key == "unified":
+                    if pids_max is not None:
+                        (d / "pids.max").write_text(str(pids_max))
+                    if memory_bytes is not None:
+                        (d / "memory.max").write_text(str(memory_bytes))
+                        _try_write(d / "memory.swap.max", "0")
+                elif key == "pids":
                     (d / "pids.max").write_text(str(pids_max))
-                if memory_bytes is not None:
-                    (d / "memory.max").write_text(str(memory_bytes))
-                    _try_write(d / "memory.swap.max", "0")
-            else:
-                for controller, limit in (("pids", pids_max), ("memory", memory_bytes)):
-                    own = _own_path(controller)
-                    base = ROOT / controller
-                    if limit is None or own is None or not base.is_dir():
-                        continue
-                    d = base / own.lstrip("/") / name
-                    d.mkdir()
-                    dirs[controller] = d
-                    if controller == "pids":
-                        (d / "pids.max").write_text(str(limit))
-                    else:
-                        (d / "memory.limit_in_bytes").write_text(str(limit))
-                        _try_write(d / "memory.memsw.limit_in_bytes", str(limit))
-                        _try_write(d / "memory.swappiness", "0")
+                else:
+                    (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                    _try_write(d / "memory.memsw.limit_in_bytes", str(memory_bytes))
+                    _try_write(d / "memory.swappiness", "0")
         except OSError:
             cls(dirs, pids_max, memory_bytes).remove()
             return None
