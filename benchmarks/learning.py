@@ -64,14 +64,17 @@ def main() -> None:
     parser.add_argument("--parts", default="main,control,grpo", help="main, control, grpo (comma-separated)")
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "results" / "learning-work")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learning.json")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="a forge.toml override for every run (forge --set), e.g. train.warmstart.teacher_slips=0")
     args = parser.parse_args()
+    overrides = dict(item.split("=", 1) for item in args.sets)
     parts = set(args.parts.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
     runs = args.work / "runs"
     seeds = []
     for seed in args.seeds:
         home = args.work / f"home-s{seed}"
-        sets = {"run.seed": str(seed)}
+        sets = {**overrides, "run.seed": str(seed)}
         row: dict = {"seed": seed}
         main_run = runs / f"main-s{seed}"
         if "main" in parts:

@@ -116,6 +116,9 @@ class TrainConfig(Section):
     lr: float = Field(5e-5, gt=0, description="Learning rate (AdamW).")
     groups_per_step: int = Field(4, gt=0, description="P: groups consumed per train step.")
     group_size: int = Field(8, gt=0, description="n: trajectories sampled per task.")
+    updates_per_step: int = Field(1, ge=1, le=16, description=(
+        "Optimizer updates on each step's batch (PPO's epochs): more learning per sampled trajectory when rollouts "
+        "are the bottleneck; the ratios stay against the sampler's logprobs, so the loss's clip bounds the drift."))
     micro_batch_tokens: int = Field(8192, gt=0, description="Token budget of one packed micro-batch.")
     attention: Literal[tuple(ATTENTION_MODES)] = Field(  # type: ignore[valid-type]
         "auto", description="Prefix-tree attention: " + "; ".join(f"{k}: {v}" for k, v in ATTENTION_MODES.items()) + ".")

@@ -203,3 +203,37 @@ def test_ctrl_c_checkpoints_the_last_step_and_resume_goes_on(tiny_model, tmp_pat
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     check_resumed(run, before, latest_step(run) and state["step"])
+
+
+@pytest.mark.parametrize("updates", [1, 3])
+def test_a_step_makes_updates_per_step_updates_on_its_batch_then_one_swap(updates):
+    """``train.updates_per_step``: K optimizer updates on the same samples, against the same sampler logprobs
+    (the samples are not re-scored), then the weights go into the engine once and one version is published.
+    The trainer, engine and pool are recorders here: what is tested is the step's order of calls."""
+    from types import SimpleNamespace
+
+    from forge_cli.train.loop import _advance
+
+    calls: list[tuple] = []
+    samples = SimpleNamespace(samples=["s1", "s2"], temperature=0.7)
+
+    class Trainer:
+        def step(self, batch, loss, **kwargs):
+            calls.append(("step", tuple(batch), loss.type, kwargs["temperature"]))
+            return SimpleNamespace(loss=float(len(calls)))
+
+        def state_dict(self):
+            calls.append(("state_dict",))
+            return {"w": len(calls)}
+
+    class Engine:
+        async def load_weights(self, weights):
+            calls.append(("load_weights", weights["w"]))
+            return 7
+
+    gw = SimpleNamespace(engine=Engine(), pool=SimpleNamespace(publish_version=lambda v: calls.append(("publish", v))))
+    config = load_config(env={}, overrides={"train.updates_per_step": updates})
+    stats, _, version = asyncio.run(_advance(config, Trainer(), gw, samples))
+    assert calls == [("step", ("s1", "s2"), "cispo", 0.7)] * updates + [("state_dict",), ("load_weights", updates + 1),
+                                                                         ("publish", 7)]
+    assert (stats.loss, version) == (float(updates), 7)  # the last update's stats

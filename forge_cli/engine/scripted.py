@@ -5,7 +5,8 @@ to assistant *text*; the engine tokenises it, appends EOS, and computes each id'
 real model, so the recorded ids and logprobs are as real as a sampled completion's. It drives
 scaffolds and real agent programs through whole episodes before any model can solve a task.
 
-A policy is a Python callable ``policy(context) -> str``, an import path ``"module:function"``,
+A policy is a Python callable ``policy(context) -> str``, an import path ``"module:function"``
+(``"module:function?key=value&…"`` passes keyword arguments, values read as JSON),
 or a JSON file::
 
     {"rules": [{"when": "regex on the last message", "reply": "text"}, ...],
@@ -36,16 +37,35 @@ Policy = Callable[[dict[str, Any]], str]
 
 
 def load_policy(spec: str | Path | Policy) -> Policy:
-    """A policy from a callable, ``module:function``, or a JSON rules/turns file."""
+    """A policy from a callable, ``module:function`` (``module:function?key=value&…`` passes keyword
+    arguments, each value read as JSON, else as a string), or a JSON rules/turns file."""
     if callable(spec):
         return spec
     text = str(spec)
     if ":" in text and not Path(text).exists():
-        module, _, name = text.partition(":")
+        module, _, rest = text.partition(":")
+        name, _, query = rest.partition("?")
         try:
-            return getattr(importlib.import_module(module), name)
+            function = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
             raise ForgeError(f"cannot import the scripted policy {text!r}: {exc}") from None
+        if not query:
+            return function
+        import functools
+        import inspect
+        from urllib.parse import parse_qsl
+
+        def value(raw: str) -> Any:
+            try:
+                return json.loads(raw)
+            except ValueError:
+                return raw
+
+        kwargs = {key: value(raw) for key, raw in parse_qsl(query, keep_blank_values=True)}
+        unknown = sorted(set(kwargs) - set(inspect.signature(function).parameters))
+        if unknown:
+            raise ForgeError(f"the scripted policy {module}:{name} takes no {', '.join(unknown)} (in {text!r})")
+        return functools.partial(function, **kwargs)
     path = Path(text)
     try:
         data = json.loads(path.read_text())

@@ -10,6 +10,7 @@ agent would: an observation a context policy removed is looked up again.
 from __future__ import annotations
 
 import json
+import random
 import re
 from typing import Any
 
@@ -38,13 +39,36 @@ def calc_expression(prompt: str) -> str:
     return expr
 
 
-def calc(context: dict[str, Any]) -> str:
-    """One calculator call with the whole expression, then its result as the answer."""
+def slip(text: str, rng: random.Random) -> str:
+    """``text`` with one of its digits changed to another (a number's first digit never to 0: no
+    leading zeros, no division by zero)."""
+    places = [i for i, ch in enumerate(text) if ch.isdigit()]
+    if not places:
+        return text
+    i = rng.choice(places)
+    first = i == 0 or not text[i - 1].isdigit()
+    digits = [d for d in "0123456789" if d != text[i] and not (first and d == "0")]
+    return text[:i] + rng.choice(digits) + text[i + 1:]
+
+
+def calc(context: dict[str, Any], slips: float = 0.0, seed: int = 0) -> str:
+    """One calculator call with the whole expression, then its result as the answer.
+
+    ``slips``: the fraction of tasks on which this teacher miscopies one digit, as an imperfect
+    teacher (a person, a weaker model) does — two in three times in the expression it sends to the
+    calculator, else in the result it answers with. Which tasks, and which digit, follow from the
+    task's text and ``seed`` alone, so both turns of a task agree and a run is reproducible."""
     messages = context.get("messages") or []
+    prompt = _user(messages)
+    rng = random.Random(f"{seed}\0{prompt}")
+    slipped = rng.random() < slips
+    where = "expression" if rng.random() < 2 / 3 else "answer"
     results = [m["content"] for m in messages if m.get("role") == "tool"]
     if results:
-        return str(results[-1]).strip()
-    return _call("calculator", expression=calc_expression(_user(messages)))
+        answer = str(results[-1]).strip()
+        return slip(answer, rng) if slipped and where == "answer" else answer
+    expression = calc_expression(prompt)
+    return _call("calculator", expression=slip(expression, rng) if slipped and where == "expression" else expression)
 
 
 def kv_search(context: dict[str, Any]) -> str:
@@ -190,11 +214,12 @@ DEMO_POLICIES: dict[str, str] = {"calc": "calc", "calc-1": "calc", "kv-search": 
                                  "swe-mini": "swe_mini"}
 
 
-def by_tools(context: dict[str, Any]) -> str:
-    """The demo policy of whichever suite the offered tools belong to (for a mix of suites)."""
+def by_tools(context: dict[str, Any], slips: float = 0.0, seed: int = 0) -> str:
+    """The demo policy of whichever suite the offered tools belong to (for a mix of suites);
+    ``slips`` and ``seed`` go to :func:`calc`."""
     tools = {t.get("function", t).get("name") for t in context.get("tools") or [] if isinstance(t, dict)}
     if "calculator" in tools:
-        return calc(context)
+        return calc(context, slips=slips, seed=seed)
     if {"search", "open"} <= tools:
         return kv_search(context)
     if "run_tests" in tools:
@@ -202,9 +227,10 @@ def by_tools(context: dict[str, Any]) -> str:
     return files_shell(context)
 
 
-def policy_for(weights: dict[str, float]) -> str:
+def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0) -> str:
     """The scripted engine's ``policy`` reference that writes traces for the suites of ``weights``
-    (a mix gets :func:`by_tools`); a ForgeError if a suite has no demo policy."""
+    (a mix gets :func:`by_tools`), with ``slips`` for the calc teacher; a ForgeError if a suite has
+    no demo policy."""
     from forge_cli.errors import ForgeError
 
     missing = [name for name in weights if name not in DEMO_POLICIES]
@@ -212,4 +238,5 @@ def policy_for(weights: dict[str, float]) -> str:
         raise ForgeError(f"no demo policy writes warm-start traces for {', '.join(missing)} (there are demo policies "
                          f"for {', '.join(DEMO_POLICIES)}): set train.warmstart.when = \"never\" or warm-start on those")
     names = {DEMO_POLICIES[name] for name in weights}
-    return f"{__name__}:{names.pop() if len(names) == 1 else 'by_tools'}"
+    name = names.pop() if len(names) == 1 else "by_tools"
+    return f"{__name__}:{name}" + (f"?slips={slips}&seed={seed}" if slips and name in ("calc", "by_tools") else "")

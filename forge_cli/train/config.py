@@ -141,6 +141,10 @@ class WarmStartConfig(_Member):
         "Stop once sampled held-out success reaches this: a policy that solves some but clearly not most tasks."))
     max_minutes: float = Field(6.0, gt=0, description="Stop after this long even below the target.")
     traces: int = Field(1024, ge=8, description="Synthetic train-split trajectories to learn from.")
+    teacher_slips: float = Field(0.0, ge=0, lt=1, description=(
+        "The fraction of calc traces in which the demo teacher miscopies one digit (of the expression, or of "
+        "the answer), as an imperfect teacher does. The warm start learns every trace the teacher finished, "
+        "right or wrong, as it would a person's or a weaker model's; with 0 only the solved ones."))
     batch_size: int = Field(32, ge=1, description="Completions per supervised step.")
     lr: float = Field(3e-3, gt=0, description="Learning rate of the first supervised step (AdamW).")
     final_lr_fraction: float = Field(1.0, gt=0, le=1, description=(

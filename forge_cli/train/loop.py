@@ -157,11 +157,12 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
 
 
 async def _advance(config: Any, trainer: Any, gw: Any, samples: Any) -> tuple[Any, float, int]:
-    """One train step on ``samples``, its weights into the engine and the version published:
-    (the step's stats, when training ended, the new version)."""
-    stats = await asyncio.to_thread(
-        trainer.step, samples.samples, config.train.loss, temperature=samples.temperature or 1.0,
-        attention=config.train.attention, split=config.train.split, budget=config.train.micro_batch_tokens)
+    """One train step on ``samples`` (``train.updates_per_step`` optimizer updates), its weights into
+    the engine and the version published: (the last update's stats, when training ended, the new version)."""
+    for _ in range(config.train.updates_per_step):  # the sampler's logprobs stay the ratios' denominator
+        stats = await asyncio.to_thread(
+            trainer.step, samples.samples, config.train.loss, temperature=samples.temperature or 1.0,
+            attention=config.train.attention, split=config.train.split, budget=config.train.micro_batch_tokens)
     trained = time.monotonic()
     weights = await asyncio.to_thread(trainer.state_dict)  # a gather under ZeRO-3: off the event loop
     version = await gw.engine.load_weights(weights)  # pause, swap, resume: no request lost

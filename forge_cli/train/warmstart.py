@@ -32,17 +32,19 @@ class WarmStartResult:
     traces: int
 
 
-async def synthetic_samples(config: Any, run_dir: Path, traces: int) -> list[Any]:
-    """Cross-entropy samples of the completions of ``traces`` solved train-split trajectories,
-    recorded by a scripted gateway of their own (its run folder: ``run_dir``)."""
+async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0) -> list[Any]:
+    """Cross-entropy samples of the completions of ``traces`` train-split trajectories, recorded by
+    a scripted gateway of their own (its run folder: ``run_dir``): the solved ones, or with
+    ``slips`` (the teacher's miscopies, ``[train.warmstart] teacher_slips``) every finished one —
+    an imperfect teacher's data is not sorted by the verifier, which would already be using the reward."""
     from forge_cli.engine import ScriptedEngineConfig
     from forge_cli.gateway.server import serve_gateway
-    from forge_cli.pool.types import Sample
+    from forge_cli.pool.types import Sample, TrajectoryStatus
     from forge_cli.rollout.driver import request_from_config, rollout
     from forge_cli.tasks.demo_policies import policy_for
 
     request = request_from_config(config, groups=traces, n=1, split="train", first_group=0)
-    policy = policy_for(request.weights)
+    policy = policy_for(request.weights, slips=slips, seed=config.run.seed)
     scripted = config.model_copy(deep=True)
     scripted.model.engine = ScriptedEngineConfig(policy=policy)
     scripted.model.replicas = 1
@@ -54,8 +56,8 @@ async def synthetic_samples(config: Any, run_dir: Path, traces: int) -> list[Any
         await rollout(scripted, request, gateway=gw)
         for group in await asyncio.to_thread(gw.pool.groups):
             for t in (await asyncio.to_thread(gw.pool.group, group.id)).trajectories:
-                if t.rewards.get("outcome", 0.0) < 1.0:
-                    continue  # only what solved its task
+                if (t.status is not TrajectoryStatus.COMPLETED) if slips else t.rewards.get("outcome", 0.0) < 1.0:
+                    continue  # what the teacher finished; without slips, only what solved its task
                 samples += [Sample(tokens=list(c.prompt_ids) + list(c.output_ids), prompt_len=len(c.prompt_ids),
                                    old_logprobs=[0.0] * len(c.output_ids), advantages=[1.0] * len(c.output_ids),
                                    completion_id=c.id, policy_version=0) for c in t.completions if c.output_ids]
@@ -77,7 +79,7 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
     ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
     started = time.monotonic()
     tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
-    samples = await synthetic_samples(config, gw.run_dir / "warmstart", ws.traces)
+    samples = await synthetic_samples(config, gw.run_dir / "warmstart", ws.traces, ws.teacher_slips)
     stop_at = started + ws.max_minutes * 60
     stop_at = min(stop_at, deadline) if deadline is not None else stop_at
     rl_lr = on_every_rank(trainer, set_lr, ws.lr)
