@@ -118,7 +118,9 @@ class TrainConfig(Section):
     group_size: int = Field(8, gt=0, description="n: trajectories sampled per task.")
     updates_per_step: int = Field(1, ge=1, le=16, description=(
         "Optimizer updates on each step's batch (PPO's epochs): more learning per sampled trajectory when rollouts "
-        "are the bottleneck; the ratios stay against the sampler's logprobs, so the loss's clip bounds the drift."))
+        "are the bottleneck. The ratios stay against the sampler's logprobs: ppo_clip's and grpo's clip bounds the "
+        "drift; cispo's detached weight does not (every token keeps its gradient), nor do reinforce and "
+        "cross_entropy, which ignore the ratio. The step's logged stats are the last update's."))
     micro_batch_tokens: int = Field(8192, gt=0, description="Token budget of one packed micro-batch.")
     attention: Literal[tuple(ATTENTION_MODES)] = Field(  # type: ignore[valid-type]
         "auto", description="Prefix-tree attention: " + "; ".join(f"{k}: {v}" for k, v in ATTENTION_MODES.items()) + ".")

@@ -161,9 +161,9 @@ def test_codex_docker_with_mcp_files(installed_agent, long_model, tmp_path, dock
 def test_claude_code_local_with_mcp_files(installed_agent, long_model, tmp_path, local_sandbox):
     """claude-code in bubblewrap with ``mcp = ["files"]``: Forge writes its --mcp-config, claude-code starts
     the files server in its sandbox and reads and edits the repository only through it
-    (``mcp__files__read_file``, ``mcp__files__edit_file``). (One claude-code test, ~70 s with its ~135k tokens
-    scored: claude-code in docker runs in test_agents_pip's untrained seven, and the MCP servers' own venv in a
-    container in codex's docker test above.)"""
+    (``mcp__files__read_file``, ``mcp__files__edit_file``). One claude-code fix, ~70 s with its ~135k tokens
+    scored: claude-code in docker is only launched, and fails cleanly, in test_agents_pip's untrained seven; the
+    MCP servers' own venv in a container is codex's docker test above; claude-code without MCP is not run."""
     installed_agent("claude-code")
     calls = fix_swe_mini("claude-code", "local", long_model, tmp_path, mcp=["files"], edit_tool="mcp__files__edit_file")
     offered = {t["name"] for t in calls[-1].request["tools"]}

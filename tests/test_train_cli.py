@@ -72,6 +72,8 @@ def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path)
     (warm_model_dir() / "warmstart.json").write_text(json.dumps(record))
     other = plan(load_config(env={}, overrides={"rollout.task": "kv-search"}))
     assert other.warm_start  # warm-started on another suite: warm-start anew
+    sloppy = plan(load_config(env={}, overrides={"train.warmstart.teacher_slips": 0.3}))
+    assert sloppy.warm_start  # from another teacher: warm-start anew (a record without slips had none)
     later = plan(config, minutes=3)
     assert (str(later.config.model.path), later.warm_start, later.minutes) == (str(warm_model_dir()), False, 3)
     never = plan(load_config(env={}, overrides={"train.warmstart.when": "never"}))

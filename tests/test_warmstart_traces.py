@@ -19,14 +19,14 @@ from forge_cli.tasks.calculator import calculate
 from forge_cli.tasks.demo_policies import calc, calc_expression, policy_for, slip
 
 
-def turns(policy, prompt: str) -> tuple[str, str]:
-    """The policy's tool call's expression, and its answer to the calculator's true result of it."""
+def turns(policy, prompt: str) -> tuple[str, str, str]:
+    """The expression of the policy's tool call, the calculator's result of it, and the policy's answer to that."""
     messages = [{"role": "user", "content": prompt}]
     call = policy({"messages": messages})
     expression = json.loads(re.search(r"\{.*\}", call, re.S).group(0))["arguments"]["expression"]
     result = calculate(expression)
     answer = policy({"messages": messages + [{"role": "assistant", "content": call}, {"role": "tool", "content": result}]})
-    return expression, answer, result
+    return expression, result, answer
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -45,7 +45,7 @@ def test_the_teachers_slips_land_on_their_share_of_tasks_the_same_way_on_both_tu
     clean = [turns(calc, p) for p in prompts]
     sloppy = [turns(lambda c: calc(c, slips=0.3, seed=7), p) for p in prompts]
     in_expression = sum(s[0] != c[0] for s, c in zip(sloppy, clean))
-    in_answer = sum(s[0] == c[0] and s[1] != s[2] for s, c in zip(sloppy, clean))
+    in_answer = sum(s[0] == c[0] and s[2] != s[1] for s, c in zip(sloppy, clean))
     assert all(c[0] == calc_expression(p) and c[1] == c[2] for c, p in zip(clean, prompts))  # no slips: exact
     assert abs(in_expression / 2000 - 0.2) < 0.03 and abs(in_answer / 2000 - 0.1) < 0.025
     assert all(s[1] == s[2] for s, c in zip(sloppy, clean) if s[0] != c[0])  # a miscopied call: its result answered
@@ -65,6 +65,8 @@ def test_policy_references_carry_keyword_arguments_and_refuse_unknown_ones():
     assert turns(loaded, prompt) == turns(lambda c: calc(c, slips=0.25, seed=3), prompt)
     with pytest.raises(ForgeError, match="takes no noise"):
         load_policy("forge_cli.tasks.demo_policies:calc?noise=1")
+    with pytest.raises(ForgeError, match="takes no context"):  # the request is the policy's own first argument
+        load_policy("forge_cli.tasks.demo_policies:calc?context=1")
 
 
 @pytest.mark.parametrize("slips", [0.0, 0.5])

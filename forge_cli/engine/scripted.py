@@ -62,8 +62,15 @@ def load_policy(spec: str | Path | Policy) -> Policy:
                 return raw
 
         kwargs = {key: value(raw) for key, raw in parse_qsl(query, keep_blank_values=True)}
-        unknown = sorted(set(kwargs) - set(inspect.signature(function).parameters))
-        if unknown:
+        try:
+            parameters = list(inspect.signature(function).parameters.values())
+        except (TypeError, ValueError):  # a builtin without a signature: let the call say
+            parameters = []
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        named = {p.name for p in parameters[1:] if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                              inspect.Parameter.KEYWORD_ONLY)}
+        unknown = sorted(k for k in kwargs if k not in named and not (takes_any and parameters and k != parameters[0].name))
+        if parameters and unknown:
             raise ForgeError(f"the scripted policy {module}:{name} takes no {', '.join(unknown)} (in {text!r})")
         return functools.partial(function, **kwargs)
     path = Path(text)

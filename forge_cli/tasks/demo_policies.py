@@ -212,6 +212,8 @@ def swe_mini(context: dict[str, Any]) -> str:
 # suite -> the demo policy that solves it (what the warm start's synthetic traces come from)
 DEMO_POLICIES: dict[str, str] = {"calc": "calc", "calc-1": "calc", "kv-search": "kv_search", "files": "files_shell",
                                  "swe-mini": "swe_mini"}
+# the suites whose teacher slips with ``slips`` (calc's): only their unsolved traces are learned too
+SLIPPING_SUITES = frozenset(name for name, policy in DEMO_POLICIES.items() if policy == "calc")
 
 
 def by_tools(context: dict[str, Any], slips: float = 0.0, seed: int = 0) -> str:
@@ -239,4 +241,5 @@ def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0) -> 
                          f"for {', '.join(DEMO_POLICIES)}): set train.warmstart.when = \"never\" or warm-start on those")
     names = {DEMO_POLICIES[name] for name in weights}
     name = names.pop() if len(names) == 1 else "by_tools"
-    return f"{__name__}:{name}" + (f"?slips={slips}&seed={seed}" if slips and name in ("calc", "by_tools") else "")
+    slipping = slips and any(suite in SLIPPING_SUITES for suite in weights)
+    return f"{__name__}:{name}" + (f"?slips={slips}&seed={seed}" if slipping else "")

@@ -116,7 +116,7 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                                "engine_idle": max(0.0, 1.0 - (busy - engine_busy) / max(now - last, 1e-9)),
                                "train_s": t2 - t1, "sync_s": now - t2, "step_s": now - last,
                                "samples_per_s": fields["trajectories"] / max(now - last, 1e-9),
-                               "train_tokens_per_s": fields["unique_tokens"] / max(t2 - t1, 1e-9),
+                               "train_tokens_per_s": config.train.updates_per_step * fields["unique_tokens"] / max(t2 - t1, 1e-9),
                                "rollout_tokens_per_s": (live.get("output_tokens", 0.0) - sampled) / max(now - last, 1e-9),
                                "group_ids": [g.id for g in batch.groups]}
                     last, sampled, engine_busy = now, live.get("output_tokens", 0.0), busy

@@ -107,13 +107,14 @@ def prepare(config: Any, *, run: str | None = None, resume: str | None = None, m
 
 
 def _warmed_for(folder: Path, config: Any) -> bool:
-    """Whether the kept warm copy was warm-started on what ``config`` trains (suite, mix, scaffold)."""
+    """Whether the kept warm copy was warm-started on what ``config`` trains (suite, mix, scaffold)
+    and from the same teacher (its slips)."""
     try:
         record = json.loads((folder / "warmstart.json").read_text())
     except (OSError, ValueError):
         return False
-    return (record.get("suite"), record.get("mix") or {}, record.get("scaffold")) == (
-        config.rollout.task, dict(config.rollout.mix), config.rollout.scaffold)
+    return (record.get("suite"), record.get("mix") or {}, record.get("scaffold"), record.get("teacher_slips", 0.0)) == (
+        config.rollout.task, dict(config.rollout.mix), config.rollout.scaffold, config.train.warmstart.teacher_slips)
 
 
 async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
@@ -235,4 +236,4 @@ def warm_record(config: Any, result: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
     return {"from": str(config.model.path), "suite": config.rollout.task, "mix": dict(config.rollout.mix),
-            "scaffold": config.rollout.scaffold, **asdict(result)}
+            "scaffold": config.rollout.scaffold, "teacher_slips": config.train.warmstart.teacher_slips, **asdict(result)}

@@ -41,7 +41,8 @@ async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: floa
     from forge_cli.gateway.server import serve_gateway
     from forge_cli.pool.types import Sample, TrajectoryStatus
     from forge_cli.rollout.driver import request_from_config, rollout
-    from forge_cli.tasks.demo_policies import policy_for
+    from forge_cli.tasks.demo_policies import SLIPPING_SUITES, policy_for
+    from forge_cli.train.metrics import suite_of
 
     request = request_from_config(config, groups=traces, n=1, split="train", first_group=0)
     policy = policy_for(request.weights, slips=slips, seed=config.run.seed)
@@ -56,8 +57,9 @@ async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: floa
         await rollout(scripted, request, gateway=gw)
         for group in await asyncio.to_thread(gw.pool.groups):
             for t in (await asyncio.to_thread(gw.pool.group, group.id)).trajectories:
-                if (t.status is not TrajectoryStatus.COMPLETED) if slips else t.rewards.get("outcome", 0.0) < 1.0:
-                    continue  # what the teacher finished; without slips, only what solved its task
+                slipping = slips and suite_of(t.task_id) in SLIPPING_SUITES
+                if (t.status is not TrajectoryStatus.COMPLETED) if slipping else t.rewards.get("outcome", 0.0) < 1.0:
+                    continue  # what a slipping teacher finished; else only what solved its task
                 samples += [Sample(tokens=list(c.prompt_ids) + list(c.output_ids), prompt_len=len(c.prompt_ids),
                                    old_logprobs=[0.0] * len(c.output_ids), advantages=[1.0] * len(c.output_ids),
                                    completion_id=c.id, policy_version=0) for c in t.completions if c.output_ids]
