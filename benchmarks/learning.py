@@ -10,7 +10,9 @@ Each seed gets a FORGE_HOME of its own, so its run creates the default model and
 warm start's last sampled held-out success, "after" the run's final held-out evaluation (the same
 held-out tasks, several samples each). The control starts from the same warm model and runs
 `forge model warmstart --target 1.0` for as long as that seed's RL ran. GRPO runs as many steps as
-the seed's CISPO run, from the same warm model. Prints a table and writes
+the seed's CISPO run, from the same warm model. Both get the main run's resolved scaffold options
+(from a --model the embedded default's are not applied). `--parts` says what to run; each seed's row
+is read from whichever of its runs are in --work (`--parts none` only aggregates). Prints a table and writes
 benchmarks/results/learning.json (seeds, mean_gain, sft_control_mean_gain, …).
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,6 +55,13 @@ def lines(run_dir: Path, kind: str) -> list[dict]:
     return out
 
 
+def scaffold_options(run_dir: Path) -> dict[str, str]:
+    """The resolved options of the run's scaffold, as ``--set`` overrides."""
+    config = json.loads((run_dir / "config.json").read_text())
+    name = config["rollout"]["scaffold"]
+    return {f"scaffolds.{name}.{key}": json.dumps(value) for key, value in (config.get("scaffolds") or {}).get(name, {}).items()}
+
+
 def warm_rate(run_dir: Path) -> float | None:
     rated = [x for x in lines(run_dir, "warmstart") if x.get("heldout_success") is not None]
     return rated[-1]["heldout_success"] if rated else None
@@ -61,7 +71,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=15.0, help="forge train's wall-time budget per seed")
-    parser.add_argument("--parts", default="main,control,grpo", help="main, control, grpo (comma-separated)")
+    parser.add_argument("--parts", default="main,control,grpo", help=(
+        "what to run: main, control, grpo (comma-separated; none: only read the runs already in --work). "
+        "Every seed's row is read from whichever of its runs exist"))
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "results" / "learning-work")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learning.json")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -97,19 +109,29 @@ def main() -> None:
         warm_model = home / "models" / "default-warm"  # kept only when the warm start reached its target,
         if not (warm_model / "config.json").is_file():  # else the run's step-0 checkpoint: the same weights
             warm_model = main_run / "checkpoints" / "step-00000000" / "model"
+        # from a --model the embedded default's short scaffold options (no system message, 48 tokens, 3 turns)
+        # are not applied: the control and GRPO get the main run's, so all three see the same prompts
+        same = {**sets, **scaffold_options(main_run)}
+        control = runs / f"control-s{seed}"
         if "control" in parts and row["rl_s"]:
-            control = runs / f"control-s{seed}"
+            shutil.rmtree(control, ignore_errors=True)
+            shutil.rmtree(args.work / f"control-model-s{seed}", ignore_errors=True)
             forge(home, runs, "model", "warmstart", "--model", str(warm_model), "--out", str(args.work / f"control-model-s{seed}"),
-                  "--run", control.name, "--target", "1.0", "--minutes", f"{row['rl_s'] / 60:.2f}", sets=sets,
+                  "--run", control.name, "--target", "1.0", "--minutes", f"{row['rl_s'] / 60:.2f}", sets=same,
                   log=args.work / f"control-s{seed}.log")
+        if (control / "metrics.jsonl").is_file():
             row["control_after"] = warm_rate(control)
             row["control_gain"] = row["control_after"] - row["before"] if None not in (row["control_after"], row["before"]) else None
+        grpo = runs / f"grpo-s{seed}"
         if "grpo" in parts and row["rl_steps"]:
-            grpo = runs / f"grpo-s{seed}"
+            shutil.rmtree(grpo, ignore_errors=True)
             forge(home, runs, "train", "--no-live", "--run", grpo.name, "--model", str(warm_model), "--warmstart", "never",
-                  "--steps", str(row["rl_steps"]), sets={**sets, "train.loss.type": "grpo"}, log=args.work / f"grpo-s{seed}.log")
+                  "--steps", str(row["rl_steps"]), sets={**same, "train.loss.type": "grpo"}, log=args.work / f"grpo-s{seed}.log")
+        if (grpo / "metrics.jsonl").is_file():
             grpo_evals = lines(grpo, "eval")
             row["grpo_after"] = grpo_evals[-1]["success"] if grpo_evals else None
+            row["grpo_best"] = max((e["success"] for e in grpo_evals), default=None)
+            row["grpo_steps"] = len(lines(grpo, "step"))
         seeds.append(row)
         print(json.dumps(row), flush=True)
 
