@@ -63,14 +63,19 @@ def load_policy(spec: str | Path | Policy) -> Policy:
 
         kwargs = {key: value(raw) for key, raw in parse_qsl(query, keep_blank_values=True)}
         try:
-            parameters = list(inspect.signature(function).parameters.values())
-        except (TypeError, ValueError):  # a builtin without a signature: let the call say
-            parameters = []
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-        named = {p.name for p in parameters[1:] if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                              inspect.Parameter.KEYWORD_ONLY)}
-        unknown = sorted(k for k in kwargs if k not in named and not (takes_any and parameters and k != parameters[0].name))
-        if parameters and unknown:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError):  # a callable without a signature: let the call say
+            signature = None
+
+        def takes(key: str) -> bool:  # the request comes first, as the engine calls it; then the keyword
+            try:
+                signature.bind({}, **{key: kwargs[key]})
+            except TypeError:
+                return False
+            return True
+
+        unknown = sorted(key for key in kwargs if signature is not None and not takes(key))
+        if unknown:
             raise ForgeError(f"the scripted policy {module}:{name} takes no {', '.join(unknown)} (in {text!r})")
         return functools.partial(function, **kwargs)
     path = Path(text)

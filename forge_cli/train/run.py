@@ -113,8 +113,18 @@ def _warmed_for(folder: Path, config: Any) -> bool:
         record = json.loads((folder / "warmstart.json").read_text())
     except (OSError, ValueError):
         return False
-    return (record.get("suite"), record.get("mix") or {}, record.get("scaffold"), record.get("teacher_slips", 0.0)) == (
-        config.rollout.task, dict(config.rollout.mix), config.rollout.scaffold, config.train.warmstart.teacher_slips)
+    key = warm_key(config)
+    return {k: record.get(k, _WARM_KEY_DEFAULTS.get(k)) for k in key} == key
+
+
+# what a record written before a key existed says of it
+_WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "teacher_slips": 0.0}
+
+
+def warm_key(config: Any) -> dict[str, Any]:
+    """What a warm copy is warm-started on (``warmstart.json`` records it; a run reuses only a match)."""
+    return {"suite": config.rollout.task, "mix": dict(config.rollout.mix), "scaffold": config.rollout.scaffold,
+            "teacher_slips": config.train.warmstart.teacher_slips}
 
 
 async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
@@ -235,5 +245,4 @@ def warm_record(config: Any, result: Any) -> dict[str, Any]:
     """What ``warmstart.json`` says of a warm start."""
     from dataclasses import asdict
 
-    return {"from": str(config.model.path), "suite": config.rollout.task, "mix": dict(config.rollout.mix),
-            "scaffold": config.rollout.scaffold, "teacher_slips": config.train.warmstart.teacher_slips, **asdict(result)}
+    return {"from": str(config.model.path), **warm_key(config), **asdict(result)}

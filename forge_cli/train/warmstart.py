@@ -58,8 +58,10 @@ async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: floa
         for group in await asyncio.to_thread(gw.pool.groups):
             for t in (await asyncio.to_thread(gw.pool.group, group.id)).trajectories:
                 slipping = slips and suite_of(t.task_id) in SLIPPING_SUITES
-                if (t.status is not TrajectoryStatus.COMPLETED) if slipping else t.rewards.get("outcome", 0.0) < 1.0:
-                    continue  # what a slipping teacher finished; else only what solved its task
+                # what a slipping teacher finished; else only what solved its task
+                kept = t.status is TrajectoryStatus.COMPLETED if slipping else t.rewards.get("outcome", 0.0) >= 1.0
+                if not kept:
+                    continue
                 samples += [Sample(tokens=list(c.prompt_ids) + list(c.output_ids), prompt_len=len(c.prompt_ids),
                                    old_logprobs=[0.0] * len(c.output_ids), advantages=[1.0] * len(c.output_ids),
                                    completion_id=c.id, policy_version=0) for c in t.completions if c.output_ids]
