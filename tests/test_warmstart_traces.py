@@ -10,6 +10,8 @@ import random
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from forge_cli.config import load_config
 from forge_cli.engine.scripted import load_policy
@@ -92,3 +94,82 @@ def test_the_warm_start_learns_every_finished_trace_of_a_slipping_teacher(tiny_m
         assert 10 <= right.count(False) <= 38, right  # about half slipped, and they are learned too
     else:
         assert all(right), list(zip(questions, calls, answers, results))
+
+
+@given(first=st.integers(1, 40), added=st.lists(st.integers(0, 30), max_size=6), size=st.integers(1, 16),
+       seed=st.integers(0, 2**16))
+def test_a_batch_learns_what_no_step_has_learned_first_then_fills_with_learned_ones(first, added, size, seed):
+    """FreshFirst against the plain computation: every completion is learned once, in the order written,
+    before any is taken again; a batch is full (as far as the data allow) and has no repeats."""
+    from forge_cli.train.warmstart import FreshFirst
+
+    written = list(range(first))
+    data = FreshFirst(written, random.Random(seed))
+    learned = 0
+    for more in [0, *added]:
+        new = list(range(len(written), len(written) + more))
+        written += new
+        data.add(new)
+        for _ in range(3):
+            batch = data.batch(size)
+            fresh = written[learned:learned + size]
+            assert batch[:len(fresh)] == fresh  # the unlearned ones first, oldest first
+            learned += len(fresh)
+            assert len(batch) == min(size, len(written)) and len(set(batch)) == len(batch)
+            assert set(batch[len(fresh):]) <= set(written[:learned - len(fresh)])  # then ones learned before
+            assert data.learned == learned
+
+
+def test_the_trace_writer_goes_on_where_its_last_batch_stopped(tiny_model, tmp_path):
+    """Two batches of the writer are the next tasks of the train stream, none written twice: together
+    the same tasks as one batch of both sizes."""
+    from forge_cli.train.warmstart import TraceWriter
+
+    config = load_config(env={}, overrides={"model.path": str(tiny_model), "rollout.task": "calc-1",
+                                            "rollout.scaffold": "tool-call-unlisted", "run.dir": str(tmp_path)})
+
+    def questions(samples):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+        return [re.findall(r"What is .+?\?", tokenizer.decode(s.tokens[:s.prompt_len]))[-1] for s in samples[0::2]]
+
+    async def write(sizes, name):
+        async with TraceWriter(config, tmp_path / name / "warmstart") as writer:
+            batches = [await writer.write(n) for n in sizes]
+        return batches, writer.written
+
+    (a, b), written = asyncio.run(write([12, 8], "two"))
+    (both,), _ = asyncio.run(write([20], "one"))
+    assert written == 20 and len(a) == 24 and len(b) == 16
+    assert len(set(questions(a))) == 12 and len(set(questions(b))) == 8 and not set(questions(a)) & set(questions(b))
+    assert set(questions(a)) | set(questions(b)) == set(questions(both))
+
+
+@pytest.mark.parametrize("fresh", [0, 8])
+def test_the_warm_start_learns_new_traces_while_they_are_written(tiny_model, tmp_path, fresh):
+    """`forge model warmstart`'s library call, end to end (scripted traces, supervised steps, held-out
+    evaluations, the warm copy saved): with ``fresh_traces`` the writer keeps adding traces while the
+    steps run, and each step learns the newest unlearned completions first; without, the first ones only."""
+    from forge_cli.train.run import warmstart
+
+    config = load_config(env={}, overrides={
+        "model.path": str(tiny_model), "model.engine": "hf", "train.engine": "torch", "run.dir": str(tmp_path / "runs"),
+        "rollout.task": "calc-1", "rollout.scaffold": "tool-call-unlisted", "train.eval_tasks": 2, "train.eval_samples": 1,
+        "train.warmstart.traces": 16, "train.warmstart.fresh_traces": fresh, "train.warmstart.batch_size": 8,
+        "train.warmstart.max_minutes": 0.25, "train.warmstart.eval_every": 10, "train.warmstart.target_success": 1.0})
+    result, folder = asyncio.run(warmstart(config, out=tmp_path / "warm", run="ws"))
+    lines = [json.loads(x) for x in (tmp_path / "runs" / "ws" / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if x.get("kind") == "warmstart"]
+    assert len(steps) == result.steps >= 3 and result.reason == "time budget"
+    assert [x["heldout_success"] for x in steps if "heldout_success" in x]  # measured on the way and at the end
+    assert steps[0]["completions"] == 32 and steps[0]["learned"] == 8  # the first 16 traces: a call and an answer each
+    assert all(b["learned"] - a["learned"] == min(8, a["completions"] - a["learned"]) or b["completions"] > a["completions"]
+               for a, b in zip(steps, steps[1:]))  # every step takes what is unlearned first
+    record = json.loads((folder / "warmstart.json").read_text())
+    if fresh:
+        assert steps[-1]["completions"] > 32 and result.traces > 16 and record["traces"] == result.traces
+    else:
+        assert {x["completions"] for x in steps} == {32} and result.traces == 16
+        assert steps[-1]["learned"] == 32  # all learned, then batches drawn again from them
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()

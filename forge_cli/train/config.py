@@ -140,7 +140,12 @@ class WarmStartConfig(_Member):
     target_success: float = Field(0.3, gt=0, le=1, description=(
         "Stop once sampled held-out success reaches this: a policy that solves some but clearly not most tasks."))
     max_minutes: float = Field(6.0, gt=0, description="Stop after this long even below the target.")
-    traces: int = Field(1024, ge=8, description="Synthetic train-split trajectories to learn from.")
+    traces: int = Field(1024, ge=8, description="Synthetic train-split trajectories written before the first step.")
+    fresh_traces: int = Field(0, ge=0, description=(
+        "While the warm start trains, keep writing new traces in the background, this many at a time (0: learn "
+        "only the first `traces`); each step then learns the completions no step has learned yet first. "
+        "Measured here it did not make the copying transition reliably sooner, and the writing takes CPU from "
+        "the steps (benchmarks/RESULTS.md, 'Learning')."))
     teacher_slips: float = Field(0.0, ge=0, lt=1, description=(
         "The fraction of calc traces in which the demo teacher miscopies one digit (of the expression, or of "
         "the answer), as an imperfect teacher does. The warm start learns every trace the teacher finished, "

@@ -32,42 +32,100 @@ class WarmStartResult:
     traces: int
 
 
-async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0) -> list[Any]:
-    """Cross-entropy samples of the completions of ``traces`` train-split trajectories, recorded by
-    a scripted gateway of their own (its run folder: ``run_dir``): the solved ones, or with
-    ``slips`` (the teacher's miscopies, ``[train.warmstart] teacher_slips``) every finished one —
-    an imperfect teacher's data is not sorted by the verifier, which would already be using the reward."""
-    from forge_cli.engine import ScriptedEngineConfig
-    from forge_cli.gateway.server import serve_gateway
-    from forge_cli.pool.types import Sample, TrajectoryStatus
-    from forge_cli.rollout.driver import request_from_config, rollout
-    from forge_cli.tasks.demo_policies import SLIPPING_SUITES, policy_for
-    from forge_cli.train.metrics import suite_of
+class TraceWriter:
+    """Writes synthetic traces batch after batch through a scripted gateway of its own (its run
+    folder: ``run_dir``), continuing the train-split task stream where the last batch stopped: the
+    demo policy (:func:`~forge_cli.tasks.demo_policies.policy_for`) solves the tasks through the real
+    scaffold and tools, so each trace's tokens are exactly what the policy sees and emits in RL."""
 
-    request = request_from_config(config, groups=traces, n=1, split="train", first_group=0)
-    policy = policy_for(request.weights, slips=slips, seed=config.run.seed)
-    scripted = config.model_copy(deep=True)
-    scripted.model.engine = ScriptedEngineConfig(policy=policy)
-    scripted.model.replicas = 1
-    scripted.gateway.port, scripted.gateway.socket = 0, ""
-    scripted.run.dir = Path(run_dir).parent
-    scripted.pool.url = "sqlite"
-    samples: list[Sample] = []
-    async with serve_gateway(scripted, Path(run_dir).name) as gw:
-        await rollout(scripted, request, gateway=gw)
-        for group in await asyncio.to_thread(gw.pool.groups):
-            for t in (await asyncio.to_thread(gw.pool.group, group.id)).trajectories:
-                slipping = slips and suite_of(t.task_id) in SLIPPING_SUITES
+    def __init__(self, config: Any, run_dir: Path, slips: float = 0.0) -> None:
+        from forge_cli.engine import ScriptedEngineConfig
+        from forge_cli.rollout.driver import request_from_config
+        from forge_cli.tasks.demo_policies import policy_for
+
+        self.slips, self.next_group, self.written = slips, 0, 0
+        self.policy = policy_for(request_from_config(config, groups=1).weights, slips=slips, seed=config.run.seed)
+        self.config = config.model_copy(deep=True)
+        self.config.model.engine = ScriptedEngineConfig(policy=self.policy)
+        self.config.model.replicas = 1
+        self.config.gateway.port, self.config.gateway.socket = 0, ""
+        self.config.run.dir = Path(run_dir).parent
+        self.config.pool.url = "sqlite"
+        self.run_name = Path(run_dir).name
+        self._read: set[str] = set()
+        self._gateway: Any = None
+        self._stack: Any = None
+
+    async def __aenter__(self) -> "TraceWriter":
+        import contextlib
+
+        from forge_cli.gateway.server import serve_gateway
+
+        self._stack = contextlib.AsyncExitStack()
+        self._gateway = await self._stack.enter_async_context(serve_gateway(self.config, self.run_name))
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._stack.aclose()
+
+    async def write(self, traces: int) -> list[Any]:
+        """Cross-entropy samples of the completions of the next ``traces`` train-split trajectories:
+        the solved ones, or with ``slips`` (the teacher's miscopies, ``[train.warmstart]
+        teacher_slips``) every finished one — an imperfect teacher's data is not sorted by the
+        verifier, which would already be using the reward."""
+        from forge_cli.pool.types import Sample, TrajectoryStatus
+        from forge_cli.rollout.driver import request_from_config, rollout
+        from forge_cli.tasks.demo_policies import SLIPPING_SUITES
+        from forge_cli.train.metrics import suite_of
+
+        request = request_from_config(self.config, groups=traces, n=1, split="train", first_group=self.next_group)
+        self.next_group += traces
+        await rollout(self.config, request, gateway=self._gateway)
+        pool, samples = self._gateway.pool, []
+        for group in await asyncio.to_thread(pool.groups):
+            if group.id in self._read:
+                continue
+            self._read.add(group.id)
+            for t in (await asyncio.to_thread(pool.group, group.id)).trajectories:
+                slipping = self.slips and suite_of(t.task_id) in SLIPPING_SUITES
                 # what a slipping teacher finished; else only what solved its task
                 kept = t.status is TrajectoryStatus.COMPLETED if slipping else t.rewards.get("outcome", 0.0) >= 1.0
                 if not kept:
                     continue
+                self.written += 1
                 samples += [Sample(tokens=list(c.prompt_ids) + list(c.output_ids), prompt_len=len(c.prompt_ids),
                                    old_logprobs=[0.0] * len(c.output_ids), advantages=[1.0] * len(c.output_ids),
                                    completion_id=c.id, policy_version=0) for c in t.completions if c.output_ids]
+        return samples
+
+
+async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0) -> list[Any]:
+    """The samples of ``traces`` synthetic trajectories (:meth:`TraceWriter.write`); a ForgeError if
+    the demo policy solved none."""
+    async with TraceWriter(config, run_dir, slips) as writer:
+        samples = await writer.write(traces)
     if not samples:
-        raise ForgeError(f"the demo policy ({policy}) solved none of {traces} train tasks: nothing to warm-start on")
+        raise ForgeError(f"the demo policy ({writer.policy}) solved none of {traces} train tasks: nothing to warm-start on")
     return samples
+
+
+class FreshFirst:
+    """The warm start's data: a list that grows while a :class:`TraceWriter` keeps writing; a batch
+    takes the completions no step has learned yet first (oldest of them first), then fills up with
+    random ones already learned. A tiny model learns to copy from many different tasks far sooner
+    than from the same few thousand again (benchmarks/RESULTS.md, "Learning")."""
+
+    def __init__(self, samples: list[Any], rng: random.Random) -> None:
+        self.samples, self.rng, self.learned = list(samples), rng, 0
+
+    def add(self, samples: list[Any]) -> None:
+        self.samples += samples
+
+    def batch(self, size: int) -> list[Any]:
+        size = min(size, len(self.samples))
+        fresh = self.samples[self.learned:self.learned + size]
+        self.learned += len(fresh)
+        return fresh + self.rng.sample(self.samples[:self.learned - len(fresh)], size - len(fresh))
 
 
 async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
@@ -76,31 +134,58 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
     """Supervised steps on synthetic traces until sampled held-out success reaches
     ``[train.warmstart] target_success`` (or ``max_minutes``/``deadline``); the engine ends up
     serving the warm weights, and the optimizer's state is cleared for RL."""
+    ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
+    started = time.monotonic()
+    tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
+    async with TraceWriter(config, gw.run_dir / "warmstart", ws.teacher_slips) as writer:
+        first = await writer.write(ws.traces)
+        if not first:
+            raise ForgeError(f"the demo policy ({writer.policy}) solved none of {ws.traces} train tasks: "
+                             "nothing to warm-start on")
+        data = FreshFirst(first, random.Random(config.run.seed))
+        more = asyncio.create_task(_keep_writing(writer, data, ws.fresh_traces)) if ws.fresh_traces else None
+        try:
+            step, success, reason = await _learn(config, gw, trainer, data, started, deadline, log, tell)
+        finally:
+            if more is not None:
+                more.cancel()
+                await asyncio.gather(more, return_exceptions=True)
+    return WarmStartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
+                           traces=writer.written)
+
+
+async def _keep_writing(writer: TraceWriter, data: FreshFirst, traces: int) -> None:
+    """Write ``traces`` more traces at a time into ``data`` until cancelled (the warm start ended)."""
+    while True:
+        data.add(await writer.write(traces))
+
+
+async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: float, deadline: float | None,
+                 log: Any, tell: Callable[[str, dict[str, Any]], None]) -> tuple[int, float | None, str]:
+    """The supervised steps: (steps, the last held-out success, why they stopped)."""
     from forge_cli.train.config import CrossEntropyLoss
     from forge_cli.train.distributed import on_every_rank
     from forge_cli.train.evaluate import evaluate
 
-    ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
-    started = time.monotonic()
-    tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
-    samples = await synthetic_samples(config, gw.run_dir / "warmstart", ws.traces, ws.teacher_slips)
+    ws = config.train.warmstart
     stop_at = started + ws.max_minutes * 60
     stop_at = min(stop_at, deadline) if deadline is not None else stop_at
     rl_lr = on_every_rank(trainer, set_lr, ws.lr)
-    rng, step, success, reason = random.Random(config.run.seed), 0, None, "time budget"
-    tell("status", {"status": f"warm start: {len(samples)} completions", "step": 0})
+    step, success, reason = 0, None, "time budget"
+    tell("status", {"status": f"warm start: {len(data.samples)} completions", "step": 0})
     budget_s = stop_at - time.monotonic()
     try:
         while True:
             lr = cosine_lr(ws.lr, ws.final_lr_fraction, time.monotonic() - (stop_at - budget_s), budget_s)
             on_every_rank(trainer, set_lr, lr)
-            batch = rng.sample(samples, min(ws.batch_size, len(samples)))
+            batch = data.batch(ws.batch_size)
             stats = await asyncio.to_thread(trainer.step, batch, CrossEntropyLoss(), temperature=1.0,
                                             attention=config.train.attention, split=config.train.split,
                                             budget=config.train.micro_batch_tokens)
             step += 1
             line: dict[str, Any] = {"loss": float(stats.loss), "lr": lr, "tokens": int(stats.tokens),
-                                    "unique_tokens": int(stats.packed_tokens)}
+                                    "unique_tokens": int(stats.packed_tokens), "completions": len(data.samples),
+                                    "learned": data.learned}
             out_of_time = time.monotonic() >= stop_at
             if step % ws.eval_every == 0 or out_of_time:
                 await gw.engine.load_weights(trainer.state_dict())
@@ -118,8 +203,7 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
     finally:
         on_every_rank(trainer, set_lr, rl_lr)
         on_every_rank(trainer, clear_moments)  # RL starts with fresh moments: the supervised ones point elsewhere
-    return WarmStartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
-                           traces=ws.traces)
+    return step, success, reason
 
 
 def cosine_lr(lr: float, final_fraction: float, elapsed_s: float, budget_s: float) -> float:
