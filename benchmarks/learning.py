@@ -10,8 +10,8 @@ Each seed gets a FORGE_HOME of its own, so its run creates the default model and
 warm start's last sampled held-out success, "after" the run's final held-out evaluation (the same
 held-out tasks, several samples each). The control starts from the same warm model and runs
 `forge model warmstart --target 1.0` for as long as that seed's RL ran. GRPO runs as many steps as
-the seed's CISPO run, from the same warm model. Both get the main run's resolved scaffold options
-(from a --model the embedded default's are not applied). `--parts` says what to run; each seed's row
+the seed's CISPO run, from the same warm model. Both get the main run's resolved scaffold options.
+`--parts` says what to run; each seed's row
 is read from whichever of its runs are in --work (`--parts none` only aggregates). Prints a table and writes
 benchmarks/results/learning.json (seeds, mean_gain, sft_control_mean_gain, …).
 """
@@ -109,8 +109,8 @@ def main() -> None:
         warm_model = home / "models" / "default-warm"  # kept only when the warm start reached its target,
         if not (warm_model / "config.json").is_file():  # else the run's step-0 checkpoint: the same weights
             warm_model = main_run / "checkpoints" / "step-00000000" / "model"
-        # from a --model the embedded default's short scaffold options (no system message, 48 tokens, 3 turns)
-        # are not applied: the control and GRPO get the main run's, so all three see the same prompts
+        # the control and GRPO get the main run's resolved scaffold options, so all three see the same
+        # prompts whatever the defaults (a copy of the embedded default also gets them from its marker)
         same = {**sets, **scaffold_options(main_run)}
         control = runs / f"control-s{seed}"
         if "control" in parts and row["rl_s"]:

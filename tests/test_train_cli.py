@@ -54,6 +54,23 @@ def test_resume_needs_something_to_resume(cli, tmp_path):
     assert result.exit_code == 1 and "run empty has nothing to resume" in result.output
 
 
+def test_a_copy_of_the_embedded_default_given_as_model_gets_its_scaffold_options(tmp_path):
+    """--model with a checkpoint or warm copy of the embedded default (its marker file) samples the
+    prompts it learned on; any other model keeps the scaffolds' own defaults; a setting of the user's wins."""
+    from forge_cli.train.run import plan
+
+    derived, other = tmp_path / "checkpoint", tmp_path / "mine"
+    for folder in (derived, other):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+    (derived / "forge_model.json").write_text("{}")
+    unlisted = {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}
+    assert plan(load_config(env={}, overrides={"model.path": str(derived)})).config.scaffolds["tool-call-unlisted"] == unlisted
+    assert "tool-call-unlisted" not in plan(load_config(env={}, overrides={"model.path": str(other)})).config.scaffolds
+    mine = plan(load_config(env={}, overrides={"model.path": str(derived), "scaffolds.tool-call-unlisted.max_turns": 5}))
+    assert mine.config.scaffolds["tool-call-unlisted"] == {**unlisted, "max_turns": 5}
+
+
 def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path):
     from forge_cli.train.run import DEFAULT_MINUTES, plan, warm_model_dir
 

@@ -68,6 +68,7 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     assert log.count(" step {") == 3 and log.count(" eval {") == 2 and "status {'status': 'finished'" in log
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000003"
     assert (run / "checkpoints" / "step-00000003" / "model" / "tokenizer.json").is_file()  # servable as it is
+    assert (run / "checkpoints" / "step-00000003" / "model" / "forge_model.json").is_file()  # a copy of the embedded default
     assert json.loads((run / "train_state.json").read_text())["status"] == "finished"
     pool = DataPool.sqlite(run / "pool.sqlite")
     consumed = {g.id for g in pool.groups() if g.status.value == "consumed"}

@@ -173,3 +173,6 @@ def test_the_warm_start_learns_new_traces_while_they_are_written(tiny_model, tmp
         assert {x["completions"] for x in steps} == {32} and result.traces == 16
         assert steps[-1]["learned"] == 32  # all learned, then batches drawn again from them
     assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    assert (folder / "forge_model.json").is_file()  # made from the embedded default: its scaffold options follow it
+    resolved = json.loads((tmp_path / "runs" / "ws" / "config.json").read_text())
+    assert resolved["scaffolds"]["tool-call-unlisted"] == {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}

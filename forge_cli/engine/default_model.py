@@ -56,6 +56,16 @@ SIZES = {
 }
 
 
+# what init writes beside the weights (size, seed, dimensions); warm copies and checkpoints carry it
+# along, so a folder made from the embedded default says so (train/run.py applies its scaffold options)
+MARKER = "forge_model.json"
+
+
+def is_embedded_default(path: Path | str | None) -> bool:
+    """Whether ``path`` holds the embedded default or a copy made from it (a warm copy, a checkpoint)."""
+    return path is not None and (Path(path).expanduser() / MARKER).is_file()
+
+
 def default_model_dir() -> Path:
     return forge_home() / "models" / "default"
 
@@ -142,7 +152,7 @@ def init_default_model(path: Path | None = None, size: str = "tiny", seed: int =
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
-    (path / "forge_model.json").write_text(json.dumps({"size": size, "seed": seed, **asdict(dims)}, indent=2))
+    (path / MARKER).write_text(json.dumps({"size": size, "seed": seed, **asdict(dims)}, indent=2))
     return path
 
 

@@ -24,10 +24,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from forge_cli.engine.default_model import MARKER
 from forge_cli.errors import ForgeError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model")
+# what a servable copy of the policy (a checkpoint's model, a warm copy) takes from its source besides
+# the weights: the tokenizer, and the embedded default's marker (engine/default_model.py: MARKER)
+COPIED_FILES = (*TOKENIZER_FILES, MARKER)
 
 
 def trainer_model(config: Any, run_dir: Path, resume: bool) -> Any:
@@ -109,7 +113,7 @@ def _save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, versi
     folder = save_checkpoint(run_dir / "checkpoints", model, optimizer, None, TrainerState(step=step, policy_version=version),
                              weights=trainer.state_dict())
     source = resolve_model_path(config.model.path)
-    for name in TOKENIZER_FILES:  # a servable model folder
+    for name in COPIED_FILES:  # a servable model folder
         if (source / name).is_file():
             shutil.copy2(source / name, folder / "model" / name)
     return folder

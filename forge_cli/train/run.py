@@ -56,9 +56,7 @@ def plan(config: Any, *, minutes: float | None = None) -> Plan:
     budget = minutes if minutes is not None else config.train.minutes
     if budget is None and embedded:
         budget = config.train.minutes = DEFAULT_MINUTES  # saved with the run: a resumed run gets as long again
-    if embedded:
-        for scaffold, options in EMBEDDED_SCAFFOLD_OPTIONS.items():
-            config.scaffolds[scaffold] = {**options, **config.scaffolds.get(scaffold, {})}
+    with_embedded_options(config)
     if not embedded:
         resolve_model_path(config.model.path)  # a clear error for a folder that is not a model
         return Plan(config, when == "always", None, budget)
@@ -68,6 +66,17 @@ def plan(config: Any, *, minutes: float | None = None) -> Plan:
         return Plan(config, False, None, budget)
     config.model.path = str(init_default_model())  # creates it on first use
     return Plan(config, when != "never", warm if when == "auto" else None, budget)
+
+
+def with_embedded_options(config: Any) -> None:
+    """Lay :data:`EMBEDDED_SCAFFOLD_OPTIONS` under what ``config`` sets (in place) when its policy is
+    the embedded default (no ``model.path``) or a copy made from it (a warm copy, a checkpoint: they
+    carry its marker), so a checkpoint given as ``--model`` samples the prompts it learned on."""
+    from forge_cli.engine.default_model import is_embedded_default
+
+    if config.model.path is None or is_embedded_default(config.model.path):
+        for scaffold, options in EMBEDDED_SCAFFOLD_OPTIONS.items():
+            config.scaffolds[scaffold] = {**options, **config.scaffolds.get(scaffold, {})}
 
 
 @dataclass(frozen=True)
@@ -185,13 +194,13 @@ def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, An
     """Save the warm-started weights as a servable model folder at ``target`` (replacing it
     atomically), with the tokenizer of ``source`` and ``warmstart.json``; ``state_dict``: the train
     engine's, which gathers partitioned (ZeRO-3) weights."""
-    from forge_cli.train.resume import TOKENIZER_FILES
+    from forge_cli.train.resume import COPIED_FILES
 
     target = Path(target)
     tmp = target.with_name(f".{target.name}.writing")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": state_dict()} if state_dict else {}))
-    for name in TOKENIZER_FILES:
+    for name in COPIED_FILES:
         if (Path(source) / name).is_file():
             shutil.copy2(Path(source) / name, tmp / name)
     (tmp / "warmstart.json").write_text(json.dumps({**record, "created_at": time.time()}, indent=2))
@@ -213,6 +222,7 @@ async def warmstart(config: Any, *, out: Path | None = None, run: str | None = N
 
     config = config.model_copy(deep=True)
     embedded = config.model.path is None
+    with_embedded_options(config)  # the warm copy learns the prompts forge train will sample
     if embedded:
         config.model.path = str(init_default_model())
     source = Path(config.model.path)
