@@ -122,7 +122,7 @@ LEARNING_SETTINGS = {
     "train.lr": 1e-4, "train.groups_per_step": 4, "train.group_size": 8, "train.eval_every": 10, "train.eval_tasks": 32,
     "train.eval_samples": 4, "train.checkpoint_every": 20, "train.warmstart.target_success": 0.25,
     "train.warmstart.max_minutes": 8, "train.warmstart.batch_size": 32, "train.warmstart.lr": 3e-3,
-    "train.warmstart.final_lr_fraction": 0.33, "train.warmstart.eval_every": 100,
+    "train.warmstart.final_lr_fraction": 0.33, "train.warmstart.decay_steps": 800, "train.warmstart.eval_every": 100,
 }
 
 

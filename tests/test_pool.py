@@ -53,6 +53,14 @@ def test_lifecycle_round_trip(pool):
     assert pool.trajectory(group.trajectories[2].id).status is TrajectoryStatus.TIMED_OUT
 
 
+def test_groups_are_listed_in_queue_order_and_after_an_index(pool):
+    made = [pool.submit_group(f"task-{i}", 1, "react") for i in range(5)]
+    assert [g.id for g in pool.groups()] == [g.id for g in made]
+    assert [g.id for g in pool.groups(after_index=1)] == [g.id for g in made[2:]]
+    assert pool.groups(after_index=4) == [] and [g.id for g in pool.groups(after_index=-1)] == [g.id for g in made]
+    assert [g.queue_index for g in pool.groups(GroupStatus.ACTIVE, after_index=2)] == [3, 4]
+
+
 def test_logprobs_are_float32_and_ids_packed(pool):
     g = pool.submit_group("t", 1, "react")
     tid = g.trajectories[0].id

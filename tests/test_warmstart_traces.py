@@ -146,21 +146,27 @@ def test_the_trace_writer_goes_on_where_its_last_batch_stopped(tiny_model, tmp_p
     assert set(questions(a)) | set(questions(b)) == set(questions(both))
 
 
+def warm_started(model, runs, run: str, **sets):
+    """A short warm start of ``model`` on calc-1 (an hf engine, the torch trainer): (its result, the
+    warm copy's folder, the run's warmstart metrics lines)."""
+    from forge_cli.train.run import warmstart
+
+    config = load_config(env={}, overrides={
+        "model.path": str(model), "model.engine": "hf", "train.engine": "torch", "run.dir": str(runs),
+        "rollout.task": "calc-1", "rollout.scaffold": "tool-call-unlisted", "train.eval_tasks": 2, "train.eval_samples": 1,
+        "train.warmstart.traces": 16, "train.warmstart.batch_size": 8, "train.warmstart.max_minutes": 0.25,
+        "train.warmstart.eval_every": 10, "train.warmstart.target_success": 1.0, **sets})
+    result, folder = asyncio.run(warmstart(config, out=runs.parent / f"warm-{run}", run=run))
+    lines = [json.loads(x) for x in (runs / run / "metrics.jsonl").read_text().splitlines()]
+    return result, folder, [x for x in lines if x.get("kind") == "warmstart"]
+
+
 @pytest.mark.parametrize("fresh", [0, 8])
 def test_the_warm_start_learns_new_traces_while_they_are_written(tiny_model, tmp_path, fresh):
     """`forge model warmstart`'s library call, end to end (scripted traces, supervised steps, held-out
     evaluations, the warm copy saved): with ``fresh_traces`` the writer keeps adding traces while the
     steps run, and each step learns the newest unlearned completions first; without, the first ones only."""
-    from forge_cli.train.run import warmstart
-
-    config = load_config(env={}, overrides={
-        "model.path": str(tiny_model), "model.engine": "hf", "train.engine": "torch", "run.dir": str(tmp_path / "runs"),
-        "rollout.task": "calc-1", "rollout.scaffold": "tool-call-unlisted", "train.eval_tasks": 2, "train.eval_samples": 1,
-        "train.warmstart.traces": 16, "train.warmstart.fresh_traces": fresh, "train.warmstart.batch_size": 8,
-        "train.warmstart.max_minutes": 0.25, "train.warmstart.eval_every": 10, "train.warmstart.target_success": 1.0})
-    result, folder = asyncio.run(warmstart(config, out=tmp_path / "warm", run="ws"))
-    lines = [json.loads(x) for x in (tmp_path / "runs" / "ws" / "metrics.jsonl").read_text().splitlines()]
-    steps = [x for x in lines if x.get("kind") == "warmstart"]
+    result, folder, steps = warm_started(tiny_model, tmp_path / "runs", "ws", **{"train.warmstart.fresh_traces": fresh})
     assert len(steps) == result.steps >= 3 and result.reason == "time budget"
     assert [x["heldout_success"] for x in steps if "heldout_success" in x]  # measured on the way and at the end
     assert steps[0]["completions"] == 32 and steps[0]["learned"] == 8  # the first 16 traces: a call and an answer each
@@ -176,3 +182,17 @@ def test_the_warm_start_learns_new_traces_while_they_are_written(tiny_model, tmp
     assert (folder / "forge_model.json").is_file()  # made from the embedded default: its scaffold options follow it
     resolved = json.loads((tmp_path / "runs" / "ws" / "config.json").read_text())
     assert resolved["scaffolds"]["tool-call-unlisted"] == {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}
+
+
+def test_two_warm_starts_of_one_seed_learn_the_same_on_a_step_schedule(tiny_model, tmp_path):
+    """With ``decay_steps`` the learning rate follows the step, not the clock, and the traces come in
+    their tasks' order, not their finishing order: two runs take the same steps (the clock only
+    decides where they stop)."""
+    sets = {"train.warmstart.decay_steps": 6, "train.warmstart.final_lr_fraction": 0.5, "train.warmstart.lr": 2e-3}
+    _, _, one = warm_started(tiny_model, tmp_path / "runs", "one", **sets)
+    _, _, two = warm_started(tiny_model, tmp_path / "runs", "two", **sets)
+    from forge_cli.train.warmstart import cosine_lr
+
+    assert min(len(one), len(two)) >= 8
+    assert [x["lr"] for x in one] == [cosine_lr(2e-3, 0.5, i, 6) for i in range(len(one))]  # down to 1e-3 at step 6, then flat
+    assert [x["loss"] for x in one[:len(two)]] == [x["loss"] for x in two[:len(one)]]  # bit for bit

@@ -78,10 +78,14 @@ class PoolReads:
         with self._read() as cur:
             return self._load_group(cur, group_id)
 
-    def groups(self, status: GroupStatus | None = None) -> list[Group]:
-        """Every group (with trajectories and completions), in queue order."""
+    def groups(self, status: GroupStatus | None = None, *, after_index: int | None = None) -> list[Group]:
+        """Every group (with trajectories and completions), in queue order; ``after_index``: only
+        those queued after the group with that ``queue_index``."""
         with self._read() as cur:
-            where, args = ("WHERE status = ?", (status.value,)) if status else ("", ())
+            conditions = [("status = ?", status.value)] if status else []
+            conditions += [("queue_index > ?", after_index)] if after_index is not None else []
+            where = "WHERE " + " AND ".join(c for c, _ in conditions) if conditions else ""
+            args = tuple(a for _, a in conditions)
             ids = [r[0] for r in cur.all(f"SELECT id FROM groups {where} ORDER BY queue_index", args)]
             return [self._load_group(cur, gid) for gid in ids]
 

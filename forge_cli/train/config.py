@@ -153,5 +153,8 @@ class WarmStartConfig(_Member):
     batch_size: int = Field(32, ge=1, description="Completions per supervised step.")
     lr: float = Field(3e-3, gt=0, description="Learning rate of the first supervised step (AdamW).")
     final_lr_fraction: float = Field(1.0, gt=0, le=1, description=(
-        "The learning rate falls along a half cosine over max_minutes to lr x this (1: constant)."))
+        "The learning rate falls along a half cosine to lr x this (1: constant), over decay_steps steps."))
+    decay_steps: int = Field(0, ge=0, description=(
+        "Steps over which the learning rate falls (then it stays at the floor); 0: over max_minutes of wall "
+        "time instead, where two runs of one seed take different steps and so learn differently."))
     eval_every: int = Field(25, ge=1, description="Supervised steps between two held-out evaluations.")

@@ -52,7 +52,7 @@ class TraceWriter:
         self.config.run.dir = Path(run_dir).parent
         self.config.pool.url = "sqlite"
         self.run_name = Path(run_dir).name
-        self._read: set[str] = set()
+        self._last_index: int | None = None  # the queue_index of the last group read
         self._gateway: Any = None
         self._stack: Any = None
 
@@ -81,12 +81,12 @@ class TraceWriter:
         request = request_from_config(self.config, groups=traces, n=1, split="train", first_group=self.next_group)
         self.next_group += traces
         await rollout(self.config, request, gateway=self._gateway)
-        pool, samples = self._gateway.pool, []
-        for group in await asyncio.to_thread(pool.groups):
-            if group.id in self._read:
-                continue
-            self._read.add(group.id)
-            for t in (await asyncio.to_thread(pool.group, group.id)).trajectories:
+        samples: list[Sample] = []
+        written = await asyncio.to_thread(self._gateway.pool.groups, after_index=self._last_index)
+        self._last_index = max((g.queue_index for g in written), default=self._last_index)
+        # in the order of their tasks' ids, not of when each finished: the same traces in the same order every run
+        for group in sorted(written, key=lambda g: g.task_id):
+            for t in group.trajectories:
                 slipping = self.slips and suite_of(t.task_id) in SLIPPING_SUITES
                 # what a slipping teacher finished; else only what solved its task
                 kept = t.status is TrajectoryStatus.COMPLETED if slipping else t.rewards.get("outcome", 0.0) >= 1.0
@@ -176,7 +176,8 @@ async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: 
     budget_s = stop_at - time.monotonic()
     try:
         while True:
-            lr = cosine_lr(ws.lr, ws.final_lr_fraction, time.monotonic() - (stop_at - budget_s), budget_s)
+            lr = (cosine_lr(ws.lr, ws.final_lr_fraction, step, ws.decay_steps) if ws.decay_steps else
+                  cosine_lr(ws.lr, ws.final_lr_fraction, time.monotonic() - (stop_at - budget_s), budget_s))
             on_every_rank(trainer, set_lr, lr)
             batch = data.batch(ws.batch_size)
             stats = await asyncio.to_thread(trainer.step, batch, CrossEntropyLoss(), temperature=1.0,
@@ -208,7 +209,7 @@ async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: 
 
 def cosine_lr(lr: float, final_fraction: float, elapsed_s: float, budget_s: float) -> float:
     """``lr`` falling along a half cosine to ``lr * final_fraction`` as ``elapsed_s`` goes from 0 to
-    ``budget_s`` (and staying there after). Measured here: 3e-3 starts the copying transition
+    ``budget_s`` (and staying there after): seconds of a time budget, or steps of ``decay_steps``. Measured here: 3e-3 starts the copying transition
     soonest, but holding it after the transition undoes part of it, while 1e-3 keeps improving."""
     import math
 
