@@ -29,7 +29,7 @@ class WarmStartResult:
     seconds: float
     heldout_success: float | None  # at the last evaluation
     reason: str  # "target reached" | "time budget"
-    traces: int
+    traces: int  # the traces learned from: what the teacher solved (or, slipping, finished)
 
 
 class TraceWriter:
@@ -98,22 +98,24 @@ class TraceWriter:
                                    completion_id=c.id, policy_version=0) for c in t.completions if c.output_ids]
         return samples
 
+    async def first(self, traces: int) -> list[Any]:
+        """:meth:`write`, and a ForgeError if the demo policy solved none of them."""
+        samples = await self.write(traces)
+        if not samples:
+            raise ForgeError(f"the demo policy ({self.policy}) solved none of {traces} train tasks: nothing to warm-start on")
+        return samples
+
 
 async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0) -> list[Any]:
-    """The samples of ``traces`` synthetic trajectories (:meth:`TraceWriter.write`); a ForgeError if
-    the demo policy solved none."""
+    """The samples of ``traces`` synthetic trajectories (:meth:`TraceWriter.first`)."""
     async with TraceWriter(config, run_dir, slips) as writer:
-        samples = await writer.write(traces)
-    if not samples:
-        raise ForgeError(f"the demo policy ({writer.policy}) solved none of {traces} train tasks: nothing to warm-start on")
-    return samples
+        return await writer.first(traces)
 
 
 class FreshFirst:
-    """The warm start's data: a list that grows while a :class:`TraceWriter` keeps writing; a batch
-    takes the completions no step has learned yet first (oldest of them first), then fills up with
-    random ones already learned. A tiny model learns to copy from many different tasks far sooner
-    than from the same few thousand again (benchmarks/RESULTS.md, "Learning")."""
+    """The warm start's data: a list that may grow while a :class:`TraceWriter` keeps writing; a
+    batch takes the completions no step has learned yet first (oldest of them first), then fills up
+    with random ones already learned — one pass over the traces before any is seen again."""
 
     def __init__(self, samples: list[Any], rng: random.Random) -> None:
         self.samples, self.rng, self.learned = list(samples), rng, 0
@@ -138,18 +140,16 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
     started = time.monotonic()
     tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
     async with TraceWriter(config, gw.run_dir / "warmstart", ws.teacher_slips) as writer:
-        first = await writer.write(ws.traces)
-        if not first:
-            raise ForgeError(f"the demo policy ({writer.policy}) solved none of {ws.traces} train tasks: "
-                             "nothing to warm-start on")
-        data = FreshFirst(first, random.Random(config.run.seed))
+        data = FreshFirst(await writer.first(ws.traces), random.Random(config.run.seed))
         more = asyncio.create_task(_keep_writing(writer, data, ws.fresh_traces)) if ws.fresh_traces else None
         try:
             step, success, reason = await _learn(config, gw, trainer, data, started, deadline, log, tell)
         finally:
             if more is not None:
                 more.cancel()
-                await asyncio.gather(more, return_exceptions=True)
+                ended = (await asyncio.gather(more, return_exceptions=True))[0]
+                if isinstance(ended, Exception):  # the steps went on with the traces already written
+                    tell("status", {"status": f"warm start: the trace writer stopped early: {ended}", "step": 0})
     return WarmStartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
                            traces=writer.written)
 
@@ -209,8 +209,9 @@ async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: 
 
 def cosine_lr(lr: float, final_fraction: float, elapsed_s: float, budget_s: float) -> float:
     """``lr`` falling along a half cosine to ``lr * final_fraction`` as ``elapsed_s`` goes from 0 to
-    ``budget_s`` (and staying there after): seconds of a time budget, or steps of ``decay_steps``. Measured here: 3e-3 starts the copying transition
-    soonest, but holding it after the transition undoes part of it, while 1e-3 keeps improving."""
+    ``budget_s`` (and staying there after): seconds of a time budget, or steps of ``decay_steps``.
+    Measured here: 3e-3 starts the copying transition soonest, but holding it after the transition
+    undoes part of it, while 1e-3 keeps improving."""
     import math
 
     progress = min(1.0, max(0.0, elapsed_s / budget_s)) if budget_s > 0 else 1.0
