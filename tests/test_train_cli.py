@@ -93,6 +93,12 @@ def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path)
     assert sloppy.warm_start  # from another teacher: warm-start anew (a record without slips had none)
     later = plan(config, minutes=3)
     assert (str(later.config.model.path), later.warm_start, later.minutes) == (str(warm_model_dir()), False, 3)
+    unlisted = {"rollout.scaffold": "tool-call-unlisted"}  # its embedded options: the prompts the copy must have learned
+    (warm_model_dir() / "warmstart.json").write_text(json.dumps({**record, "scaffold": "tool-call-unlisted"}))
+    assert plan(load_config(env={}, overrides=unlisted)).warm_start  # a record without them: made with other prompts
+    (warm_model_dir() / "warmstart.json").write_text(json.dumps(
+        {**record, "scaffold": "tool-call-unlisted", "scaffold_options": {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}}))
+    assert not plan(load_config(env={}, overrides=unlisted)).warm_start
     never = plan(load_config(env={}, overrides={"train.warmstart.when": "never"}))
     assert not never.warm_start and str(never.config.model.path) != str(warm_model_dir())
     always = plan(load_config(env={}, overrides={"train.warmstart.when": "always"}))

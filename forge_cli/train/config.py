@@ -143,7 +143,8 @@ class WarmStartConfig(_Member):
     traces: int = Field(1024, ge=8, description="Synthetic train-split trajectories written before the first step.")
     fresh_traces: int = Field(0, ge=0, description=(
         "While the warm start trains, keep writing new traces in the background, this many at a time (0: learn "
-        "only the first `traces`); each step then learns the completions no step has learned yet first. "
+        "only the first `traces`), which the steps learn as they come (each step takes what no step has learned "
+        "yet first, always). "
         "Measured here it did not make the copying transition reliably sooner, and the writing takes CPU from "
         "the steps (benchmarks/RESULTS.md, 'Learning')."))
     teacher_slips: float = Field(0.0, ge=0, lt=1, description=(
@@ -153,8 +154,9 @@ class WarmStartConfig(_Member):
     batch_size: int = Field(32, ge=1, description="Completions per supervised step.")
     lr: float = Field(3e-3, gt=0, description="Learning rate of the first supervised step (AdamW).")
     final_lr_fraction: float = Field(1.0, gt=0, le=1, description=(
-        "The learning rate falls along a half cosine to lr x this (1: constant), over decay_steps steps."))
+        "The learning rate falls along a half cosine to lr x this (1: constant), over decay_steps steps (or, "
+        "with decay_steps = 0, over max_minutes)."))
     decay_steps: int = Field(0, ge=0, description=(
-        "Steps over which the learning rate falls (then it stays at the floor); 0: over max_minutes of wall "
-        "time instead, where two runs of one seed take different steps and so learn differently."))
+        "Steps over which the learning rate falls (then it stays at the floor): with fresh_traces = 0 two warm "
+        "starts of one seed then take the same steps; 0: over max_minutes of wall time instead, where they do not."))
     eval_every: int = Field(25, ge=1, description="Supervised steps between two held-out evaluations.")

@@ -116,8 +116,8 @@ def prepare(config: Any, *, run: str | None = None, resume: str | None = None, m
 
 
 def _warmed_for(folder: Path, config: Any) -> bool:
-    """Whether the kept warm copy was warm-started on what ``config`` trains (suite, mix, scaffold)
-    and from the same teacher (its slips)."""
+    """Whether the kept warm copy was warm-started on what ``config`` trains (suite, mix, scaffold
+    and its options: the prompts) and from the same teacher (its slips)."""
     try:
         record = json.loads((folder / "warmstart.json").read_text())
     except (OSError, ValueError):
@@ -127,12 +127,13 @@ def _warmed_for(folder: Path, config: Any) -> bool:
 
 
 # what a record written before a key existed says of it
-_WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "teacher_slips": 0.0}
+_WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "teacher_slips": 0.0, "scaffold_options": {}}
 
 
 def warm_key(config: Any) -> dict[str, Any]:
     """What a warm copy is warm-started on (``warmstart.json`` records it; a run reuses only a match)."""
     return {"suite": config.rollout.task, "mix": dict(config.rollout.mix), "scaffold": config.rollout.scaffold,
+            "scaffold_options": dict(config.scaffolds.get(config.rollout.scaffold) or {}),  # its prompts
             "teacher_slips": config.train.warmstart.teacher_slips}
 
 
@@ -196,13 +197,13 @@ def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, An
     engine's, which gathers partitioned (ZeRO-3) weights."""
     from forge_cli.train.resume import COPIED_FILES
 
-    target = Path(target)
+    source, target = Path(source).expanduser(), Path(target)
     tmp = target.with_name(f".{target.name}.writing")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": state_dict()} if state_dict else {}))
     for name in COPIED_FILES:
-        if (Path(source) / name).is_file():
-            shutil.copy2(Path(source) / name, tmp / name)
+        if (source / name).is_file():
+            shutil.copy2(source / name, tmp / name)
     (tmp / "warmstart.json").write_text(json.dumps({**record, "created_at": time.time()}, indent=2))
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(old, ignore_errors=True)
@@ -218,14 +219,14 @@ async def warmstart(config: Any, *, out: Path | None = None, run: str | None = N
     """``forge model warmstart``: warm-start ``model.path`` (default: the embedded default, created
     if need be) in a run of its own and save the result at ``out`` (default: the embedded default's
     warm copy, which ``forge train`` then starts from). Returns (the result, the folder)."""
-    from forge_cli.engine.default_model import init_default_model
+    from forge_cli.engine.default_model import init_default_model, resolve_model_path
 
     config = config.model_copy(deep=True)
     embedded = config.model.path is None
     with_embedded_options(config)  # the warm copy learns the prompts forge train will sample
     if embedded:
         config.model.path = str(init_default_model())
-    source = Path(config.model.path)
+    source = resolve_model_path(config.model.path)
     target = Path(out) if out is not None else warm_model_dir() if embedded else source.with_name(source.name + "-warm")
     return await _warmstart(config, target, run, on_event), target
 

@@ -29,7 +29,7 @@ class WarmStartResult:
     seconds: float
     heldout_success: float | None  # at the last evaluation
     reason: str  # "target reached" | "time budget"
-    traces: int  # the traces learned from: what the teacher solved (or, slipping, finished)
+    traces: int  # the traces written (and kept: what the teacher solved or, slipping, finished)
 
 
 class TraceWriter:
@@ -66,7 +66,13 @@ class TraceWriter:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self._stack.aclose()
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop its gateway (again: nothing)."""
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
 
     async def write(self, traces: int) -> list[Any]:
         """Cross-entropy samples of the completions of the next ``traces`` train-split trajectories:
@@ -82,10 +88,10 @@ class TraceWriter:
         self.next_group += traces
         await rollout(self.config, request, gateway=self._gateway)
         samples: list[Sample] = []
+        # the groups of this batch alone, in queue order, which is the task stream's: one seed, one order
         written = await asyncio.to_thread(self._gateway.pool.groups, after_index=self._last_index)
         self._last_index = max((g.queue_index for g in written), default=self._last_index)
-        # in the order of their tasks' ids, not of when each finished: the same traces in the same order every run
-        for group in sorted(written, key=lambda g: g.task_id):
+        for group in written:
             for t in group.trajectories:
                 slipping = self.slips and suite_of(t.task_id) in SLIPPING_SUITES
                 # what a slipping teacher finished; else only what solved its task
@@ -102,7 +108,8 @@ class TraceWriter:
         """:meth:`write`, and a ForgeError if the demo policy solved none of them."""
         samples = await self.write(traces)
         if not samples:
-            raise ForgeError(f"the demo policy ({self.policy}) solved none of {traces} train tasks: nothing to warm-start on")
+            did = "finished" if self.slips else "solved"
+            raise ForgeError(f"the demo policy ({self.policy}) {did} none of {traces} train tasks: nothing to warm-start on")
         return samples
 
 
@@ -142,6 +149,8 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
     async with TraceWriter(config, gw.run_dir / "warmstart", ws.teacher_slips) as writer:
         data = FreshFirst(await writer.first(ws.traces), random.Random(config.run.seed))
         more = asyncio.create_task(_keep_writing(writer, data, ws.fresh_traces)) if ws.fresh_traces else None
+        if more is None:
+            await writer.close()  # nothing more to write: its gateway need not run beside the steps
         try:
             step, success, reason = await _learn(config, gw, trainer, data, started, deadline, log, tell)
         finally:
@@ -149,7 +158,7 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
                 more.cancel()
                 ended = (await asyncio.gather(more, return_exceptions=True))[0]
                 if isinstance(ended, Exception):  # the steps went on with the traces already written
-                    tell("status", {"status": f"warm start: the trace writer stopped early: {ended}", "step": 0})
+                    tell("status", {"status": f"warm start: the trace writer stopped early: {type(ended).__name__}: {ended}"})
     return WarmStartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
                            traces=writer.written)
 
