@@ -193,6 +193,27 @@ def test_a_fork_bomb_is_contained_and_killed(box):
 
 
 @needs_cgroup
+def test_a_program_that_fails_on_a_refused_fork_is_told_its_limit(box):
+    """A fork bomb whose first refused fork ends it (BlockingIOError), sooner than the sandbox's next poll:
+    its failure is still put down to the process limit (seen in CI: the reason was only the exception)."""
+    done = box("""
+        import os, sys, time
+        children = []
+        try:
+            while True:
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                children.append(pid)
+        except OSError:
+            sys.exit(1)
+    """, timeout_s=60, processes=16)
+    assert done.processes_exceeded and not done.ok, done
+    assert "limit of 16 processes" in done.reason
+
+
+@needs_cgroup
 def test_a_memory_hog_of_many_processes_is_killed_at_its_limit(box):
     """Each process stays under its own address-space limit; together they pass the tree's limit."""
     done = box("""

@@ -221,6 +221,7 @@ class LocalSandbox(WorkdirFiles):
             if proc.returncode is None:  # killed just now: it is about to be reaped
                 await proc.wait()
             oom = cgroup is not None and cgroup.oom_killed()
+            forks_refused = cgroup is not None and cgroup.pids_limit_hit()
         finally:
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.remove)
@@ -229,6 +230,8 @@ class LocalSandbox(WorkdirFiles):
         code = proc.returncode
         if self.isolated:
             code = _inner_status(self._root / "status" / f"{n}", code)
+        if bound is None and code != 0 and forks_refused:  # it failed on a refused fork before a poll saw one
+            bound = "processes"
         return _result(code, stdout, stderr, wall, bound == "time", timeout_s, memory, cpu, oom=oom,
                        bound=bound, processes=self.processes, disk=self.disk_bytes)
 
