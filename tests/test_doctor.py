@@ -59,7 +59,7 @@ def test_without_bubblewrap_a_local_sandbox_warns_once_and_runs_a_plain_subproce
     from forge_cli.sandbox import bwrap, local
 
     monkeypatch.setattr(bwrap, "unavailable", lambda: "bubblewrap is not installed (apt-get install bubblewrap)")
-    monkeypatch.setattr(local, "_warned", False)
+    monkeypatch.setattr(local, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="forge.sandbox"):
         boxes = [local.LocalSandbox(tmp_path / f"w{i}") for i in range(2)]
     warnings = [r.getMessage() for r in caplog.records if r.name == "forge.sandbox"]

@@ -312,3 +312,39 @@ def test_latency_of_a_streamed_call_counts_its_whole_stream(gw):
     spent = registry.get_sample_value("forge_gateway_request_seconds_sum", labels) - before
     assert spent >= 0.6, spent  # the policy sleeps 0.6 s after the handler returned the stream
     assert registry.get_sample_value("forge_gateway_requests_total", {**labels, "status": "200"}) == 1
+
+
+def _send_then_read(gw, path: str, body: bytes, *, chunked: bool = False) -> tuple[bytes, bytes]:
+    """Send a whole request on a raw socket (no reading until every byte is sent), then read the answer:
+    (status line and headers, body — what arrived of it before the connection ended)."""
+    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-secret\r\nx-api-key: k\r\n"
+            "Content-Type: application/json\r\n")
+    if chunked:
+        pieces = [body[i:i + 2**20] for i in range(0, len(body), 2**20)]
+        payload = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+        head += "Transfer-Encoding: chunked\r\n\r\n"
+    else:
+        payload = body
+        head += f"Content-Length: {len(body)}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=60) as sock:
+        sock.sendall(head.encode() + payload)  # a reset here: the gateway closed with the body unread
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+            data += chunk
+        top, _, rest = data.partition(b"\r\n\r\n")
+        lengths = [line.split(b":")[1] for line in top.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+        while len(rest) < int(lengths[0]) and (chunk := sock.recv(65536)):
+            rest += chunk
+    return top, rest
+
+
+@pytest.mark.parametrize("path", [*GENERATION, "/admin/sessions"])
+def test_an_over_limit_body_is_read_and_its_413_arrives_whole(gw, path):
+    """The gateway refuses by Content-Length at once, but reads (and drops) the rest of the body before it
+    answers and closes: a client still sending is never reset, and its 413 arrives to the last byte."""
+    body = b'{"messages": "' + b"x" * (17 * 2**20) + b'"}'
+    for chunked in (False, True):
+        top, rest = _send_then_read(gw, path, body, chunked=chunked)
+        assert top.startswith(b"HTTP/1.1 413"), top[:200]
+        length = int(next(line.split(b":")[1] for line in top.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        assert len(rest) == length and json.loads(rest)  # whole, and the provider's error shape

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from forge_cli.sandbox import quota
 from forge_cli.sandbox.base import GatewayAccess
 from forge_cli.sandbox.docker import DockerOptions, DockerSandbox
 from tests.docker_support import docker_engine, sandbox_containers  # noqa: F401  (a fixture)
@@ -189,13 +190,16 @@ def test_a_disk_filler_is_stopped(tmp_path):
     spread = run(_in(tmp_path / "a", many_files, options=opts, timeout_s=60))
     single = run(_in(tmp_path / "b", one_file, options=opts, timeout_s=60))
     scratch = run(_in(tmp_path / "c", in_tmp, options=DockerOptions(tmpfs_mb=16), timeout_s=60))
-    assert spread.disk_exceeded and "limit of 64 MiB" in spread.reason and "container was removed" in spread.reason, spread
+    assert spread.disk_exceeded and "disk limit of 64 MiB" in spread.reason, spread
     # Python ignores SIGXFSZ, so the write past RLIMIT_FSIZE fails with EFBIG
     assert single.disk_exceeded and "File too large" in single.stderr and "32 MiB per file" in single.reason, single
     assert (tmp_path / "b" / "work" / "big").stat().st_size == 32 * 2**20
     assert scratch.disk_exceeded and "No space left on device" in scratch.stderr, scratch  # /tmp is a bounded tmpfs
-    # measured, not a quota: stopped within about half a second of writing past it (not after 60 s)
-    assert spread.wall_s < 10 and sum(f.stat().st_size for f in (tmp_path / "a" / "work").iterdir()) < 2**30
+    written = sum(f.stat().st_size for f in (tmp_path / "a" / "work").iterdir())
+    if quota.unavailable() is None:  # a file system of the limit: the writes past it failed (ext4 keeps <= 2 % more)
+        assert written <= 64 * 2**20 * 1.02, written
+    else:  # polled: the container was removed within about half a second of writing past it
+        assert "container was removed" in spread.reason and written < 2**30
 
 
 def test_a_runaway_loop_is_killed_at_its_deadline_or_its_cpu_time(tmp_path):

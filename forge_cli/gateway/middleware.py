@@ -1,8 +1,12 @@
 """The gateway's outermost layer, in plain ASGI: limits, HEAD, metrics to the last byte, and 500s.
 
-- A body over the size limit (by ``Content-Length``) is a 413 before anything reads it; a body
+- A body over the size limit (by ``Content-Length``) is a 413 before anything parses it; a body
   that has not fully arrived ``body_timeout_s`` after the request began is a 408 (a client that
   sends half a body and stops would otherwise hold its request open for good).
+- Before a refusal is answered, what is left of the refused body is read and dropped
+  (:func:`drain`: up to :data:`DRAIN_BYTES`, within the body deadline). Closing a socket with
+  unread bytes in it makes the kernel reset the connection, which can destroy the answer on its way:
+  the client, still sending, saw the connection drop instead of the 413.
 - A response that starts before its request's body was read in full says ``Connection: close``
   (the server closes such a connection; the client then knows not to reuse it).
 - ``HEAD`` is answered like ``GET``, without the body.
@@ -24,6 +28,23 @@ from forge_cli.gateway.errors import APIError, error_response
 
 log = logging.getLogger("forge.gateway")
 Message = dict[str, Any]
+DRAIN_BYTES = 256 * 2**20  # the most of a refused body read (and dropped) so that its answer arrives whole
+
+
+async def drain(receive: Callable[[], Awaitable[Message]], deadline: float, limit: int = DRAIN_BYTES) -> None:
+    """Read and drop the rest of a request body, until its end, ``limit`` bytes or the loop time ``deadline``."""
+    loop = asyncio.get_running_loop()
+    read = 0
+    while read <= limit:
+        try:
+            message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+        except asyncio.TimeoutError:
+            return
+        if message["type"] != "http.request":
+            return
+        read += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -52,6 +73,7 @@ class Guard:
         length = dict(headers).get(b"content-length", b"").strip()
         if length.isdigit() and int(length) > self.max_body_bytes:
             err = APIError(413, f"the request body is {int(length)} bytes; the limit is {self.max_body_bytes}")
+            await drain(receive, asyncio.get_running_loop().time() + self.body_timeout_s)
             await error_response(path, err, close=True)(scope, receive, send)
             return
         head = scope["method"] == "HEAD"

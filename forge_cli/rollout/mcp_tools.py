@@ -35,8 +35,9 @@ when servers start.
 
 from __future__ import annotations
 
+import os
 import sys
-import tempfile
+import threading
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -47,6 +48,7 @@ from pydantic import BaseModel, Field, create_model
 
 from forge_cli.errors import ForgeError
 from forge_cli.rollout.loop import Tool
+from forge_cli.sandbox.base import OutputTail
 
 if TYPE_CHECKING:
     from forge_cli.sandbox.base import Sandbox
@@ -122,10 +124,13 @@ async def write_corpus(sandbox: "Sandbox", task: "Task | None") -> str:
 
 
 class McpConnection:
-    """One server running in a sandbox: its client session, and what became of it."""
+    """One server running in a sandbox: its client session, and what became of it. ``limits`` says which
+    of its sandbox's bounds a program there has reached (``Sandbox.limits_hit``), if the sandbox says."""
 
-    def __init__(self, server: McpServer, session: Any, errlog: Any, call_timeout_s: float) -> None:
+    def __init__(self, server: McpServer, session: Any, errlog: "StderrTail", call_timeout_s: float,
+                 limits: Callable[[], str | None] | None = None) -> None:
         self.server, self.session, self.errlog, self.call_timeout_s = server, session, errlog, call_timeout_s
+        self.limits = limits
         self.broken: str | None = None  # why it cannot answer any more
 
     def tools(self, listed: Sequence[Any]) -> list[Tool]:
@@ -141,37 +146,77 @@ class McpConnection:
         schema = dict(listed.input_schema or {"type": "object", "properties": {}})
         return Tool(name, listed.description or f"{name} (MCP server {self.server.name!r})", schema, run)
 
+    def _limit_note(self, before: str | None) -> str:
+        """`` [the sandbox: …]`` when a bound was reached during a call (none before it), else ''."""
+        now = self.limits() if self.limits is not None else None
+        return f"\n[the sandbox's limit: {now}]" if now and now != before else ""
+
     async def call(self, name: str, arguments: Any) -> str:
-        """``call_tool``'s text; a ForgeError (the agent's tool error) for an error result or a dead server."""
+        """``call_tool``'s text; a ForgeError (the agent's tool error) for an error result or a dead server.
+        A sandbox bound reached during the call (its processes, memory, disk) is said at the end of either."""
         if arguments is None or arguments == "":
             arguments = {}
         if not isinstance(arguments, dict):
             raise ForgeError(f"the arguments of {name} must be a JSON object, not {arguments!r}"[:300])
         if self.broken is not None:
             raise ForgeError(self.broken)
+        before = self.limits() if self.limits is not None else None
         try:
             result = await self.session.call_tool(name, arguments, read_timeout_seconds=self.call_timeout_s)
         except Exception as exc:  # a crashed, hung or closed server: this call and every later one fail
             detail = _describe(exc)
-            words = last_words(self.errlog)
+            words = self.errlog.last_words()
             self.broken = (f"the MCP server {self.server.name!r} stopped answering ({detail})"
-                           + (f"; its last words: {words}" if words else ""))
+                           + (f"; its last words: {words}" if words else "") + self._limit_note(before))
             raise ForgeError(self.broken) from None
-        text = _text(result.content)
+        text = _text(result.content) + self._limit_note(before)
         if result.is_error:
             raise ForgeError(text or f"{name} failed")
         return text
 
 
-def last_words(errlog: Any) -> str:
-    """The last line a server wrote to its stderr file (a traceback's last line, say), or ''."""
-    try:
-        errlog.flush()
-        errlog.seek(0)
-        lines = [line.strip() for line in errlog.read()[-8000:].splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return ""
-    return lines[-1][:300] if lines else ""
+class StderrTail:
+    """A server's stderr: the write end of a pipe (what the MCP client hands the server as ``errlog``)
+    and a thread that keeps the last ``size`` bytes read from it — bounded, nothing on the host's disk,
+    whatever the server (or a program that reaches its stderr) writes."""
+
+    def __init__(self, size: int = 16 * 1024) -> None:
+        read_fd, write_fd = os.pipe()
+        self._writer = os.fdopen(write_fd, "w")
+        self._tail = OutputTail(size)
+
+        def pump() -> None:
+            with os.fdopen(read_fd, "rb", buffering=0) as reader:
+                while chunk := reader.read(65536):
+                    self._tail.add(chunk)
+
+        self._thread = threading.Thread(target=pump, name="mcp-stderr", daemon=True)
+        self._thread.start()
+
+    def fileno(self) -> int:
+        return self._writer.fileno()
+
+    def write(self, text: str) -> int:  # the client may write to it too
+        return self._writer.write(text)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def last_words(self) -> str:
+        """The last line the server wrote to its stderr (a traceback's last line, say), or ''."""
+        lines = [line.strip() for line in self._tail.text()[-8000:].splitlines() if line.strip()]
+        return lines[-1][:300] if lines else ""
+
+    def close(self) -> None:
+        """Close this side's write end (the thread ends once the server's is closed too)."""
+        self._writer.close()
+        self._thread.join(timeout=2)
+
+    def __enter__(self) -> "StderrTail":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _text(content: Sequence[Any]) -> str:
@@ -199,17 +244,17 @@ async def _start(stack: AsyncExitStack, server: McpServer, sandbox: "Sandbox", a
     from mcp.client.stdio import stdio_client
 
     argv = sandbox.stdio_command([python, f"{folder}/{server.script}", *args])
-    errlog = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))
+    errlog = stack.enter_context(StderrTail())
     params = StdioServerParameters(command=argv[0], args=list(argv[1:]))
     try:
-        read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))  # type: ignore[arg-type]
         session = await stack.enter_async_context(ClientSession(read, write))
-        connection = McpConnection(server, session, errlog, call_timeout_s)
+        connection = McpConnection(server, session, errlog, call_timeout_s, getattr(sandbox, "limits_hit", None))
         with anyio.fail_after(start_timeout_s):
             await session.initialize()
             listed = (await session.list_tools()).tools
     except Exception as exc:
-        words = last_words(errlog)
+        words = errlog.last_words()
         detail = f"no answer within {start_timeout_s:g} s" if isinstance(exc, TimeoutError) else _describe(exc)
         raise ForgeError(f"the MCP server {server.name!r} did not start in the sandbox ({detail})"
                          + (f": {words}" if words else "")) from None

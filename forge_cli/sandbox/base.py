@@ -18,13 +18,19 @@ its stdin/stdout connected to the caller (an MCP client on the host launches std
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal as _signal
+import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from forge_cli.errors import ForgeError
+from forge_cli.sandbox import quota
+from forge_cli.sandbox.hostfiles import MAX_READ_BYTES, copy_tree, read_regular, resolve_inside
+
+FOLDER_PREFIX = "forge-sandbox-"  # a sandbox's own folder in the temporary directory
 
 
 @dataclass(frozen=True)
@@ -142,38 +148,71 @@ class WorkdirFiles:
 
         def write() -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data.encode() if isinstance(data, str) else data)
+            if target.is_symlink():  # a link planted since inside() looked: replaced, never followed
+                target.unlink()
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data.encode() if isinstance(data, str) else data)
             self._handed(target)
 
-        await asyncio.to_thread(write)
-
-    async def read_file(self, path: str) -> bytes:
-        target = inside(self._workdir, path)
         try:
-            return await asyncio.to_thread(target.read_bytes)
-        except OSError as exc:
-            raise ForgeError(f"{self.backend} sandbox: cannot read {path!r}: {exc.strerror or exc}") from None
+            await asyncio.to_thread(write)
+        except OSError as exc:  # ENOSPC at the disk limit, a folder in the way, …
+            raise ForgeError(f"{self.backend} sandbox: cannot write {path!r}: {exc.strerror or exc}") from None
+
+    async def read_file(self, path: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes:
+        """The bytes of the regular file ``path`` (no FIFO, device or link out; at most ``max_bytes``):
+        :func:`~forge_cli.sandbox.hostfiles.read_regular`."""
+        try:
+            return await asyncio.to_thread(read_regular, self._workdir, path, max_bytes=max_bytes)
+        except ForgeError as exc:
+            raise ForgeError(f"{self.backend} sandbox: {exc}") from None
 
     async def copy_in(self, src: Path, dest: str) -> None:
         target = inside(self._workdir, dest)
 
         def copy() -> None:
-            self._copy(Path(src), target)
+            src_path = Path(src)
+            if not src_path.exists():
+                raise ForgeError(f"{self.backend} sandbox: nothing to copy at {src_path}")
+            if target.is_symlink():
+                target.unlink()
+            copy_tree(src_path, target)  # links inside the destination are replaced, never followed
             self._handed(target)
+
+        try:
+            await asyncio.to_thread(copy)
+        except OSError as exc:
+            raise ForgeError(f"{self.backend} sandbox: cannot copy {src} in: {exc.strerror or exc}") from None
+
+    async def copy_out(self, src: str, dest: Path) -> None:
+        """Copy ``src`` out with :func:`~forge_cli.sandbox.hostfiles.copy_tree` (links as links, no FIFO
+        or device, no setuid bit)."""
+        source = inside(self._workdir, src)
+
+        def copy() -> None:
+            if not os.path.lexists(source):
+                raise ForgeError(f"{self.backend} sandbox: nothing to copy at {source}")
+            copy_tree(source, Path(dest))
 
         await asyncio.to_thread(copy)
 
-    async def copy_out(self, src: str, dest: Path) -> None:
-        await asyncio.to_thread(self._copy, inside(self._workdir, src), Path(dest))
 
-    def _copy(self, src: Path, dest: Path) -> None:
-        if not src.exists():
-            raise ForgeError(f"{self.backend} sandbox: nothing to copy at {src}")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-        else:
-            shutil.copy2(src, dest)
+class OutputTail:
+    """The last ``size`` bytes of a stream (a program's stdout or stderr), and how many it sent in all."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.data, self.total = size, bytearray(), 0
+
+    def add(self, chunk: bytes | None) -> None:
+        if chunk:
+            self.total += len(chunk)
+            self.data += chunk
+            if len(self.data) > 2 * self.size:
+                del self.data[: len(self.data) - self.size]
+
+    def text(self) -> str:
+        return bytes(self.data[-self.size:]).decode("utf-8", errors="replace")
 
 
 def exec_argv(backend: str, closed: bool, command: Sequence[str], timeout_s: float | None) -> list[str]:
@@ -191,13 +230,7 @@ def exec_argv(backend: str, closed: bool, command: Sequence[str], timeout_s: flo
 
 def inside(workdir: Path, path: str) -> Path:
     """``path`` (relative, POSIX-style) resolved inside ``workdir``; a ForgeError if it would leave it."""
-    rel = PurePosixPath(path)
-    if not path or rel.is_absolute() or ".." in rel.parts:
-        raise ForgeError(f"sandbox path {path!r} must be relative to the work directory and stay inside it")
-    target = (workdir / rel).resolve()
-    if not target.is_relative_to(workdir.resolve()):
-        raise ForgeError(f"sandbox path {path!r} leaves the work directory {workdir} (through a link)")
-    return target
+    return resolve_inside(workdir, path)
 
 
 def signal_name(number: int) -> str:
@@ -227,3 +260,90 @@ def owner_alive(owner: str) -> bool:
     except (IndexError, ValueError):
         return False
     return owner_of(pid) == owner
+
+
+# Words a program's error output says when an allocation failed.
+MEMORY_WORDS = ("MemoryError", "Cannot allocate memory", "out of memory", "bad_alloc", "ENOMEM",
+                "memory allocation failed", "failed to allocate")
+# Words it says when a write hit the file-size limit or a full file system.
+DISK_WORDS = ("File too large", "No space left on device", "EFBIG", "ENOSPC")
+
+
+def exec_result(code: int | None, stdout: str, stderr: str, wall: float, timed_out: bool, timeout_s: float | None,
+                memory: int | None, cpu: float | None, *, oom: bool = False, bound: str | None = None,
+                processes: int | None = None, disk: int | None = None, files: int | None = None,
+                disk_full: bool = False) -> ExecResult:
+    """The :class:`ExecResult` of a finished process, with its one-line reason (every backend's).
+
+    ``bound`` is the limit the sandbox killed it for (``processes``, ``memory``, ``disk``), if any;
+    ``disk``/``files`` the disk limit in bytes and in files, when one applies; ``disk_full`` that its
+    file system of that limit was full when it ended (it may have failed on that)."""
+    sig = -code if code is not None and code < 0 else None
+    memory_exceeded = cpu_exceeded = file_too_big = False
+    disk_text = f"{(disk or 0) / 2**20:g} MiB" + (f" or {files} files" if files else "")
+    if timed_out:
+        reason = f"timed out after {timeout_s:g} s of wall time; its processes were killed"
+    elif bound == "processes":
+        reason = f"reached its limit of {processes} processes (a fork failed); its processes were killed"
+    elif bound == "memory":
+        memory_exceeded = True
+        reason = (f"went over its memory limit of {(memory or 0) / 2**20:g} MiB (the kernel killed one of its "
+                  "processes); its processes were killed")
+    elif bound == "disk":
+        reason = f"reached its disk limit of {disk_text} in its work directory and home; its processes were killed"
+    elif code == 0:
+        reason = "exited 0"
+    else:
+        cpu_exceeded = not oom and cpu is not None and sig in (_signal.SIGXCPU, _signal.SIGKILL)
+        memory_exceeded = memory is not None and not cpu_exceeded and (
+            oom or any(word in stderr[-4000:] for word in MEMORY_WORDS)
+            or sig in (_signal.SIGSEGV, _signal.SIGABRT, _signal.SIGBUS)
+        )
+        reason = f"killed by {signal_name(sig)}" if sig else f"exited {code}"
+        if file_too_big := disk is not None and (disk_full or sig == _signal.SIGXFSZ
+                                                 or any(w in stderr[-4000:] for w in DISK_WORDS)):
+            reason += f" (it reached its disk limit of {disk_text})"
+        if cpu_exceeded:
+            reason += f" (it used up its CPU-time limit of {cpu:g} s)"
+        elif memory_exceeded:
+            reason += f" (it ran out of its memory limit of {(memory or 0) / 2**20:g} MiB)"
+        last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
+        if last:
+            reason += f": {last[:200]}"
+    return ExecResult(code, stdout, stderr, wall, reason, timed_out=timed_out,
+                      memory_exceeded=memory_exceeded, cpu_exceeded=cpu_exceeded,
+                      processes_exceeded=bound == "processes", disk_exceeded=bound == "disk" or file_too_big)
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (``pid:[INODE]``): owners are comparable only within one."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "?"
+
+
+def make_folder() -> Path:
+    """A sandbox's own folder in the temporary directory, marked with its owner (this process) so that
+    :func:`sweep_folders` can tell a dead owner's from a live one's."""
+    root = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
+    (root / "owner").write_text(f"{owner_of(os.getpid()) or ''} {pid_namespace()}")
+    return root
+
+
+def sweep_folders() -> list[str]:
+    """Remove the sandbox folders (and undo the disk limits' mounts) of owners that are gone — those this
+    process can judge: owners in its pid namespace (a /tmp shared with another holds live ones it cannot
+    see). Their names."""
+    removed = []
+    here = pid_namespace()
+    for root in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        try:
+            owner, _, namespace = (root / "owner").read_text().strip().partition(" ")
+        except OSError:
+            continue  # not one of ours, or still being made
+        if owner and namespace == here and not owner_alive(owner):
+            quota.sweep(root)
+            shutil.rmtree(root, ignore_errors=True)
+            removed.append(root.name)
+    return removed

@@ -16,9 +16,13 @@ Inside (:func:`bwrap_argv`):
   same size; a minimal ``/dev`` (null, zero, full, random, urandom, tty, pts) and its own ``/proc``;
 - its own **network namespace** (``--unshare-net``: only ``lo``, which bwrap brings up), its own pid
   namespace (``--unshare-pid``), ``--die-with-parent`` (if the host process dies, so does the
-  sandbox), ``--new-session`` (no terminal to inject input into), every capability dropped
-  (bubblewrap does that for root too) and the environment cleared (``--clearenv``) to exactly the
-  sandbox's own;
+  sandbox), ``--new-session`` (no terminal to inject input into) and the environment cleared
+  (``--clearenv``) to exactly the sandbox's own;
+- **no capability**: ``--cap-drop ALL``. Bubblewrap drops them on its own only for a non-root
+  user; run as root (0.8, Debian's) it kept them all, and a program inside could mount, and open
+  the host's root file system by handle (``open_by_handle_at``). The launcher
+  (:mod:`~forge_cli.sandbox.launch`) adds ``--seccomp FD``: the filter of
+  :mod:`~forge_cli.sandbox.seccomp` (no new namespaces, no ``ptrace``, …);
 - with a :class:`~forge_cli.sandbox.base.GatewayAccess`: the gateway's unix socket bound at
   :data:`SOCKET_INSIDE` and ``forward.py`` at :data:`FORWARD_INSIDE`, run in front of the command
   so that ``http://127.0.0.1:PORT`` inside reaches the gateway.
@@ -101,7 +105,7 @@ def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], s
     if bwrap is None:
         raise FileNotFoundError("bwrap")
     args = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]

@@ -37,7 +37,12 @@ from typing import Any, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, GatewayAccess, WorkdirFiles, exec_argv, owner_alive, owner_of
+from forge_cli.sandbox import quota, seccomp
+from forge_cli.sandbox.base import (
+    DISK_WORDS, ExecResult, GatewayAccess, OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, owner_alive,
+    owner_of, sweep_folders,
+)
+from forge_cli.sandbox.hostfiles import clear_setid
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
 DEFAULT_IMAGE = "forge-agent-base:latest"
@@ -48,11 +53,9 @@ SOCKET_INSIDE = "/run/forge/gateway.sock"
 FORWARD_INSIDE = "/opt/forge/forward.py"
 READY_FILE = "/tmp/.forge-ready"  # made by the main program once the forwarder listens
 TAIL_BYTES = 64 * 1024
-WATCH_S = 0.25  # how often a running exec's process count is looked at
-DISK_WATCH_S = 0.5  # how often its work directory's size is (a walk of the folder)
+WATCH_S = 0.25  # how often a running exec's process count (and a quota's fill) is looked at
+DISK_WATCH_S = 0.5  # how often its work directory's size is, where it is polled (a walk of the folder)
 _SWEPT = False
-# Words a program's error output says when a write hit the file-size limit or a full tmpfs.
-_DISK_WORDS = ("File too large", "No space left on device", "EFBIG", "ENOSPC")
 
 
 class DockerOptions(BaseModel):
@@ -69,8 +72,9 @@ class DockerOptions(BaseModel):
     tmpfs_mb: int = Field(512, gt=0, description="Size of each of the container's tmpfs /tmp and HOME, in MiB.")
     file_size_mb: int | None = Field(1024, gt=0, description="Largest file a program may write (RLIMIT_FSIZE), in MiB.")
     cpu_time_s: float | None = Field(None, gt=0, description="CPU-time limit per process (RLIMIT_CPU) unless an exec sets one.")
-    disk_mb: int | None = Field(4096, gt=0, description="Most the work directory may hold while a program runs, in MiB "
-                                "(measured every half second; the container is removed past it).")
+    disk_mb: int | None = Field(4096, gt=0, description="Most the work directory may hold, in MiB, and in files one per "
+                                "16 KiB of it: a file system of that size where Forge runs as root (writes past it fail), "
+                                "else measured every half second (the container is removed past it).")
     read_only_root: bool = Field(True, description="Mount the image's root file system read-only.")
 
 
@@ -200,22 +204,6 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
                 pass
 
 
-class _Tail:
-    """The last ``size`` bytes written to it."""
-
-    def __init__(self, size: int) -> None:
-        self.size, self.data = size, bytearray()
-
-    def add(self, chunk: bytes | None) -> None:
-        if chunk:
-            self.data += chunk
-            if len(self.data) > 2 * self.size:
-                del self.data[: len(self.data) - self.size]
-
-    def text(self) -> str:
-        return bytes(self.data[-self.size:]).decode("utf-8", errors="replace")
-
-
 class DockerSandbox(WorkdirFiles):
     """The ``docker`` backend of :class:`~forge_cli.sandbox.base.Sandbox` (see the module's docstring).
 
@@ -244,6 +232,9 @@ class DockerSandbox(WorkdirFiles):
         self._stdin: Any = None  # the attach socket that keeps the container alive
         self._lock = threading.Lock()
         self._closed = False
+        self._quota: quota.WorkdirQuota | None = None
+        self._quota_tried = False
+        self._root: Path | None = None  # this sandbox's folder on the host (the quota's image), once made
 
     @property
     def workdir(self) -> Path:
@@ -277,11 +268,13 @@ class DockerSandbox(WorkdirFiles):
                 self._client = connect()
             if not _SWEPT:
                 remove_leftovers(self._client)
+                sweep_folders()
                 _SWEPT = True
             try:
                 self._client.images.get(self.options.image)
             except docker.errors.ImageNotFound:
                 raise ForgeError(f"docker sandbox: image {self.options.image} is not built (run `forge sandbox build`)") from None
+            self._lay_quota()
             if self.uid != 0:
                 _chown_tree(self._workdir, self.uid, self.gid)
             mounts = [Mount(str(self._workdir), str(self._workdir), type="bind", read_only=False)]
@@ -317,7 +310,7 @@ class DockerSandbox(WorkdirFiles):
                            self.home: f"{tmpfs_opts},mode=700,uid={self.uid},gid={self.gid}"},
                     mem_limit=memory, memswap_limit=memory, pids_limit=self.options.pids,
                     nano_cpus=int(self.options.cpus * 1e9), ulimits=ulimits,
-                    cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                    cap_drop=["ALL"], security_opt=["no-new-privileges", *self._seccomp()],
                 )
                 cid = api.create_container(
                     self.options.image, main, name=f"forge-sandbox-{uuid.uuid4().hex[:12]}",
@@ -332,6 +325,31 @@ class DockerSandbox(WorkdirFiles):
             except docker.errors.DockerException as exc:
                 raise ForgeError(f"docker sandbox: cannot start a container: {exc}") from None
             self._container = cid
+
+    def _lay_quota(self) -> None:
+        """The file system of ``disk_mb`` over the work directory, once (see :mod:`~forge_cli.sandbox.quota`);
+        where none can be mounted the work directory's size is polled."""
+        if self._quota_tried or self.options.disk_mb is None:
+            return
+        self._quota_tried = True
+        if quota.unavailable() is not None:
+            return
+        self._root = make_folder()
+        try:
+            self._quota = quota.WorkdirQuota.create(self._workdir, self._root, self.options.disk_mb * 2**20)
+        except (ForgeError, OSError):
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    @staticmethod
+    def _seccomp() -> list[str]:
+        """Forge's seccomp profile (:mod:`~forge_cli.sandbox.seccomp`) in place of the engine's default."""
+        return [f"seccomp={seccomp.docker_profile()}"]
+
+    @property
+    def disk_quota(self) -> bool:
+        """Whether the disk limit is a file system of its size (else it is polled)."""
+        return self._quota is not None
 
     def _remove(self) -> None:
         """Remove the container now (everything in it dies); a no-op when there is none."""
@@ -410,7 +428,7 @@ class DockerSandbox(WorkdirFiles):
             reason = str(exc) if isinstance(exc, ForgeError) else f"docker sandbox: cannot start {command[0]!r}: {exc}"
             return ExecResult(None, "", "", time.monotonic() - start, reason, started=False)
         before = self._counters()
-        out, err = _Tail(self.tail_bytes), _Tail(self.tail_bytes)
+        out, err = OutputTail(self.tail_bytes), OutputTail(self.tail_bytes)
         pump = asyncio.ensure_future(asyncio.to_thread(self._pump, exec_id, out, err))
         try:
             bound = await self._watch(pump, start, timeout_s)
@@ -452,14 +470,33 @@ class DockerSandbox(WorkdirFiles):
             if self._counters()[1] > forks:
                 return "processes"
             if self.options.disk_mb is not None and time.monotonic() >= next_disk:
-                from forge_cli.sandbox.local import _disk_usage
-
-                used = await asyncio.to_thread(_disk_usage, [self._workdir])
-                if used > self.options.disk_mb * 2**20:
+                if await asyncio.to_thread(self.disk_over):
                     return "disk"
-                next_disk = time.monotonic() + DISK_WATCH_S
+                next_disk = time.monotonic() + (WATCH_S if self._quota is not None else DISK_WATCH_S)
 
-    def _pump(self, exec_id: str, out: _Tail, err: _Tail) -> None:
+    def disk_over(self) -> bool:
+        """Whether the work directory holds the disk limit's worth (a full quota file system), or more
+        (polled: its size or its number of files)."""
+        if self.options.disk_mb is None:
+            return False
+        if self._quota is not None:
+            return self._quota.full()
+        limit = self.options.disk_mb * 2**20
+        used, files = quota.disk_usage([self._workdir])
+        return used > limit or files > quota.inode_budget(limit)
+
+    def limits_hit(self) -> str | None:
+        """What bound of the container a program in it has reached so far, if any (an MCP server's, say)."""
+        oom, forks = self._counters()
+        if oom:
+            return f"went over the container's memory limit of {self.options.memory_mb} MiB (the kernel killed a process)"
+        if forks:
+            return f"reached the container's limit of {self.options.pids} processes (a fork failed)"
+        if self._quota is not None and self._quota.full():
+            return f"filled its disk limit of {self.options.disk_mb} MiB in the work directory"
+        return None
+
+    def _pump(self, exec_id: str, out: OutputTail, err: OutputTail) -> None:
         try:
             for chunk_out, chunk_err in self._client.api.exec_start(exec_id, stream=True, demux=True):
                 out.add(chunk_out)
@@ -471,14 +508,17 @@ class DockerSandbox(WorkdirFiles):
                 memory: int | None, cpu: float | None, *, oom: bool, bound: str | None, forks_refused: bool) -> ExecResult:
         from dataclasses import replace
 
-        from forge_cli.sandbox.local import _result
-
         limit = memory if memory is not None else (self.options.memory_mb * 2**20 if oom else None)
+        full = bound is None and code != 0 and self._quota is not None and self._quota.full()
         file_size = self.options.file_size_mb * 2**20 if self.options.file_size_mb is not None else None
-        disk = self.options.disk_mb * 2**20 if bound == "disk" and self.options.disk_mb is not None else file_size
-        done = _result(code, stdout, stderr, wall, bound == "time", timeout_s, limit, cpu, oom=oom,
-                       bound=bound if bound in ("processes", "disk") else None, processes=self.options.pids, disk=disk)
-        if bound is None and not done.ok and any(word in stderr[-4000:] for word in _DISK_WORDS):
+        if (full or bound == "disk") and self.options.disk_mb is not None:  # the work directory's limit
+            disk, files = self.options.disk_mb * 2**20, quota.inode_budget(self.options.disk_mb * 2**20)
+        else:  # else what a failed write met is the per-file limit
+            disk, files = file_size, None
+        done = exec_result(code, stdout, stderr, wall, bound == "time", timeout_s, limit, cpu, oom=oom,
+                           bound=bound if bound in ("processes", "disk") else None, processes=self.options.pids,
+                           disk=disk, files=files, disk_full=full)
+        if bound is None and not done.ok and not full and any(w in stderr[-4000:] for w in DISK_WORDS):
             limit_mb = f"{self.options.file_size_mb} MiB per file, {self.options.tmpfs_mb} MiB of /tmp and HOME"
             return replace(done, disk_exceeded=True, reason=f"{done.reason} (it reached a disk limit: {limit_mb})")
         if bound is not None:
@@ -509,6 +549,12 @@ class DockerSandbox(WorkdirFiles):
             return
         self._closed = True
         await asyncio.to_thread(self._remove)
+        if self._quota is not None:
+            await asyncio.to_thread(self._quota.release)  # the work directory a plain host folder again
+        else:
+            await asyncio.to_thread(clear_setid, self._workdir)
+        if self._root is not None:
+            await asyncio.to_thread(shutil.rmtree, self._root, True)
         if self.uid != 0 and self._owner != (self.uid, self.gid):
             await asyncio.to_thread(_chown_tree, self._workdir, *self._owner)
         if self._client is not None:

@@ -12,14 +12,13 @@ Each :meth:`LocalSandbox.exec` starts the command
   was cancelled — its whole group is killed, and so is every other process that still carries the
   mark (Linux: found through ``/proc/*/environ``), which catches children that started a session of
   their own. No program a sandbox started outlives the exec that started it;
-- under **rlimits** set in the child before it runs (``preexec_fn``): ``RLIMIT_AS`` for
+- under **rlimits** set before it runs (by the launcher, below): ``RLIMIT_AS`` for
   ``memory_bytes`` (address space: an allocation past it fails, e.g. Python's ``MemoryError``),
   ``RLIMIT_CPU`` for ``cpu_time_s`` (``SIGXCPU``, then ``SIGKILL`` a second later), and no core
   files. Limits are per process; each child inherits its own copy.
 
 The wall-time limit is the caller's ``timeout_s``: at the deadline the group gets ``SIGTERM``,
-``grace_s`` later ``SIGKILL``. Output goes to files outside the work directory (no pipe can fill
-and block the program), of which the last ``tail_bytes`` are returned.
+``grace_s`` later ``SIGKILL``.
 
 **Isolation.** Where bubblewrap works (``isolation="auto"``, the default, or ``"bwrap"``), every exec
 runs inside ``bwrap`` with the layout of :mod:`forge_cli.sandbox.bwrap`: a read-only system, the
@@ -29,39 +28,55 @@ work directory and the sandbox's home writable at their host paths, a private si
 (``"auto"``) the program runs as a plain subprocess that sees the host's file system and network,
 and one warning line says so; ``isolation="none"`` asks for that without the warning.
 
-**Bounds** beyond the rlimits above, where this process may write a control group
-(:mod:`forge_cli.sandbox.cgroup`: as root here): at most ``processes`` processes and threads (a
-fork bomb's forks fail, and the exec is killed as soon as one does), and ``memory_bytes`` for the
-whole tree (the kernel's OOM killer ends a process of it, and the exec is killed then). Without a writable cgroup, ``RLIMIT_NPROC`` is set
-for a non-root user (root is exempt from it) and a fork bomb is ended by its wall-time limit.
-``open_files`` is ``RLIMIT_NOFILE``. ``disk_bytes`` bounds what it writes into the work directory
-and its home: ``RLIMIT_FSIZE`` per file, and a check every :data:`WATCH_S` seconds of their total
-size that kills the exec once it is over (so it can overshoot by what it writes in that time);
-``/tmp`` and ``/dev/shm`` inside bubblewrap are tmpfs of ``tmp_bytes`` each. An exec killed for a
-bound says which in its :class:`~forge_cli.sandbox.base.ExecResult`.
+**Every process a sandbox starts** — an exec's program, an MCP server it is asked to run
+(:meth:`LocalSandbox.stdio_command`) — starts through :mod:`~forge_cli.sandbox.launch`, which puts
+it under the sandbox's bounds before it runs: where this process may write a control group
+(:mod:`forge_cli.sandbox.cgroup`: as root here) a group of its own holding at most ``processes``
+processes and threads (a fork bomb's forks fail, and an exec is killed as soon as one does) and
+``memory_bytes`` for the whole tree (the kernel's OOM killer ends a process of it, and an exec is
+killed then); without one, ``RLIMIT_NPROC`` for a non-root user (root is exempt from it) and a fork
+bomb is ended by its wall-time limit. ``open_files`` is ``RLIMIT_NOFILE``. Inside bubblewrap it also
+gets the seccomp filter of :mod:`~forge_cli.sandbox.seccomp` and no capability.
+
+``disk_bytes`` bounds what the sandbox's programs keep in the work directory and its home: where
+:mod:`~forge_cli.sandbox.quota` can mount one (root, loop devices), both live on a file system of
+exactly that size with one inode per 16 KiB of it, so a write past the limit — of bytes or of
+files, by any process — fails with ``ENOSPC`` at once, and an exec that filled it is killed;
+elsewhere a check every :data:`WATCH_S` seconds of their total size and file count kills the exec
+once it is over (it can overshoot by what it writes in that time). ``RLIMIT_FSIZE`` bounds each
+file in both cases; ``/tmp`` and ``/dev/shm`` inside bubblewrap are tmpfs of ``tmp_bytes`` each. A
+program's stdout and stderr come through pipes of which only the last ``tail_bytes`` are kept:
+nothing of them is written to the host's disk. An exec killed for a bound says which in its
+:class:`~forge_cli.sandbox.base.ExecResult`.
+
+:meth:`LocalSandbox.close` kills what still runs, its MCP servers included, gives the work
+directory back as a plain folder (no setuid or setgid bit left in it) and deletes the sandbox's own
+folder.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 import os
 import shutil
 import signal
 import subprocess
-import tempfile
+import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.base import ExecResult, GatewayAccess, WorkdirFiles, exec_argv, owner_alive, owner_of, signal_name
-from forge_cli.sandbox.cgroup import ExecCgroup
-
-if TYPE_CHECKING:
-    from forge_cli.sandbox.bwrap import Layout
+from forge_cli.sandbox import bwrap, launch, quota, seccomp
+from forge_cli.sandbox.base import (
+    ExecResult, GatewayAccess, OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, sweep_folders,
+)
+from forge_cli.sandbox.cgroup import ExecCgroup, sweep_stale
+from forge_cli.sandbox.hostfiles import clear_setid
 
 # Forge's own environment variables a sandboxed program gets (when they are set).
 KEPT_ENV = (
@@ -73,12 +88,16 @@ MARKER_VAR = "FORGE_SANDBOX_EXEC"
 TAIL_BYTES = 64 * 1024
 ISOLATIONS = ("auto", "bwrap", "none")  # bubblewrap where it works | bubblewrap or an error | a plain subprocess
 WATCH_S = 0.25  # how often a running exec's process and disk bounds are checked
-_warned = False  # the "isolation is reduced" line is said once per process
+LAUNCHER = Path(launch.__file__).resolve()
+_warned: set[str] = set()  # each "isolation is reduced" line is said once per process
 _swept = False  # sweep_leftovers ran in this process
-ROOT_PREFIX = "forge-sandbox-"  # a sandbox's own folder in the temporary directory
-# Words a program's error output says when an allocation failed.
-_MEMORY_WORDS = ("MemoryError", "Cannot allocate memory", "out of memory", "bad_alloc", "ENOMEM",
-                 "memory allocation failed", "failed to allocate")
+log = logging.getLogger("forge.sandbox")
+
+
+def _warn_once(key: str, message: str, *args: object) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, *args)
 
 
 class LocalSandbox(WorkdirFiles):
@@ -123,17 +142,43 @@ class LocalSandbox(WorkdirFiles):
         if not _swept:  # once per process: what dead runs left behind
             _swept = True
             sweep_leftovers()
-        self._root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
-        for sub in ("home", "tmp", "logs", "status"):
+        self._root = make_folder()
+        for sub in ("home", "tmp", "status"):
             (self._root / sub).mkdir()
-        (self._root / "owner").write_text(f"{owner_of(os.getpid()) or ''} {_pid_namespace()}")
         self.memory_bytes = memory_bytes
         self.cpu_time_s = cpu_time_s
         self.tail_bytes = tail_bytes
         self.grace_s = grace_s
         self._running: dict[int, str] = {}  # pid (= its process group) -> its marker
+        self._servers: list[ExecCgroup] = []  # the groups of the MCP servers stdio_command started
         self._count = itertools.count()
         self._closed = False
+        self._seccomp = self._write_filter() if self.isolated else None
+        self._quota = self._lay_quota()
+
+    def _write_filter(self) -> Path | None:
+        """The seccomp filter's file in the sandbox's folder (None, and one warning, where none can be built)."""
+        why = seccomp.unavailable()
+        if why is not None:
+            _warn_once("seccomp", "isolation is reduced: %s, so sandboxed programs may make every system call "
+                       "their missing capabilities allow", why)
+            return None
+        path = self._root / "seccomp.bpf"
+        seccomp.write_program(path)
+        return path
+
+    def _lay_quota(self) -> quota.WorkdirQuota | None:
+        """The file system of ``disk_bytes`` over the work directory and home (None: polled, see the module)."""
+        if self.disk_bytes is None:
+            return None
+        why = quota.unavailable()
+        if why is None:
+            try:
+                return quota.WorkdirQuota.create(self._workdir, self._root, self.disk_bytes, folders=("home",))
+            except (ForgeError, OSError) as exc:
+                why = str(exc)
+        _warn_once("quota", "the disk limit is polled: %s (a fast writer can overshoot it between checks)", why)
+        return None
 
     @property
     def workdir(self) -> Path:
@@ -141,8 +186,13 @@ class LocalSandbox(WorkdirFiles):
 
     @property
     def home(self) -> Path:
-        """The ``HOME`` (and, beside it, ``TMPDIR``) programs of this sandbox get."""
-        return self._root / "home"
+        """The ``HOME`` programs of this sandbox get (on the disk limit's file system where there is one)."""
+        return self._quota.path("home") if self._quota is not None else self._root / "home"
+
+    @property
+    def disk_quota(self) -> bool:
+        """Whether the disk limit is a file system of its size (else it is polled)."""
+        return self._quota is not None
 
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment a command gets: the kept variables, ``HOME``/``TMPDIR``/``PWD``, then ``env``."""
@@ -152,19 +202,30 @@ class LocalSandbox(WorkdirFiles):
         base.update(HOME=str(self.home), TMPDIR=tmp, PWD=str(self._workdir))
         return {**base, **(env or {})}
 
-    def layout(self) -> "Layout":
+    def layout(self) -> bwrap.Layout:
         """What a bubblewrap exec of this sandbox mounts."""
-        from forge_cli.sandbox.bwrap import Layout
-
-        return Layout(self._workdir, self.home, self.tmp_bytes, self.read_only, self.gateway, self._root / "status")
+        return bwrap.Layout(self._workdir, self.home, self.tmp_bytes, self.read_only, self.gateway,
+                            self._root / "status")
 
     def host_command(self, command: Sequence[str], env: Mapping[str, str], status_file: str | None = None) -> list[str]:
         """The argv the host starts for ``command`` with exactly ``env``: bubblewrap's, or ``command``."""
         if not self.isolated:
             return [str(c) for c in command]
-        from forge_cli.sandbox.bwrap import bwrap_argv
+        return bwrap.bwrap_argv(self.layout(), command, env, status_file)
 
-        return bwrap_argv(self.layout(), command, env, status_file)
+    def launched(self, argv: Sequence[str], memory: int | None, cpu: float | None,
+                 cgroup: ExecCgroup | None) -> list[str]:
+        """``argv`` behind :mod:`~forge_cli.sandbox.launch`: in ``cgroup``, under the rlimits of ``memory``,
+        ``cpu`` and the sandbox's own, with the seccomp filter handed to bubblewrap."""
+        args = [sys.executable, "-S", "-I", str(LAUNCHER)]
+        for folder in (cgroup.dirs.values() if cgroup is not None else ()):
+            args += ["--cgroup", str(folder)]
+        for name, soft, hard in _rlimits(memory, cpu, self.open_files, self.disk_bytes,
+                                         self.processes if cgroup is None else None):
+            args += ["--rlimit", f"{name}={soft}:{hard}"]
+        if self.isolated and self._seccomp is not None:
+            args += ["--seccomp", str(self._seccomp)]
+        return [*args, "--", *argv]
 
     async def exec(
         self,
@@ -182,27 +243,31 @@ class LocalSandbox(WorkdirFiles):
         marker = uuid.uuid4().hex
         full_env = {**self.environment(env), MARKER_VAR: marker}
         n = next(self._count)
-        out_path, err_path = self._root / "logs" / f"{n}.out", self._root / "logs" / f"{n}.err"
         start = time.monotonic()
-        if self.isolated and (why := _cannot_run(command[0], full_env.get("PATH"))):  # bwrap would say it late
+        if why := _cannot_run(command[0], full_env.get("PATH"), self._workdir):  # the launcher would say it late
             return ExecResult(None, "", "", 0.0, started=False, reason=f"cannot start {command[0]!r}: {why}")
         cgroup = await asyncio.to_thread(ExecCgroup.create, pids_max=self.processes, memory_bytes=memory)
-        nproc = self.processes if cgroup is None else None
+        out, err = OutputTail(self.tail_bytes), OutputTail(self.tail_bytes)
         try:
-            with out_path.open("wb") as out, err_path.open("wb") as err:
-                try:
-                    proc = await asyncio.create_subprocess_exec(
-                        # bubblewrap's own process goes without the mark: a SIGTERM by mark reaches only the program
-                        *self.host_command(command, full_env, f"{n}"), cwd=self._workdir,
-                        env={k: v for k, v in full_env.items() if k != MARKER_VAR} if self.isolated else full_env,
-                        stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                        preexec_fn=_limit_setter(memory, cpu, open_files=self.open_files, processes=nproc,
-                                                 file_bytes=self.disk_bytes, cgroup=cgroup),
-                    )
-                except (OSError, subprocess.SubprocessError, ValueError) as exc:
-                    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                    return ExecResult(None, "", "", time.monotonic() - start, started=False,
-                                      reason=f"cannot start {command[0]!r}: {detail}")
+            # pipes of our own, not the subprocess's: its wait() ends when it exits, not when every holder of them does
+            (out_fd, out_pump), (err_fd, err_pump) = await _output_pipe(out), await _output_pipe(err)
+            pumps = [out_pump, err_pump]
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    # bubblewrap's own process goes without the mark: a SIGTERM by mark reaches only the program
+                    *self.launched(self.host_command(command, full_env, f"{n}"), memory, cpu, cgroup),
+                    cwd=self._workdir,
+                    env={k: v for k, v in full_env.items() if k != MARKER_VAR} if self.isolated else full_env,
+                    stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, start_new_session=True,
+                )
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                await _drain(pumps, 0)
+                return ExecResult(None, "", "", time.monotonic() - start, started=False,
+                                  reason=f"cannot start {command[0]!r}: {detail}")
+            finally:
+                os.close(out_fd)
+                os.close(err_fd)
             self._running[proc.pid] = marker
             bound: str | None = None
             try:
@@ -218,6 +283,7 @@ class LocalSandbox(WorkdirFiles):
                 if cgroup is not None:
                     cgroup.kill()
                 self._running.pop(proc.pid, None)
+                await _drain(pumps)
             if proc.returncode is None:  # killed just now: it is about to be reaped
                 await proc.wait()
             oom = cgroup is not None and cgroup.oom_killed()
@@ -226,14 +292,15 @@ class LocalSandbox(WorkdirFiles):
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.remove)
         wall = time.monotonic() - start
-        stdout, stderr = _tail(out_path, self.tail_bytes), _tail(err_path, self.tail_bytes)
         code = proc.returncode
         if self.isolated:
             code = _inner_status(self._root / "status" / f"{n}", code)
         if bound is None and code != 0 and forks_refused:  # it failed on a refused fork before a poll saw one
             bound = "processes"
-        return _result(code, stdout, stderr, wall, bound == "time", timeout_s, memory, cpu, oom=oom,
-                       bound=bound, processes=self.processes, disk=self.disk_bytes)
+        full = bound is None and code != 0 and self._quota is not None and self._quota.full()
+        files = quota.inode_budget(self.disk_bytes) if self.disk_bytes is not None else None
+        return exec_result(code, out.text(), err.text(), wall, bound == "time", timeout_s, memory, cpu, oom=oom,
+                           bound=bound, processes=self.processes, disk=self.disk_bytes, files=files, disk_full=full)
 
     async def _wait(self, proc: "asyncio.subprocess.Process", cgroup: ExecCgroup | None,
                     timeout_s: float | None) -> str | None:
@@ -252,26 +319,65 @@ class LocalSandbox(WorkdirFiles):
                     return "processes"
                 if cgroup is not None and cgroup.oom_killed():
                     return "memory"
-                if self.disk_bytes is not None and await asyncio.to_thread(
-                        _disk_usage, (self._workdir, self.home)) > self.disk_bytes:
+                if self.disk_bytes is not None and await asyncio.to_thread(self.disk_over):
                     return "disk"
         finally:
             if not waiting.done():
                 waiting.cancel()
 
+    def disk_over(self) -> bool:
+        """Whether the work directory and home hold the disk limit's worth (a full quota file system),
+        or more (polled: their size or their number of files)."""
+        if self.disk_bytes is None:
+            return False
+        if self._quota is not None:
+            return self._quota.full()
+        used, files = quota.disk_usage((self._workdir, self._root / "home"))
+        return used > self.disk_bytes or files > quota.inode_budget(self.disk_bytes)
+
     def stdio_command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
-        """``env -i`` with the sandbox's environment, ``-C`` the work directory, then ``command``."""
+        """The launcher, then bubblewrap's argv (or ``env -i`` with the sandbox's environment and ``-C`` the
+        work directory), then ``command``: the program runs under this sandbox's bounds, in a control group
+        of its own that :meth:`close` ends."""
+        if self._closed:
+            raise ForgeError("local sandbox: stdio_command after close")
         full = self.environment(env)
         if self.isolated:
-            return self.host_command(command, full)
-        return ["env", "-i", "-C", str(self._workdir), *(f"{k}={v}" for k, v in full.items()), *map(str, command)]
+            inner = self.host_command(command, full)
+        else:
+            inner = ["env", "-i", "-C", str(self._workdir), *(f"{k}={v}" for k, v in full.items()), *map(str, command)]
+        cgroup = ExecCgroup.create(pids_max=self.processes, memory_bytes=self.memory_bytes)
+        if cgroup is not None:
+            self._servers.append(cgroup)
+        return self.launched(inner, self.memory_bytes, self.cpu_time_s, cgroup)
+
+    def limits_hit(self) -> str | None:
+        """What bound a program started by :meth:`stdio_command` (an MCP server) has reached, if any."""
+        for group in self._servers:
+            if group.oom_killed():
+                return f"went over its memory limit of {(self.memory_bytes or 0) / 2**20:g} MiB (the kernel killed a process)"
+            if group.pids_limit_hit():
+                return f"reached its limit of {self.processes} processes (a fork failed)"
+        if self.disk_bytes is not None and self.disk_over():
+            return f"filled its disk limit of {self.disk_bytes / 2**20:g} MiB in the work directory and home"
+        return None
 
     async def close(self) -> None:
-        """Kill every program still running here and delete the sandbox's own folder (not the work directory)."""
+        """Kill every program still running here (its MCP servers too), give the work directory back as a
+        plain folder and delete the sandbox's own folder (not the work directory)."""
+        if self._closed:
+            return
         self._closed = True
         for pid, marker in list(self._running.items()):
             kill_all(pid, marker)
         self._running.clear()
+        for group in self._servers:
+            await asyncio.to_thread(group.remove)
+        self._servers.clear()
+        if self._quota is not None:
+            await asyncio.to_thread(self._quota.release)
+        else:
+            await asyncio.to_thread(clear_setid, self._workdir)
         await asyncio.to_thread(shutil.rmtree, self._root, True)
 
     async def __aenter__(self) -> "LocalSandbox":
@@ -281,55 +387,52 @@ class LocalSandbox(WorkdirFiles):
         await self.close()
 
 
-def sweep_leftovers() -> list[str]:
-    """What local sandboxes of processes that are gone (a SIGKILLed run) left behind: their exec cgroups,
-    with every process still in them killed (a plain subprocess outlives its owner; bubblewrap's die with
-    it), and their own folders in the temporary directory — those this process can judge: its own cgroup's
-    children, folders of owners in its pid namespace. Done by the first sandbox a process opens; returns
-    what was removed."""
-    from forge_cli.sandbox.cgroup import sweep_stale
+async def _output_pipe(tail: OutputTail) -> tuple[int, "asyncio.Future[None]"]:
+    """A pipe whose write end (returned) a program writes to, and the task that reads it into ``tail``."""
+    read_fd, write_fd = os.pipe()
+    reader = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0))
 
-    removed = sweep_stale()
-    here = _pid_namespace()
-    for root in Path(tempfile.gettempdir()).glob(f"{ROOT_PREFIX}*"):
+    async def pump() -> None:
         try:
-            owner, _, namespace = (root / "owner").read_text().strip().partition(" ")
-        except OSError:
-            continue  # not one of ours, or still being made
-        # only an owner this process can see: a /tmp shared with another pid namespace holds live ones it cannot
-        if owner and namespace == here and not owner_alive(owner):
-            shutil.rmtree(root, ignore_errors=True)
-            removed.append(root.name)
-    return removed
+            while chunk := await reader.read(65536):
+                tail.add(chunk)
+        finally:
+            transport.close()
+
+    return write_fd, asyncio.ensure_future(pump())
 
 
-def _pid_namespace() -> str:
-    """This process's pid namespace (``pid:[INODE]``): owners are comparable only within one."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return "?"
+async def _drain(pumps: list["asyncio.Future[None]"], within: float = 2.0) -> None:
+    """Let the output pumps read what is left (everything that held the pipes is dead by now), then stop them."""
+    _, pending = await asyncio.wait(pumps, timeout=within) if within > 0 else (set(), set(pumps))
+    for pump in pending:
+        pump.cancel()
+    if pending:
+        await asyncio.wait(pending)
+
+
+def sweep_leftovers() -> list[str]:
+    """What sandboxes of processes that are gone (a SIGKILLed run) left behind: their exec cgroups, with
+    every process still in them killed (a plain subprocess outlives its owner; bubblewrap's die with it),
+    their disk limits' mounts and their own folders in the temporary directory — those this process can
+    judge: its own cgroup's children, folders of owners in its pid namespace. Done by the first sandbox a
+    process opens; returns what was removed."""
+    return [*sweep_stale(), *sweep_folders()]
 
 
 def _use_bwrap(isolation: str) -> bool:
     """Whether execs run inside bubblewrap under ``isolation`` (:data:`ISOLATIONS`)."""
-    global _warned
     if isolation == "none":
         return False
-    from forge_cli.sandbox.bwrap import unavailable
-
-    why = unavailable()
+    why = bwrap.unavailable()
     if why is None:
         return True
     if isolation == "bwrap":
         raise ForgeError(f"local sandbox: isolation = bwrap, but {why}")
-    if not _warned:
-        _warned = True
-        import logging
-
-        logging.getLogger("forge.sandbox").warning(
-            "isolation is reduced: %s, so local sandboxes are plain subprocesses that see this machine's files "
-            "and network", why)
+    _warn_once("bwrap", "isolation is reduced: %s, so local sandboxes are plain subprocesses that see this "
+               "machine's files and network", why)
     return False
 
 
@@ -352,33 +455,14 @@ def _is_bwrap(pid: int) -> bool:
         return False
 
 
-def _cannot_run(program: str, path: str | None) -> str | None:
-    """Why ``program`` cannot be started (as ``execvp`` would say), or ``None``."""
+def _cannot_run(program: str, path: str | None, cwd: Path) -> str | None:
+    """Why ``program`` cannot be started from ``cwd`` (as ``execvp`` would say), or ``None``."""
     if "/" not in program:
         return None if shutil.which(program, path=path) else "No such file or directory"
-    if not os.path.exists(program):
+    full = os.path.join(cwd, program)
+    if not os.path.exists(full):
         return "No such file or directory"
-    return None if os.access(program, os.X_OK) and not os.path.isdir(program) else "Permission denied"
-
-
-def _disk_usage(roots: Sequence[Path]) -> int:
-    """Bytes the files under ``roots`` take on disk (links not followed)."""
-    total = 0
-    stack = [str(r) for r in roots]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        else:
-                            total += entry.stat(follow_symlinks=False).st_blocks * 512
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-    return total
+    return None if os.access(full, os.X_OK) and not os.path.isdir(full) else "Permission denied"
 
 
 def _user_processes() -> int:
@@ -393,44 +477,26 @@ def _user_processes() -> int:
     return count
 
 
-def _limit_setter(memory_bytes: int | None, cpu_time_s: float | None, *, open_files: int | None = None,
-                  processes: int | None = None, file_bytes: int | None = None,
-                  cgroup: ExecCgroup | None = None) -> Callable[[], None]:
-    """The ``preexec_fn`` that applies the limits in the child: values computed here, in the parent,
-    so the child only makes ``setrlimit`` calls (a hard limit never above the current hard limit)
-    and joins ``cgroup``. ``processes`` becomes ``RLIMIT_NPROC`` for a non-root user only (root is
-    exempt), on top of the processes that user already has."""
-    import resource
-
-    def capped(which: int, soft: int, hard: int) -> tuple[int, tuple[int, int]]:
-        current = resource.getrlimit(which)[1]
-        if current != resource.RLIM_INFINITY:
-            soft, hard = min(soft, current), min(hard, current)
-        return which, (soft, hard)
-
-    limits = [capped(resource.RLIMIT_CORE, 0, 0)]
+def _rlimits(memory_bytes: int | None, cpu_time_s: float | None, open_files: int | None, file_bytes: int | None,
+             processes: int | None) -> list[tuple[str, int, int]]:
+    """The rlimits a launched program gets, as (name, soft, hard): no core files, ``RLIMIT_AS``,
+    ``RLIMIT_CPU`` (its hard limit a second later), ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE`` and — for a
+    non-root user only (root is exempt), ``processes`` on top of those that user already has —
+    ``RLIMIT_NPROC``."""
+    limits = [("CORE", 0, 0)]
     if memory_bytes is not None:
-        limits.append(capped(resource.RLIMIT_AS, int(memory_bytes), int(memory_bytes)))
+        limits.append(("AS", int(memory_bytes), int(memory_bytes)))
     if cpu_time_s is not None:
         seconds = max(1, math.ceil(cpu_time_s))
-        limits.append(capped(resource.RLIMIT_CPU, seconds, seconds + 1))
+        limits.append(("CPU", seconds, seconds + 1))
     if open_files is not None:
-        limits.append(capped(resource.RLIMIT_NOFILE, int(open_files), int(open_files)))
+        limits.append(("NOFILE", int(open_files), int(open_files)))
     if file_bytes is not None:
-        limits.append(capped(resource.RLIMIT_FSIZE, int(file_bytes), int(file_bytes)))
+        limits.append(("FSIZE", int(file_bytes), int(file_bytes)))
     if processes is not None and os.getuid() != 0:
         allowed = _user_processes() + int(processes)
-        limits.append(capped(resource.RLIMIT_NPROC, allowed, allowed))
-    setrlimit = resource.setrlimit
-    enter = cgroup.enter if cgroup is not None else None
-
-    def apply() -> None:
-        if enter is not None:
-            enter()
-        for which, value in limits:
-            setrlimit(which, value)
-
-    return apply
+        limits.append(("NPROC", allowed, allowed))
+    return limits
 
 
 def _signal_tree(pgid: int | None, marker: str, cgroup: ExecCgroup | None, sig: int) -> None:
@@ -493,53 +559,3 @@ def kill_all(pgid: int, marker: str) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.01)
-
-
-def _tail(path: Path, size: int) -> str:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - size))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _result(code: int | None, stdout: str, stderr: str, wall: float, timed_out: bool, timeout_s: float | None,
-            memory: int | None, cpu: float | None, *, oom: bool = False, bound: str | None = None,
-            processes: int | None = None, disk: int | None = None) -> ExecResult:
-    """The :class:`ExecResult` of a finished process, with its one-line reason."""
-    sig = -code if code is not None and code < 0 else None
-    memory_exceeded = cpu_exceeded = file_too_big = False
-    if timed_out:
-        reason = f"timed out after {timeout_s:g} s of wall time; its processes were killed"
-    elif bound == "processes":
-        reason = f"reached its limit of {processes} processes (a fork failed); its processes were killed"
-    elif bound == "memory":
-        memory_exceeded = True
-        reason = (f"went over its memory limit of {(memory or 0) / 2**20:g} MiB (the kernel killed one of its "
-                  "processes); its processes were killed")
-    elif bound == "disk":
-        reason = (f"wrote more than its limit of {(disk or 0) / 2**20:g} MiB into its work directory and home; "
-                  "its processes were killed")
-    elif code == 0:
-        reason = "exited 0"
-    else:
-        cpu_exceeded = not oom and cpu is not None and sig in (signal.SIGXCPU, signal.SIGKILL)
-        memory_exceeded = memory is not None and not cpu_exceeded and (
-            oom or any(word in stderr[-4000:] for word in _MEMORY_WORDS)
-            or sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)
-        )
-        reason = f"killed by {signal_name(sig)}" if sig else f"exited {code}"
-        if file_too_big := disk is not None and (sig == signal.SIGXFSZ or "File too large" in stderr[-4000:]):
-            reason += f" (a file reached its disk limit of {disk / 2**20:g} MiB)"
-        if cpu_exceeded:
-            reason += f" (it used up its CPU-time limit of {cpu:g} s)"
-        elif memory_exceeded:
-            reason += f" (it ran out of its memory limit of {memory / 2**20:g} MiB)"
-        last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
-        if last:
-            reason += f": {last[:200]}"
-    return ExecResult(code, stdout, stderr, wall, reason, timed_out=timed_out,
-                      memory_exceeded=memory_exceeded, cpu_exceeded=cpu_exceeded,
-                      processes_exceeded=bound == "processes", disk_exceeded=bound == "disk" or file_too_big)

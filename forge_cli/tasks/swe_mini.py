@@ -14,13 +14,13 @@ more than one module, a failing test that does not name the broken function (it 
 package's ``api`` module). ``task.meta`` holds the labels themselves (``lines_to_change``, ``files``,
 ``modules``, ``names_function``, ``bugs``).
 
-The verifier (:class:`UnitTests`) runs the tests *inside the trajectory's sandbox* through
+The verifier (:class:`UnitTests`) runs *inside the trajectory's sandbox* through
 :meth:`~forge_cli.sandbox.base.Sandbox.exec` (``verify_in``; ``verify`` opens a local sandbox on
-the work directory): it passes only when every test file is byte-for-byte as generated (SHA-256),
-the expected number of tests ran and all passed. The tests run under ``python3 -I`` with the work
-directory appended to ``sys.path``, so a module of the repository cannot shadow the standard
-library's ``unittest``; code of the package itself runs in the same process and is trusted as far
-as Python allows.
+the work directory): it passes only when every test file is byte-for-byte as generated (SHA-256)
+and the package gives the correct code's value for every call the tests make and for calls on
+inputs drawn afresh for this verification — evaluated by :mod:`~forge_cli.tasks.swe_checks`'
+runner and compared on the host, never by trusting what a test runner prints or the exit status
+the package's code could force.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import difflib
 import hashlib
 import json
 import random
+import secrets
 import threading
 import traceback
 from dataclasses import dataclass
@@ -37,8 +38,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.tasks import swe_units
+from forge_cli.tasks import swe_checks, swe_units
 from forge_cli.tasks.splits import Draft, draw
+from forge_cli.tasks.swe_checks import api_source, caller_expression, exec_source, expression
 from forge_cli.tasks.swe_units import UNITS, Unit
 from forge_cli.tasks.types import Outcome, Split, Task, TaskSuite, Transcript
 
@@ -77,9 +79,7 @@ class _Piece:
     bug: swe_units.Bug | None = None
 
     def expression(self, case: Any) -> str:
-        if self.unit.is_class:
-            return str(case).format(name=self.name)
-        return f"{self.name}({', '.join(repr(a) for a in case)})"
+        return expression(self.unit, self.name, case)
 
 
 @dataclass
@@ -90,12 +90,6 @@ class _Check:
     expr: str
     expected: Any
     namespace: str  # the module whose names the expression uses (``api`` for a caller)
-
-
-def _exec(source: str, filename: str, names: dict[str, Any] | None = None) -> dict[str, Any]:
-    namespace: dict[str, Any] = {"__name__": filename, **(names or {})}
-    exec(compile(source, filename, "exec"), namespace)  # our own generated code, never an agent's
-    return namespace
 
 
 def _evaluate(expr: str, namespace: dict[str, Any]) -> tuple[bool, Any]:
@@ -120,16 +114,6 @@ def _module_text(package: str, module: str, pieces: list[_Piece], planted: bool)
         source = swe_units.render(piece.unit, piece.name)
         sources.append(swe_units.plant(source, piece.bug) if planted and piece.bug else source)
     return f'"""The {module} helpers of {package}."""\n\n\n' + "\n\n".join(sources)
-
-
-def _api_text(package: str, callers: list[_Piece]) -> str:
-    lines = [f'"""The {package} entry points: each applies a helper to rows of arguments."""', ""]
-    for piece in sorted(callers, key=lambda p: (p.module, p.name)):
-        lines.append(f"from {package}.{piece.module} import {piece.name}")
-    for piece in callers:
-        lines += ["", "", f"def {piece.unit.caller}(rows):", f'    """{piece.name} of each row of arguments."""',
-                  f"    return [{piece.name}(*row) for row in rows]"]
-    return "\n".join(lines) + "\n"
 
 
 def _test_text(package: str, module: str, tests: list[tuple[str, list[tuple[str, Any]]]],
@@ -226,7 +210,7 @@ def _generate_once(rng: random.Random) -> Draft | None:
     for module, ps in pieces.items():
         path = f"{package}/{module}.py"
         good, bad = _module_text(package, module, ps, False), _module_text(package, module, ps, True)
-        correct_ns[module], buggy_ns[module] = _exec(good, path), _exec(bad, path)
+        correct_ns[module], buggy_ns[module] = exec_source(good, path), exec_source(bad, path)
         files[path], sources[path] = bad, bad
         if good != bad:
             fix[path] = good
@@ -246,14 +230,14 @@ def _generate_once(rng: random.Random) -> Draft | None:
         tests[module] = methods
     if indirect:
         api_path = f"{package}/api.py"
-        api = _api_text(package, callers)
+        api = api_source(package, [(p.module, p.unit.key, p.name) for p in callers])
         files[api_path] = sources[api_path] = api
         stripped = "\n".join("" if line.startswith("from ") else line for line in api.splitlines()) + "\n"
-        correct_ns["api"] = _exec(stripped, api_path, {p.name: correct_ns[p.module][p.name] for p in callers})
-        buggy_ns["api"] = _exec(stripped, api_path, {p.name: buggy_ns[p.module][p.name] for p in callers})
+        correct_ns["api"] = exec_source(stripped, api_path, {p.name: correct_ns[p.module][p.name] for p in callers})
+        buggy_ns["api"] = exec_source(stripped, api_path, {p.name: buggy_ns[p.module][p.name] for p in callers})
         asserts = []
         for p in callers:
-            expr = f"{p.unit.caller}({[tuple(c) for c in p.cases]!r})"
+            expr = caller_expression(p.unit, p.cases)
             asserts.append((f"test_{p.unit.caller}", [(expr, _expect(expr, correct_ns["api"]))]))
         text, methods = _test_text(package, "api", asserts, [p.unit.caller for p in callers])
         files["tests/test_api.py"] = text
@@ -272,7 +256,11 @@ def _generate_once(rng: random.Random) -> Draft | None:
     test_files = {path: text for path, text in files.items() if path.startswith("tests/")}
     difficulty = 1 + (lines > 1) + (len(modules) > 1) + indirect
     answer = {"package": package, "tests": {path: sha256(text) for path, text in sorted(test_files.items())},
-              "test_modules": [f"tests.test_{m}" for m in sorted(tests)], "test_count": count, "fix": fix}
+              "test_modules": [f"tests.test_{m}" for m in sorted(tests)], "test_count": count, "fix": fix,
+              # what the verifier checks (swe_checks): the units, the api's callers, and the tests' own calls
+              "units": [[p.module, p.unit.key, p.name] for p in everything],
+              "callers": [[p.module, p.unit.key, p.name] for p in callers],
+              "checks": [[c.namespace, c.expr] for m in sorted(tests) for _, cs in tests[m] for c in cs]}
     meta = {"lines_to_change": lines, "files": sum(p.endswith(".py") for p in files), "modules": len(modules),
             "names_function": not indirect, "bugs": [p.bug.kind for p in bugged if p.bug]}
     key = json.dumps(files, sort_keys=True)
@@ -329,16 +317,25 @@ class UnitTests:
                 changed.append(f"{path} was changed")
         if changed:
             return Outcome(0.0, "the tests must not be changed: " + "; ".join(changed))
-        result = await sandbox.exec(unittest_command(modules), timeout_s=self.timeout_s)
+        if "units" not in answer:
+            raise ForgeError(f"task '{task.id}' names no units to check (answer['units']): it was made by an older Forge")
+        found = swe_checks.checks(answer)
+        nonce = secrets.token_hex(16)
+        job = {"mark": swe_checks.RESULT_MARK, "nonce": nonce, "package": answer["package"],
+               "checks": [[cid, c.module, c.expr] for cid, c in enumerate(found)]}
+        result = await sandbox.exec(swe_checks.runner_command(job), timeout_s=self.timeout_s)
         if result.timed_out:
-            return Outcome(0.0, f"the tests did not finish: {result.reason}")
-        expected = int(answer.get("test_count", 0))
-        ran = f"Ran {expected} test" in result.stderr
-        if result.ok and ran and result.stderr.rstrip().endswith("OK"):
-            return Outcome(1.0, f"all {expected} tests pass and the tests are unchanged")
-        if result.ok and not ran:
-            return Outcome(0.0, f"the tests exited 0 without running the {expected} tests: {_tail(result)}")
-        return Outcome(0.0, f"the tests fail ({result.reason}): {_tail(result)}")
+            return Outcome(0.0, f"the checks did not finish: {result.reason}")
+        try:
+            right, wrong = swe_checks.judge(found, nonce, result.stdout)
+        except swe_checks.NoRecord as exc:
+            return Outcome(0.0, f"the tests fail: {exc} ({result.reason}): {_tail(result)}")
+        hidden = sum(c.hidden for c in found)
+        if not wrong and right == len(found):
+            return Outcome(1.0, f"all {len(found)} checks pass ({len(found) - hidden} the tests make, {hidden} on fresh "
+                                "inputs) and the tests are unchanged")
+        more = f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""
+        return Outcome(0.0, f"the tests fail: {len(wrong)} of {len(found)} checks: " + "; ".join(wrong[:3]) + more)
 
     def verify(self, task: Task, workdir: Path, transcript: Transcript) -> Outcome:
         """:meth:`verify_in` in a local sandbox opened on ``workdir`` (for callers without a sandbox)."""
