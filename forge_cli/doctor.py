@@ -7,6 +7,8 @@ CLI itself never imports them.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -16,6 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from forge_cli.sandbox import probe, quota, seccomp
+from forge_cli.sandbox.cgroup import ExecCgroup
+from forge_cli.sandbox.local import LocalSandbox
 
 PROBE_TIMEOUT_S = 180
 
@@ -72,19 +78,67 @@ def _sqlite_check() -> Check:
 
 def _bwrap_check() -> Check:
     from forge_cli.sandbox.bwrap import unavailable
-    from forge_cli.sandbox.cgroup import ExecCgroup
 
     why = unavailable()
     if why is not None:
         return Check("bubblewrap", False, f"{why}: local sandboxes are plain subprocesses (they keep the network "
                      "and see the file system); enable with `apt-get install bubblewrap`", False)
-    probe = ExecCgroup.create(pids_max=16, memory_bytes=2**30)
-    bounds = "process and memory bounds by cgroup" if probe is not None else \
-        "no writable cgroup: a fork bomb ends only at its time limit"
-    if probe is not None:
-        probe.remove()
-    return Check("bubblewrap", True, f"local sandboxes isolated (own network with the gateway only, read-only "
-                 f"system); {bounds}", False)
+    return Check("bubblewrap", True, "local sandboxes isolated: own network (the gateway only), pid, ipc and uts "
+                 "namespaces, read-only system, Forge's own package hidden", False)
+
+
+def _probe_sandbox() -> dict[str, Any]:
+    """What :mod:`forge_cli.sandbox.probe` says from inside a local sandbox as a rollout opens one."""
+    async def run() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="forge-doctor-") as tmp:
+            async with LocalSandbox(Path(tmp) / "work", disk_bytes=16 * 2**20) as box:
+                done = await box.exec([sys.executable, "-S", "-c", Path(probe.__file__).read_text()], timeout_s=60)
+                if not done.ok:
+                    raise RuntimeError(done.reason)
+                return {**json.loads(done.stdout), "isolated": box.isolated, "quota": box.disk_quota}
+
+    return asyncio.run(run())
+
+
+def _isolation_checks() -> list[Check]:
+    """What a program in a local sandbox is refused here, measured from inside one, and what is missing."""
+    try:
+        seen = _probe_sandbox()
+    except Exception as exc:  # a broken sandbox is a finding, not a crash of the doctor
+        return [Check("sandbox isolation", False, f"a probe in a local sandbox failed: {exc}"[:300], False)]
+    refused = [name for name in ("mount", "open_by_handle", "unshare_user", "ptrace") if seen[name] != "allowed"]
+    allowed = [name for name in ("mount", "open_by_handle", "unshare_user", "ptrace") if seen[name] == "allowed"]
+    caps = Check("sandbox capabilities", seen["cap_eff"] == 0,
+                 "none inside (CapEff 0)" if seen["cap_eff"] == 0 else
+                 f"a program inside holds capabilities {seen['cap_eff']:#x}" + ("" if seen["isolated"] else
+                                                                                 " (a plain subprocess: no bubblewrap)"),
+                 False)
+    why = seccomp.unavailable()
+    filtered = Check("seccomp filter", seen["seccomp"] == 2 and not allowed,
+                     f"on: {', '.join(refused)} refused inside" if seen["seccomp"] == 2 and not allowed else
+                     f"off ({why or 'no bubblewrap'}): a program inside may call {', '.join(allowed) or 'more'}", False)
+    probe_group = ExecCgroup.create(pids_max=16, memory_bytes=2**30)
+    if probe_group is not None:
+        kinds = ", ".join(sorted(probe_group.dirs))
+        probe_group.remove()
+    groups = Check("sandbox cgroups", probe_group is not None,
+                   f"processes and memory bounded per exec and per MCP server ({kinds})" if probe_group is not None
+                   else "no writable cgroup (not root?): a fork bomb ends only at its time limit, memory per process only",
+                   False)
+    disk_why = quota.unavailable()
+    disk = Check("sandbox disk limit", seen["quota"],
+                 "a file system of its size (loop-mounted ext4, one inode per 16 KiB): writes past it fail at once"
+                 if seen["quota"] else f"polled every 0.25 s ({disk_why}): a fast writer can overshoot it", False)
+    try:
+        most = int(Path("/proc/sys/user/max_user_namespaces").read_text())
+    except (OSError, ValueError):
+        most = 0
+    userns = Check("user namespaces", seen["unshare_user"] != "allowed",
+                   (f"this kernel lets unprivileged processes make them (max {most}); " if most else
+                    "this kernel makes none for unprivileged processes; ")
+                   + ("refused inside sandboxes" if seen["unshare_user"] != "allowed" else
+                      "a program inside a sandbox may make one (and hold every capability in it)"), False)
+    return [caps, filtered, groups, disk, userns]
 
 
 def _node_check() -> Check:
@@ -151,7 +205,10 @@ def run_checks(config: Any, registry: Any, quick: bool = False) -> list[Check]:
         lambda: _plugin_check(registry),
     ]
     with ThreadPoolExecutor(max_workers=4) as pool:
+        isolation = pool.submit(_isolation_checks)
         results = list(pool.map(lambda fn: fn(), probes))
+        at = next(i for i, c in enumerate(results) if c.name == "bubblewrap") + 1
+        results[at:at] = isolation.result()
     head = [
         Check("python", py_ok, sys.version.split()[0] + ("" if py_ok else " (Forge needs >= 3.11)"), True),
         Check("forge", True, f"{__version__} at {Path(__file__).resolve().parent}", True),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -47,6 +48,10 @@ def test_doctor_says_how_to_enable_the_sandboxes_that_do_not_work_here(cli, monk
     checks = {c["name"]: c for c in json.loads(result.stdout)}
     assert checks["bubblewrap"]["ok"] is False and "apt-get install bubblewrap" in checks["bubblewrap"]["detail"]
     assert "plain subprocesses" in checks["bubblewrap"]["detail"]
+    if os.geteuid() == 0:  # measured from inside: a plain subprocess of root keeps root's capabilities and calls
+        caps, flt = checks["sandbox capabilities"], checks["seccomp filter"]
+        assert caps["ok"] is False and "a plain subprocess" in caps["detail"], caps
+        assert flt["ok"] is False and "mount" in flt["detail"] and "ptrace" in flt["detail"], flt
     docker = checks["docker engine"]
     assert docker["ok"] is False and "no-engine.sock" in docker["detail"] and "docker-engine.sh" in docker["detail"]
 
@@ -71,3 +76,23 @@ def test_without_bubblewrap_a_local_sandbox_warns_once_and_runs_a_plain_subproce
         local.LocalSandbox(tmp_path / "strict", isolation="bwrap")
     for box in boxes:
         asyncio.run(box.close())
+
+
+def test_doctor_says_what_isolation_is_in_force_measured_from_inside_a_sandbox(cli):
+    """The isolation rows come from a probe run inside a local sandbox as a rollout opens one: with
+    bubblewrap, no capability and the seccomp filter (each attempt refused), the cgroups, the disk limit's
+    kind, and whether a program inside could make a user namespace."""
+    from forge_cli.sandbox import bwrap, quota, seccomp
+
+    result = cli("doctor", "--json", "--quick")
+    checks = {c["name"]: c for c in json.loads(result.stdout)}
+    rows = ("sandbox capabilities", "seccomp filter", "sandbox cgroups", "sandbox disk limit", "user namespaces")
+    assert all(name in checks and not checks[name]["required"] for name in rows), sorted(checks)
+    if bwrap.unavailable() is None and seccomp.unavailable() is None:
+        assert checks["sandbox capabilities"]["ok"] and "CapEff 0" in checks["sandbox capabilities"]["detail"]
+        assert checks["seccomp filter"]["ok"], checks["seccomp filter"]
+        for attempt in ("mount", "open_by_handle", "unshare_user", "ptrace"):
+            assert attempt in checks["seccomp filter"]["detail"]
+        assert checks["user namespaces"]["ok"] and "refused inside sandboxes" in checks["user namespaces"]["detail"]
+    disk = checks["sandbox disk limit"]
+    assert disk["ok"] == (quota.unavailable() is None) and ("ext4" in disk["detail"] or "polled" in disk["detail"])

@@ -8,6 +8,9 @@ Inside (:func:`bwrap_argv`):
   Nothing else of the host is there: not its home, not ``FORGE_HOME`` (runs, keys, the pool), not
   ``/run`` or ``/var`` (no host unix socket can be reached through the file system), and
   ``/etc/shadow``-style secrets are hidden behind ``/dev/null``;
+- **not Forge's own package** (``forge_cli``), even where the folder holding it is mounted (a wheel
+  in the venv): an empty read-only folder stands there, so no program inside can run the task
+  generators that would rebuild a task's answer (the ``qa`` table, the ``swe-mini`` catalogue);
 - the trajectory's **work directory, writable, at the same path as on the host** (so ``$workdir``
   in a launch recipe means the same inside and out), and the sandbox's home folder (``HOME``),
   writable, at its host path too;
@@ -43,6 +46,7 @@ from forge_cli.sandbox.base import GatewayAccess
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers")
+PACKAGE = Path(__file__).resolve().parents[1]  # forge_cli: hidden inside (its generators can rebuild answers)
 SOCKET_INSIDE = "/run/forge/gateway.sock"
 FORWARD_INSIDE = "/run/forge/forward.py"
 STATUS_INSIDE = "/run/forge/status"
@@ -117,9 +121,11 @@ def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], s
     size = str(int(layout.tmp_bytes))
     args += ["--dev", "/dev", "--proc", "/proc", "--size", size, "--tmpfs", "/tmp",
              "--size", size, "--tmpfs", "/dev/shm", "--dir", "/run", "--dir", "/var/tmp"]
-    for path in (*python_dirs(), *layout.read_only):  # after /tmp's tmpfs: a path under /tmp stays visible
-        if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
+    shown = [p for p in (*python_dirs(), *layout.read_only) if p.exists()]
+    for path in shown:  # after /tmp's tmpfs: a path under /tmp stays visible
+        args += ["--ro-bind", str(path), str(path)]
+    if any(PACKAGE == p or p in PACKAGE.parents for p in shown):  # Forge's own code (its suites' answer keys): empty
+        args += ["--perms", "0555", "--size", "4096", "--tmpfs", str(PACKAGE)]
     for path in (layout.home, layout.workdir):
         args += ["--bind", str(path), str(path)]
     # forward.py runs in front of the command: the gateway's port, and the exact exit status

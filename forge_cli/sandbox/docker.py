@@ -457,8 +457,9 @@ class DockerSandbox(WorkdirFiles):
                             oom=after[0] > before[0], bound=bound, forks_refused=after[1] > before[1])
 
     async def _watch(self, pump: "asyncio.Future[None]", start: float, timeout_s: float | None) -> str | None:
-        """Wait for the exec to end; ``"time"``, ``"processes"`` or ``"disk"`` when it must be killed for one of them."""
-        forks = self._counters()[1]
+        """Wait for the exec to end; ``"time"``, ``"processes"``, ``"memory"`` (the kernel killed one of its
+        processes) or ``"disk"`` when it must be killed for one of them."""
+        ooms, forks = self._counters()
         next_disk = 0.0
         while True:
             left = None if timeout_s is None else start + timeout_s - time.monotonic()
@@ -467,8 +468,11 @@ class DockerSandbox(WorkdirFiles):
             done, _ = await asyncio.wait({pump}, timeout=min(WATCH_S, left) if left is not None else WATCH_S)
             if done:
                 return None
-            if self._counters()[1] > forks:
+            now = self._counters()
+            if now[1] > forks:
                 return "processes"
+            if now[0] > ooms:  # the kernel killed one of its processes: what is left must not go on as if not
+                return "memory"
             if self.options.disk_mb is not None and time.monotonic() >= next_disk:
                 if await asyncio.to_thread(self.disk_over):
                     return "disk"
@@ -516,7 +520,7 @@ class DockerSandbox(WorkdirFiles):
         else:  # else what a failed write met is the per-file limit
             disk, files = file_size, None
         done = exec_result(code, stdout, stderr, wall, bound == "time", timeout_s, limit, cpu, oom=oom,
-                           bound=bound if bound in ("processes", "disk") else None, processes=self.options.pids,
+                           bound=bound if bound in ("processes", "memory", "disk") else None, processes=self.options.pids,
                            disk=disk, files=files, disk_full=full)
         if bound is None and not done.ok and not full and any(w in stderr[-4000:] for w in DISK_WORDS):
             limit_mb = f"{self.options.file_size_mb} MiB per file, {self.options.tmpfs_mb} MiB of /tmp and HOME"

@@ -8,8 +8,9 @@ such files only through these functions:
   resolved path one component at a time without following a link (a folder swapped for a link in
   between is refused), opens the file non-blocking, and reads it only if it is a regular file no
   larger than ``max_bytes`` (by its size, before any byte is read: a sparse file counts whole);
-- :func:`copy_tree` copies folders, regular files (the same way) and links (as links, never
-  followed); FIFOs, sockets and device nodes are left out; no setuid/setgid/sticky bit survives;
+- :func:`copy_tree` copies folders, regular files (the same way, holes kept: a sparse file stays
+  sparse) and links (as links, never followed); FIFOs, sockets and device nodes are left out; no
+  setuid/setgid/sticky bit survives;
 - :func:`clear_setid` takes the setuid and setgid bits off every file under a folder.
 """
 
@@ -147,14 +148,35 @@ def _copy_entry(src: Path, dest: Path, info: os.stat_result) -> None:
             dest.unlink()
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            while chunk := os.read(fd, _CHUNK):
-                os.write(out, chunk)
+            _copy_data(fd, out, os.fstat(fd).st_size)
             os.fchmod(out, stat.S_IMODE(info.st_mode) & 0o777)
         finally:
             os.close(out)
     finally:
         os.close(fd)
     os.utime(dest, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def _copy_data(src: int, dest: int, size: int) -> None:
+    """Copy the data of ``src`` to ``dest`` hole by hole: a sparse file stays sparse (a 1 TiB file of one
+    written byte takes one block here too, not a terabyte of zeros)."""
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(src, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole is left
+                break
+            raise
+        end = min(os.lseek(src, start, os.SEEK_HOLE), size)
+        os.lseek(src, start, os.SEEK_SET)
+        os.lseek(dest, start, os.SEEK_SET)
+        left = end - start
+        while left > 0 and (chunk := os.read(src, min(_CHUNK, left))):
+            os.write(dest, chunk)
+            left -= len(chunk)
+        pos = end
+    os.ftruncate(dest, size)
 
 
 def clear_setid(root: Path) -> int:

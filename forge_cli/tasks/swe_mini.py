@@ -384,7 +384,7 @@ RUN = {"type": "object", "properties": {}}
 def tools(task: Task, workdir: Path) -> Sequence["Tool"]:
     """``read_file``, ``write_file``, ``list_files``, ``edit_file`` and ``run_tests`` in ``workdir``."""
     from forge_cli.rollout.loop import Tool
-    from forge_cli.tasks.workdir import confine, file_tools
+    from forge_cli.tasks.workdir import confine, file_tools, read_text
 
     def edit_file(arguments: Any) -> str:
         if not isinstance(arguments, dict):
@@ -395,7 +395,7 @@ def tools(task: Task, workdir: Path) -> Sequence["Tool"]:
             raise ForgeError("edit_file: old must be a non-empty string and new a string")
         if not target.is_file():
             raise ForgeError(f"no file {arguments.get('path')!r}")
-        text = target.read_text(encoding="utf-8")
+        text = read_text(workdir, target)
         count = text.count(old)
         if count == 0:
             raise ForgeError(f"the old text does not occur in {arguments.get('path')!r}")

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from forge_cli.errors import ForgeError
 from forge_cli.rollout.loop import Tool
+from forge_cli.sandbox.hostfiles import MAX_READ_BYTES, read_regular
 from forge_cli.tasks.types import Outcome, Task, Transcript
 
 MAX_READ = 64_000
@@ -58,6 +59,14 @@ def _relative(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix() or "."
 
 
+def read_text(root: Path, target: Path, max_bytes: int = MAX_READ_BYTES, *, truncate: bool = False) -> str:
+    """The text of ``target`` (a path :func:`confine` gave, under ``root``), read as the host reads what an
+    agent could have planted: a regular file only, no link followed, at most ``max_bytes``
+    (:func:`~forge_cli.sandbox.hostfiles.read_regular`)."""
+    data = read_regular(root, _relative(Path(os.path.realpath(root)), target), max_bytes=max_bytes, truncate=truncate)
+    return data.decode("utf-8", errors="replace")
+
+
 def file_tools(workdir: Path) -> tuple[Tool, Tool, Tool]:
     """``read_file``, ``write_file`` and ``list_files``, confined to ``workdir``."""
     root = Path(os.path.realpath(workdir))
@@ -66,7 +75,7 @@ def file_tools(workdir: Path) -> tuple[Tool, Tool, Tool]:
         target = confine(root, _argument(arguments, "path"))
         if not target.is_file():
             raise ForgeError(f"no file {_relative(root, target)!r}")
-        text = target.read_bytes()[:MAX_READ + 1].decode("utf-8", errors="replace")
+        text = read_text(root, target, 4 * (MAX_READ + 1), truncate=True)
         if len(text) > MAX_READ:
             return text[:MAX_READ] + f"\n[... cut at {MAX_READ} characters]"
         return text
@@ -128,11 +137,19 @@ class FilesMatch:
             raise ForgeError(f"task '{task.id}' names no expected files (answer['files'])")
         wrong: list[str] = []
         for path, want in expected.items():
-            target = confine(workdir, path)
-            if not target.is_file():
+            try:
+                target = confine(workdir, path)
+            except ForgeError:
+                wrong.append(f"{path} leads out of the work directory")
+                continue
+            if not os.path.lexists(target):
                 wrong.append(f"{path} is missing")
                 continue
-            got = target.read_bytes().decode("utf-8", errors="replace")
+            try:  # a FIFO, a device or a huge sparse file planted there is refused, never read
+                got = read_text(workdir, target, max(4 * len(want), 2**20))
+            except ForgeError as exc:
+                wrong.append(f"{path}: {exc}")
+                continue
             if normalise_file(got) != normalise_file(want):
                 wrong.append(f"{path} differs")
         score = (len(expected) - len(wrong)) / len(expected)
