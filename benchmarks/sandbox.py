@@ -23,7 +23,8 @@ program in the sandbox, swe-mini's verifier run inside it — ``--trajectories``
     python benchmarks/sandbox.py [--backends local bwrap docker] [--repeats 10] [--levels 1 16 64]
         [--agents mini-swe-agent aider ...] [--agent-sandbox local] [--trajectories 4] [--skip-agents]
 
-Writes benchmarks/results/sandbox.json.
+Writes benchmarks/results/sandbox.json (with ``--skip-agents``, the agents' figures already there are kept,
+with the date they were measured: ``agents_date``).
 """
 
 from __future__ import annotations
@@ -237,6 +238,11 @@ def main() -> None:
     result.update(date=time.strftime("%Y-%m-%d"), machine=f"{platform.machine()}, {os.cpu_count()} cores",
                   forge_home=os.environ.get("FORGE_HOME", "~/.forge"), argv=sys.argv[1:])
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.skip_agents and args.out.exists():  # the agents' figures of the last run that measured them stay
+        before = json.loads(args.out.read_text())
+        if "agents" in before:
+            result["agents"] = before["agents"]
+            result["agents_date"] = before.get("agents_date") or before.get("date")
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwrote {args.out}")
 

@@ -5,8 +5,8 @@ namespace has no size of its own, so what really stops a fork bomb is the ``pids
 ``memory`` controller bounds the whole tree's memory (``RLIMIT_AS`` only bounds each process's
 address space). :class:`ExecCgroup` makes a child group of this process's own group in each
 controller it may write — cgroup v2 (``/sys/fs/cgroup/cgroup.controllers``) or v1
-(``/sys/fs/cgroup/pids``, ``/sys/fs/cgroup/memory``) — moves the exec's first process into it
-before it runs (:meth:`ExecCgroup.enter`, from ``preexec_fn``), and afterwards kills every process
+(``/sys/fs/cgroup/pids``, ``/sys/fs/cgroup/memory``) — the exec's first process joins it before it
+runs (:mod:`~forge_cli.sandbox.launch` writes to each folder's ``cgroup.procs``), and afterwards kills every process
 still in it and removes it. Where no controller is writable (not root, a read-only cgroupfs)
 :func:`ExecCgroup.create` returns ``None`` and the caller keeps its rlimits only.
 
@@ -120,15 +120,6 @@ class ExecCgroup:
             cls(dirs, pids_max, memory_bytes).remove()
             return None
         return cls(dirs, pids_max, memory_bytes) if dirs else None
-
-    def enter(self) -> None:
-        """Move the calling process into the group (run in the child, before exec): raw writes only."""
-        for d in self.dirs.values():
-            fd = os.open(str(d / "cgroup.procs"), os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
 
     def procs(self) -> list[int]:
         """The processes in the group now."""
