@@ -44,3 +44,16 @@ def exists(client: Any, cid: str | None) -> bool:
     except docker.errors.NotFound:
         return False
     return True
+
+
+def sandbox_spec(request: Any, backend: str) -> Any:
+    """The registry's ``SandboxSpec`` of ``backend`` (``local`` in bubblewrap, or ``docker`` on a real engine),
+    the test skipped with the reason where that backend does not work here."""
+    from forge_cli.plugins import get_registry
+    from forge_cli.sandbox.bwrap import unavailable
+
+    if backend == "docker":
+        request.getfixturevalue("docker_engine")
+    elif unavailable() is not None:
+        pytest.skip(f"no bubblewrap sandbox here: {unavailable()}")
+    return get_registry().sandboxes[backend].value

@@ -32,10 +32,8 @@ from typing import Any, AsyncIterator
 import pytest
 
 from forge_cli.errors import ForgeError
-from forge_cli.plugins import get_registry
 from forge_cli.sandbox import probe, quota
-from forge_cli.sandbox.bwrap import unavailable
-from tests.docker_support import docker_engine  # noqa: F401  (a fixture)
+from tests.docker_support import docker_engine, sandbox_spec  # noqa: F401  (docker_engine: a fixture)
 
 LIMITS = {  # [sandboxes.NAME] as a user would set them: small, so that the attacks reach them quickly
     "local": {"isolation": "bwrap", "processes": 64, "memory_mb": 256, "disk_mb": 16, "tmp_mb": 16},
@@ -119,11 +117,7 @@ def arena(request, tmp_path):
     """``(backend, open)``: ``open(**limits)`` opens the backend's sandbox on ``tmp_path/work`` the way a rollout
     does (``[sandboxes.NAME]`` options over :data:`LIMITS`); the host is checked unchanged afterwards."""
     backend = request.param
-    if backend == "docker":
-        request.getfixturevalue("docker_engine")
-    elif unavailable() is not None:
-        pytest.skip(f"no bubblewrap sandbox here: {unavailable()}")
-    spec = get_registry().sandboxes[backend].value
+    spec = sandbox_spec(request, backend)
     host = Host(tmp_path)
 
     @asynccontextmanager

@@ -16,12 +16,10 @@ from typing import Any
 
 import pytest
 
-from forge_cli.plugins import get_registry
 from forge_cli.sandbox.base import ExecResult
-from forge_cli.sandbox.bwrap import unavailable
 from forge_cli.tasks import task_suite
 from forge_cli.tasks.types import Transcript, verify_outcome
-from tests.docker_support import docker_engine  # noqa: F401  (a fixture)
+from tests.docker_support import docker_engine, sandbox_spec  # noqa: F401  (docker_engine: a fixture)
 
 ANSWER_SUITES = ("calc", "kv-search", "reasoning", "qa")
 
@@ -82,11 +80,7 @@ def test_an_answer_scores_only_what_it_gets_right(suite):
 def sandbox_of(request, tmp_path):
     """``open(workdir)``: the backend's sandbox as a rollout opens it."""
     backend = request.param
-    if backend == "docker":
-        request.getfixturevalue("docker_engine")
-    elif unavailable() is not None:
-        pytest.skip(f"no bubblewrap sandbox here: {unavailable()}")
-    spec = get_registry().sandboxes[backend].value
+    spec = sandbox_spec(request, backend)
     return backend, lambda workdir, **options: spec.open(workdir, options or None, None)
 
 
