@@ -385,6 +385,19 @@ open("real.txt", "w").write("fine")
 '''
 
 
+async def unblocked(read: Any, fifo: Path, within: float = 20.0) -> Any:
+    """``read``'s result; if it is still blocked after ``within`` seconds (a host read stuck on the FIFO,
+    the bug), a writer opens and closes the FIFO so that the read ends, and the test fails saying so."""
+    task = asyncio.ensure_future(read)
+    done, _ = await asyncio.wait({task}, timeout=within)
+    if not done:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        await asyncio.wait({task}, timeout=within)
+        raise AssertionError(f"a host-side read blocked on the planted FIFO {fifo}")
+    return task.result()
+
+
 def test_planted_fifos_sparse_files_and_links_are_refused_by_the_host(arena, tmp_path):
     from forge_cli.rollout.blackbox import _answer
     from forge_cli.sandbox.base import ExecResult
@@ -402,12 +415,13 @@ def test_planted_fifos_sparse_files_and_links_are_refused_by_the_host(arena, tmp
             assert planted.ok, planted
             refused = {}
             for name in ("answer.txt", "sparse.bin", "shadow.txt", "zero.txt", "sub/up/real.txt"):
-                try:  # a hang here would be the bug: the guard only turns one into a failure
-                    await asyncio.wait_for(sandbox.read_file(name), 20)
+                try:
+                    await unblocked(sandbox.read_file(name), sandbox.workdir / "answer.txt")
                 except ForgeError as exc:
                     refused[name] = str(exc)
             real = await sandbox.read_file("real.txt")
-            answer = await asyncio.wait_for(_answer("file:answer.txt", ExecResult(0, "", "", 0.0, "exited 0"), sandbox), 20)
+            answer = await unblocked(_answer("file:answer.txt", ExecResult(0, "", "", 0.0, "exited 0"), sandbox),
+                                     sandbox.workdir / "answer.txt")
             task = Task(id="t", suite="files", prompt="", answer={"files": {"answer.txt": "42", "zero.txt": "",
                                                                             "shadow.txt": "x"}})
             judged = await asyncio.wait_for(asyncio.to_thread(FilesMatch().verify, task, sandbox.workdir,
