@@ -103,11 +103,19 @@ def _probe_sandbox() -> dict[str, Any]:
 def _isolation_checks() -> list[Check]:
     """What a program in a local sandbox is refused here, measured from inside one, and what is missing."""
     try:
-        seen = _probe_sandbox()
-    except Exception as exc:  # a broken sandbox is a finding, not a crash of the doctor
-        return [Check("sandbox isolation", False, f"a probe in a local sandbox failed: {exc}"[:300], False)]
+        return _isolation_rows(_probe_sandbox())
+    except Exception as exc:  # a broken sandbox (or probe) is a finding, not a crash of the doctor
+        return [Check("sandbox isolation", False, f"a probe in a local sandbox failed: {exc!r}"[:300], False)]
+
+
+def _isolation_rows(seen: dict[str, Any]) -> list[Check]:
+    """The doctor's isolation rows from what the probe saw inside a sandbox."""
     refused = [name for name in ("mount", "open_by_handle", "unshare_user", "ptrace") if seen[name] != "allowed"]
     allowed = [name for name in ("mount", "open_by_handle", "unshare_user", "ptrace") if seen[name] == "allowed"]
+    user = Check("sandbox user", seen["uid"] != 0,
+                 f"uid {seen['uid']}: root's own files are as closed to programs inside as to any user" if seen["uid"]
+                 else "root (without capabilities): root's own files that the read-only system shows are readable "
+                 "inside (Forge runs as root with [sandboxes.local] user = \"self\", or without bubblewrap)", False)
     caps = Check("sandbox capabilities", seen["cap_eff"] == 0,
                  "none inside (CapEff 0)" if seen["cap_eff"] == 0 else
                  f"a program inside holds capabilities {seen['cap_eff']:#x}" + ("" if seen["isolated"] else
@@ -138,7 +146,7 @@ def _isolation_checks() -> list[Check]:
                     "this kernel makes none for unprivileged processes; ")
                    + ("refused inside sandboxes" if seen["unshare_user"] != "allowed" else
                       "a program inside a sandbox may make one (and hold every capability in it)"), False)
-    return [caps, filtered, groups, disk, userns]
+    return [user, caps, filtered, groups, disk, userns]
 
 
 def _node_check() -> Check:

@@ -46,6 +46,21 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def _ours(mount_point: str) -> bool:
+    """Whether a mount point lies in a sandbox folder (``forge-sandbox-*``) this process owns."""
+    from forge_cli.sandbox.base import FOLDER_PREFIX
+
+    parts = Path(mount_point).parts
+    for i, part in enumerate(parts):
+        if part.startswith(FOLDER_PREFIX):
+            try:
+                owner = (Path(*parts[: i + 1]) / "owner").read_text().split(":")
+            except OSError:
+                return True  # its owner file is gone: a folder half removed, not another run's
+            return len(owner) > 1 and owner[1] == str(os.getpid())
+    return False
+
+
 class Host:
     """What lies outside the trajectory: another run's pool, socket and trajectory folder, FORGE_HOME's
     keys, a server on the host's loopback and an abstract unix socket — and a check that none changed."""
@@ -60,6 +75,11 @@ class Host:
                         home / "keys.json": "SECRET-KEY"}
         for path, text in self.secrets.items():
             path.write_text(text)
+        # a file only root may read, in a folder every sandbox shows read-only ($FORGE_HOME/agents)
+        self.root_only = home / "agents" / "root-only.key"
+        self.root_only.parent.mkdir(exist_ok=True)
+        self.root_only.write_text("SECRET-ROOT")
+        self.root_only.chmod(0o600)
         self.contacts: list[str] = []
         self._servers: list[socket.socket] = []
         self.socket_path = other / "gateway.sock"
@@ -84,17 +104,20 @@ class Host:
             self.contacts.append(name)
             conn.close()
 
-    @staticmethod
-    def _mounts() -> set[str]:
-        return {line.split(" ")[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    def _mounts(self) -> set[str]:
+        """This test's mounts: over its own folders, or in a sandbox folder of this process."""
+        points = {line.split(" ")[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+        return {p for p in points if p.startswith(str(self.root)) or _ours(p)}
 
     @staticmethod
     def _groups() -> set[str]:
-        return {str(p) for p in Path("/sys/fs/cgroup").glob("**/forge-sandbox-*")}
+        """This process's sandbox cgroups (another run on the machine has its own)."""
+        return {str(p) for p in Path("/sys/fs/cgroup").glob(f"**/forge-sandbox-{os.getpid()}-*")}
 
     def targets(self) -> dict[str, Any]:
         """What the hostile program is told to reach (a policy could learn every path: they are no secret)."""
-        return {"files": [str(p) for p in self.secrets], "socket": str(self.socket_path), "abstract": self.abstract,
+        return {"files": [*map(str, self.secrets), str(self.root_only)], "socket": str(self.socket_path),
+                "abstract": self.abstract,
                 "port": self.port, "forge_home": str(self.forge_home)}
 
     def assert_unchanged(self) -> None:
@@ -157,6 +180,7 @@ tried("write FORGE_HOME", lambda: open(os.path.join(t["forge_home"], "owned"), "
 tried("write /etc", lambda: open("/etc/forge-owned", "w").write("x"))
 tried("write /usr", lambda: open("/usr/forge-owned", "w").write("x"))
 tried("write another trajectory", lambda: open(os.path.dirname(t["files"][1]) + "/owned", "w").write("x"))
+tried("read a file of root's", lambda: open(t["files"][-1]).read())
 def connect(family, address):
     s = socket.socket(family, socket.SOCK_STREAM); s.settimeout(2)
     try:
@@ -193,9 +217,11 @@ def test_every_escape_fails_and_nothing_outside_changes(arena, tmp_path):
     assert escape.ok, escape
     assert json.loads(escape.stdout) == [], escape.stdout
     seen = json.loads(probed.stdout)
+    if os.geteuid() == 0:  # Forge as root: the programs inside are not (nobody in bubblewrap, 1000 in a container)
+        assert seen["uid"] != 0, seen
     assert seen["cap_eff"] == 0, f"{backend}: capabilities kept inside: {seen['cap_eff']:#x}"
     assert seen["no_new_privs"] == 1 and seen["seccomp"] == 2, seen
-    for name in ("mount", "unshare_user", "unshare_mount", "open_by_handle", "ptrace"):
+    for name in ("mount", "unshare_user", "unshare_mount", "open_by_handle", "ptrace", "vsock", "af_alg"):
         assert seen[name] != "allowed", (backend, name, seen)
     left = tmp_path / "work" / "suid"  # the work directory is the host's again, with no setuid bit in it
     assert left.exists() and not left.stat().st_mode & (stat.S_ISUID | stat.S_ISGID)
@@ -365,6 +391,7 @@ def test_a_servers_stderr_is_kept_as_a_bounded_tail():
     with StderrTail(size=4096) as tail:
         subprocess.run([sys.executable, "-c", "import sys\nfor _ in range(64): sys.stderr.write('z' * 2**20)\n"
                         "sys.stderr.write('\\nlast words\\n')"], stderr=tail, check=True)
+    tail._thread.join(timeout=30)  # every writer has closed: the reader has seen the end
     assert tail.last_words() == "last words"
     assert tail._tail.total > 64 * 2**20 and len(tail._tail.data) <= 2 * 4096
 

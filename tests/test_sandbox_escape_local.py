@@ -137,7 +137,10 @@ def test_writes_outside_the_workdir_fail(box, tmp_path, monkeypatch):
             except OSError as exc:
                 print("refused", type(exc).__name__)
         for path in [{str(host_tmp)!r}, {str(outside)!r}]:  # under /tmp: its own tmpfs, not the host's
-            open(path, "w").write("private")
+            try:
+                open(path, "w").write("private")
+            except PermissionError:  # a folder the layout made for a mount, root's: nothing of the host either
+                pass
         open("mine.txt", "w").write("ok")
         open(os.environ["HOME"] + "/.config", "w").write("ok")
     """)

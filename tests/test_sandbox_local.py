@@ -36,6 +36,7 @@ def mode(request, monkeypatch, tmp_path):
     def init(self, workdir, **kw):
         kw.setdefault("isolation", isolation)
         if isolation == "bwrap":
+            tmp_path.chmod(0o755)  # its scripts, readable by the sandbox's user as an installed agent's are
             kw.setdefault("read_only", (tmp_path,))
         real_init(self, workdir, **kw)
 

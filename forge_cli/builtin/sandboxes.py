@@ -34,6 +34,9 @@ class LocalOptions(BaseModel):
         "What it may write into its work directory and home, in MiB (checked while it runs; RLIMIT_FSIZE per file)."))
     tmp_mb: int = Field(512, gt=0, description="Size of the private /tmp (and /dev/shm) under bubblewrap, in MiB.")
     grace_s: float = Field(1.0, ge=0, description="Seconds between SIGTERM and SIGKILL when a program reaches its deadline.")
+    user: str = Field("auto", pattern=r"^(auto|self|\d+(:\d+)?)$", description=(
+        "Who programs run as inside bubblewrap: auto = nobody (65534) when Forge runs as root, else Forge's own user; "
+        "self = Forge's own user (root's files shown read-only are then readable inside); or UID:GID (root only)."))
 
 
 def local_check() -> str | None:
@@ -55,7 +58,7 @@ def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "Loca
     return LocalSandbox(workdir, memory_bytes=mib["memory"], cpu_time_s=opts.cpu_time_s, grace_s=opts.grace_s,
                         isolation=opts.isolation, gateway=gateway, processes=opts.processes,
                         open_files=opts.open_files, disk_bytes=mib["disk"], tmp_bytes=int(mib["tmp"] or 0),
-                        read_only=(agents_dir(),))
+                        read_only=(agents_dir(),), user=opts.user)
 
 
 def docker_check() -> str | None:

@@ -208,9 +208,9 @@ class StderrTail:
         return lines[-1][:300] if lines else ""
 
     def close(self) -> None:
-        """Close this side's write end (the thread ends once the server's is closed too)."""
+        """Close this side's write end; the reader thread ends by itself once no process holds the other
+        (never waited for here: a program the server left behind may hold it until its sandbox closes)."""
         self._writer.close()
-        self._thread.join(timeout=2)
 
     def __enter__(self) -> "StderrTail":
         return self

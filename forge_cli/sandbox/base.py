@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal as _signal
 import tempfile
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from forge_cli.errors import ForgeError
 from forge_cli.sandbox import quota
-from forge_cli.sandbox.hostfiles import MAX_READ_BYTES, copy_tree, read_regular, resolve_inside
+from forge_cli.sandbox.hostfiles import MAX_READ_BYTES, copy_tree, read_regular, remove_tree, resolve_inside, write_regular
 
 FOLDER_PREFIX = "forge-sandbox-"  # a sandbox's own folder in the temporary directory
 
@@ -144,15 +143,11 @@ class WorkdirFiles:
         """Called on every file or folder written into the work directory (nothing by default)."""
 
     async def write_file(self, path: str, data: str | bytes) -> None:
+        """Write ``data`` to ``path`` through :func:`~forge_cli.sandbox.hostfiles.write_regular` (no link followed)."""
         target = inside(self._workdir, path)
 
         def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink():  # a link planted since inside() looked: replaced, never followed
-                target.unlink()
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data.encode() if isinstance(data, str) else data)
+            write_regular(self._workdir, path, data.encode() if isinstance(data, str) else data)
             self._handed(target)
 
         try:
@@ -344,6 +339,6 @@ def sweep_folders() -> list[str]:
             continue  # not one of ours, or still being made
         if owner and namespace == here and not owner_alive(owner):
             quota.sweep(root)
-            shutil.rmtree(root, ignore_errors=True)
+            remove_tree(root)
             removed.append(root.name)
     return removed

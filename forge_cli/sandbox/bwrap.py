@@ -8,8 +8,8 @@ Inside (:func:`bwrap_argv`):
   Nothing else of the host is there: not its home, not ``FORGE_HOME`` (runs, keys, the pool), not
   ``/run`` or ``/var`` (no host unix socket can be reached through the file system), and
   ``/etc/shadow``-style secrets are hidden behind ``/dev/null``;
-- **not Forge's own package** (``forge_cli``), even where the folder holding it is mounted (a wheel
-  in the venv): an empty read-only folder stands there, so no program inside can run the task
+- **not Forge's own package** (``forge_cli``), wherever the folder holding it is mounted (a wheel in
+  the venv, a system-wide install under ``/usr``): an empty read-only folder stands there, so no program inside can run the task
   generators that would rebuild a task's answer (the ``qa`` table, the ``swe-mini`` catalogue);
 - the trajectory's **work directory, writable, at the same path as on the host** (so ``$workdir``
   in a launch recipe means the same inside and out), and the sandbox's home folder (``HOME``),
@@ -26,6 +26,13 @@ Inside (:func:`bwrap_argv`):
   the host's root file system by handle (``open_by_handle_at``). The launcher
   (:mod:`~forge_cli.sandbox.launch`) adds ``--seccomp FD``: the filter of
   :mod:`~forge_cli.sandbox.seccomp` (no new namespaces, no ``ptrace``, …);
+- **an unprivileged user** (``Layout.user``; the local sandbox's ``user = "auto"`` when Forge runs as
+  root): bubblewrap sets the sandbox up as root (so it can show folders root alone may reach, such as
+  a Python under ``/root``), and ``forward.py`` starts the command as that user — keeping
+  ``CAP_SETUID``/``CAP_SETGID`` only for that, and giving them up once it has. Root's own files that
+  the read-only system shows (``/etc/ssl/private``, a daemon's key) are then as closed to the
+  program as to any other user, and the exit status forward.py writes is out of its reach. ``/tmp``,
+  ``/dev/shm`` and ``/var/tmp`` are writable by all (sticky);
 - with a :class:`~forge_cli.sandbox.base.GatewayAccess`: the gateway's unix socket bound at
   :data:`SOCKET_INSIDE` and ``forward.py`` at :data:`FORWARD_INSIDE`, run in front of the command
   so that ``http://127.0.0.1:PORT`` inside reaches the gateway.
@@ -99,7 +106,26 @@ class Layout:
     read_only: tuple[Path, ...] = ()
     gateway: GatewayAccess | None = None
     status_dir: Path | None = None
+    user: tuple[int, int] | None = None  # (uid, gid) the command runs as; None: the caller's
     forwarder: Path = field(default_factory=lambda: Path(__file__).with_name("forward.py"))
+
+
+_SET_UP = ("/", "/tmp", "/dev", "/proc", "/run", "/var/tmp", "/dev/shm")  # made by the layout itself
+
+
+def _parents(paths: Sequence[Path]) -> list[str]:
+    """``--perms 0755 --dir`` for each folder above ``paths`` that the layout does not make otherwise (not
+    one of :data:`_SET_UP`, not inside a system folder), shallowest first, each once."""
+    args: list[str] = []
+    made: set[Path] = set()
+    for path in paths:
+        for parent in reversed(Path(path).parents):
+            text = str(parent)
+            if parent in made or text in _SET_UP or any(text == d or text.startswith(d + "/") for d in SYSTEM_DIRS):
+                continue
+            made.add(parent)
+            args += ["--perms", "0755", "--dir", text]
+    return args
 
 
 def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], status_file: str | None = None) -> list[str]:
@@ -110,6 +136,8 @@ def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], s
         raise FileNotFoundError("bwrap")
     args = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
+    if layout.user is not None:  # forward.py may start the command as another user, then gives these up too
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
@@ -119,12 +147,17 @@ def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], s
         if os.path.isfile(secret):
             args += ["--ro-bind", "/dev/null", secret]
     size = str(int(layout.tmp_bytes))
-    args += ["--dev", "/dev", "--proc", "/proc", "--size", size, "--tmpfs", "/tmp",
-             "--size", size, "--tmpfs", "/dev/shm", "--dir", "/run", "--dir", "/var/tmp"]
+    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm", "--dir", "/run", "--perms", "1777",
+             "--dir", "/var/tmp"]
     shown = [p for p in (*python_dirs(), *layout.read_only) if p.exists()]
+    # the folders above what is mounted, made open to all (bubblewrap would make them root's alone): the sandbox's
+    # user must reach the Python it runs, its work directory and its home; they hold nothing else
+    args += _parents([*shown, layout.home, layout.workdir])
     for path in shown:  # after /tmp's tmpfs: a path under /tmp stays visible
         args += ["--ro-bind", str(path), str(path)]
-    if any(PACKAGE == p or p in PACKAGE.parents for p in shown):  # Forge's own code (its suites' answer keys): empty
+    mounted = [*shown, *(Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d))]
+    if any(PACKAGE == p or p in PACKAGE.parents for p in mounted):  # Forge's own code (its suites' answer keys)
         args += ["--perms", "0555", "--size", "4096", "--tmpfs", str(PACKAGE)]
     for path in (layout.home, layout.workdir):
         args += ["--bind", str(path), str(path)]
@@ -137,6 +170,8 @@ def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], s
     if status_file is not None and layout.status_dir is not None:
         args += ["--bind", str(layout.status_dir), STATUS_INSIDE]
         front += ["--status", f"{STATUS_INSIDE}/{status_file}"]
+    if layout.user is not None:
+        front += ["--user", f"{layout.user[0]}:{layout.user[1]}"]
     inner = [*front, "--", *(str(c) for c in command)]
     args += ["--remount-ro", "/", "--chdir", str(layout.workdir), "--clearenv"]  # its own root: not a writable tmpfs
     for key, value in env.items():

@@ -42,7 +42,7 @@ from forge_cli.sandbox.base import (
     DISK_WORDS, ExecResult, GatewayAccess, OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, owner_alive,
     owner_of, sweep_folders,
 )
-from forge_cli.sandbox.hostfiles import clear_setid
+from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, remove_tree
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
 DEFAULT_IMAGE = "forge-agent-base:latest"
@@ -194,16 +194,6 @@ def _ids(user: str) -> tuple[int, int]:
     return uid, gid
 
 
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    os.lchown(root, uid, gid)
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            try:
-                os.lchown(os.path.join(folder, name), uid, gid)
-            except FileNotFoundError:
-                pass
-
-
 class DockerSandbox(WorkdirFiles):
     """The ``docker`` backend of :class:`~forge_cli.sandbox.base.Sandbox` (see the module's docstring).
 
@@ -276,7 +266,7 @@ class DockerSandbox(WorkdirFiles):
                 raise ForgeError(f"docker sandbox: image {self.options.image} is not built (run `forge sandbox build`)") from None
             self._lay_quota()
             if self.uid != 0:
-                _chown_tree(self._workdir, self.uid, self.gid)
+                chown_tree(self._workdir, self.uid, self.gid)
             mounts = [Mount(str(self._workdir), str(self._workdir), type="bind", read_only=False)]
             from forge_cli.paths import agents_dir
 
@@ -338,7 +328,7 @@ class DockerSandbox(WorkdirFiles):
         try:
             self._quota = quota.WorkdirQuota.create(self._workdir, self._root, self.options.disk_mb * 2**20)
         except (ForgeError, OSError):
-            shutil.rmtree(self._root, ignore_errors=True)
+            remove_tree(self._root)
             self._root = None
 
     @staticmethod
@@ -545,7 +535,7 @@ class DockerSandbox(WorkdirFiles):
 
     def _handed(self, path: Path) -> None:
         if self.uid != 0 and path.exists():
-            _chown_tree(path, self.uid, self.gid) if path.is_dir() else os.lchown(path, self.uid, self.gid)
+            chown_tree(path, self.uid, self.gid)
 
     async def close(self) -> None:
         """Remove the container and give the work directory back to its owner (it is not deleted)."""
@@ -558,9 +548,9 @@ class DockerSandbox(WorkdirFiles):
         else:
             await asyncio.to_thread(clear_setid, self._workdir)
         if self._root is not None:
-            await asyncio.to_thread(shutil.rmtree, self._root, True)
+            await asyncio.to_thread(remove_tree, self._root)
         if self.uid != 0 and self._owner != (self.uid, self.gid):
-            await asyncio.to_thread(_chown_tree, self._workdir, *self._owner)
+            await asyncio.to_thread(chown_tree, self._workdir, *self._owner)
         if self._client is not None:
             self._client.close()
             self._client = None

@@ -4,14 +4,15 @@ A sandbox with a network namespace of its own (bubblewrap's ``--unshare-net``, a
 network) has only ``lo``; the gateway's unix socket is bind-mounted in instead. This script runs
 there, in front of the agent::
 
-    python3 forward.py --port PORT --socket SOCK [--status FILE] -- CMD ARGS...
+    python3 forward.py --port PORT --socket SOCK [--status FILE] [--user UID:GID] -- CMD ARGS...
 
 It listens on ``127.0.0.1:PORT``, forwards every connection both ways to the unix socket ``SOCK``
 (bytes as they are: HTTP, streaming and keep-alive included), starts ``CMD`` once it listens, passes
 the signals it gets (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2) on to ``CMD``, and exits with
 ``CMD``'s exit status (ending itself by signal ``N`` when ``N`` ended ``CMD``) as soon as ``CMD`` ends, which stops
 the forwarding (``--status FILE`` also writes that status there, ``-N`` for signal ``N``: bubblewrap
-itself reports only ``128 + N``; without ``--port``/``--socket`` it forwards nothing). It needs only the standard library of any python3 >= 3.9 and never imports
+itself reports only ``128 + N``; without ``--port``/``--socket`` it forwards nothing; ``--user`` runs
+``CMD`` as that user, after which this process holds no capability). It needs only the standard library of any python3 >= 3.9 and never imports
 ``forge_cli``: it is copied or bind-mounted into sandboxes as a single file (:data:`PATH`).
 """
 
@@ -97,12 +98,32 @@ def serve(server: socket.socket, socket_path: str) -> None:
         threading.Thread(target=_serve_one, args=(client, socket_path), daemon=True).start()
 
 
+def drop_capabilities() -> None:
+    """Give up every capability this process holds (it needed CAP_SETUID/CAP_SETGID only to start CMD as
+    another user): ``capset`` with empty sets, best effort."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)())  # _LINUX_CAPABILITY_VERSION_3
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forward.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, help="loopback port to listen on (with --socket)")
     parser.add_argument("--socket", help="the unix socket to forward to")
     parser.add_argument("--status", help="also write CMD's exit status here (-N: signal N), for a caller that "
                         "sees only 128 + N")
+    parser.add_argument("--user", help="UID:GID to run CMD as (this process keeps its own, with no capability "
+                        "once CMD has started)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -119,11 +140,17 @@ def main(argv: list[str] | None = None) -> int:
             return 125
         threading.stack_size(512 * 1024)  # many connections under a tight address-space limit
         threading.Thread(target=serve, args=(server, args.socket), daemon=True).start()
+    ids = {}
+    if args.user:
+        uid, _, gid = args.user.partition(":")
+        ids = {"user": int(uid), "group": int(gid or uid), "extra_groups": []}
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, **ids)
     except OSError as exc:
         sys.stderr.write(f"forward.py: cannot start {command[0]!r}: {exc.strerror or exc}\n")
         return 127
+    if ids:
+        drop_capabilities()
 
     def pass_on(signum: int, _frame: object) -> None:
         try:

@@ -11,6 +11,7 @@ such files only through these functions:
 - :func:`copy_tree` copies folders, regular files (the same way, holes kept: a sparse file stays
   sparse) and links (as links, never followed); FIFOs, sockets and device nodes are left out; no
   setuid/setgid/sticky bit survives;
+- :func:`write_regular` writes a file the same way (no link followed on the way or at the end);
 - :func:`clear_setid` takes the setuid and setgid bits off every file under a folder.
 """
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path, PurePosixPath
 
 from forge_cli.errors import ForgeError
@@ -44,14 +47,14 @@ def resolve_inside(root: Path, path: str) -> Path:
     return target
 
 
-def _open_nofollow(root: Path, target: Path) -> int:
+def _open_nofollow(root: Path, target: Path, *, folder: bool = False) -> int:
     """An fd of ``target`` (a resolved path under the resolved ``root``), opened component by
-    component with ``O_NOFOLLOW``; the last one read-only and non-blocking."""
+    component with ``O_NOFOLLOW``; the last one read-only and non-blocking (``folder``: as a folder)."""
     parts = target.relative_to(root).parts
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, part in enumerate(parts):
-            last = i == len(parts) - 1
+            last = i == len(parts) - 1 and not folder
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK | os.O_NOCTTY if last else os.O_DIRECTORY)
             nxt = os.open(part, flags, dir_fd=fd)
             os.close(fd)
@@ -93,6 +96,28 @@ def read_regular(root: Path, path: str, *, max_bytes: int = MAX_READ_BYTES, trun
         os.close(fd)
 
 
+def write_regular(root: Path, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` under ``root`` (folders made as needed), never through a link: the
+    folders are opened one at a time without following one, and a link (or anything but a regular
+    file) standing at ``path`` is replaced, not written through."""
+    real_root = Path(os.path.realpath(root))
+    target = resolve_inside(real_root, path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder = _open_nofollow(real_root, target.parent, folder=True)
+    try:
+        try:
+            if not stat.S_ISREG(os.lstat(target.name, dir_fd=folder).st_mode):
+                os.unlink(target.name, dir_fd=folder)  # a link, FIFO or device: gone, not followed (a folder: EISDIR)
+        except FileNotFoundError:
+            pass
+        fd = os.open(target.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644, dir_fd=folder)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    finally:
+        os.close(folder)
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a link")):
@@ -101,60 +126,110 @@ def _kind(mode: int) -> str:
     return "not a file"
 
 
+MAX_DEPTH = 128  # folders deeper than this under a copied or walked root are left out
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def copy_tree(src: Path, dest: Path) -> None:
-    """Copy ``src`` (a folder or a file) to ``dest`` as the module's docstring says; ``dest``'s parents are made."""
+    """Copy ``src`` (a folder or a file) to ``dest`` as the module's docstring says; ``dest``'s parents are made.
+
+    Every step goes through folder descriptors (``openat`` without following links), so no path is
+    resolved twice and no path is too long; a hard link is made again as a hard link (a file linked 65,000
+    times is copied once); folders past :data:`MAX_DEPTH` and entries that cannot be read are left out."""
     src, dest = Path(src), Path(dest)
-    info = os.lstat(src)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if stat.S_ISDIR(info.st_mode):
-        _copy_dir(src, dest, info)
-    else:
-        _copy_entry(src, dest, info)
-
-
-def _copy_dir(src: Path, dest: Path, info: os.stat_result) -> None:
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        dest.unlink()  # a link where a folder goes is replaced, never followed
-    dest.mkdir(exist_ok=True)
-    for entry in os.scandir(src):
-        try:
-            sub = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISDIR(sub.st_mode):
-            _copy_dir(Path(entry.path), dest / entry.name, sub)
-        else:
-            _copy_entry(Path(entry.path), dest / entry.name, sub)
-    os.chmod(dest, stat.S_IMODE(info.st_mode) & 0o777)
-
-
-def _copy_entry(src: Path, dest: Path, info: os.stat_result) -> None:
-    if stat.S_ISLNK(info.st_mode):
-        if dest.is_symlink() or dest.exists():
-            dest.unlink()
-        os.symlink(os.readlink(src), dest)
-        return
-    if not stat.S_ISREG(info.st_mode):
-        return  # a FIFO, socket or device node: not copied
+    src_parent = os.open(src.parent, _DIR_FLAGS)
+    dest_parent = os.open(dest.parent, _DIR_FLAGS)
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return  # replaced by a link or gone since the listing
+        _copy_at(src_parent, src.name, dest_parent, (dest.name,), os.lstat(src), _Copy(dest_parent))
+    finally:
+        os.close(src_parent)
+        os.close(dest_parent)
+
+
+class _Copy:
+    """One :func:`copy_tree`: the destination's parent folder (``top``, open throughout) and the first copy
+    of each file with several names, as its path from ``top``."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.linked: dict[tuple[int, int], str] = {}
+
+
+def _copy_at(src_dir: int, name: str, dest_dir: int, dest: tuple[str, ...], info: os.stat_result, job: _Copy) -> None:
+    """Copy the entry ``name`` of the folder ``src_dir`` to ``dest[-1]`` in ``dest_dir`` (``dest``: its path
+    from ``job.top``)."""
+    mode, dest_name = info.st_mode, dest[-1]
+    if stat.S_ISDIR(mode):
+        if len(dest) > MAX_DEPTH:
+            return
+        _replace_non_folder(dest_dir, dest_name)
+        src_fd = os.open(name, _DIR_FLAGS, dir_fd=src_dir)
+        try:
+            dest_fd = os.open(dest_name, _DIR_FLAGS, dir_fd=dest_dir)
+            try:
+                for entry in os.scandir(src_fd):
+                    try:
+                        _copy_at(src_fd, entry.name, dest_fd, (*dest, entry.name), entry.stat(follow_symlinks=False),
+                                 job)
+                    except OSError:
+                        continue  # gone, replaced, not readable, a path too long to link: left out
+                os.fchmod(dest_fd, stat.S_IMODE(mode) & 0o777)
+            finally:
+                os.close(dest_fd)
+        finally:
+            os.close(src_fd)
+    elif stat.S_ISLNK(mode):
+        _unlink_at(dest_dir, dest_name)
+        os.symlink(os.readlink(name, dir_fd=src_dir), dest_name, dir_fd=dest_dir)
+    elif stat.S_ISREG(mode):
+        _unlink_at(dest_dir, dest_name)
+        key = (info.st_dev, info.st_ino)
+        if info.st_nlink > 1 and key in job.linked:  # another name of a file already copied
+            os.link(job.linked[key], dest_name, src_dir_fd=job.top, dst_dir_fd=dest_dir, follow_symlinks=False)
+            return
+        _copy_file_at(src_dir, name, dest_dir, dest_name, info)
+        if info.st_nlink > 1:
+            job.linked[key] = "/".join(dest)
+    # a FIFO, socket or device node: not copied
+
+
+def _replace_non_folder(dest_dir: int, name: str) -> None:
+    """Make ``name`` in ``dest_dir`` a folder: what else stands there (a link, a file) is removed, never followed."""
+    try:
+        if stat.S_ISDIR(os.lstat(name, dir_fd=dest_dir).st_mode):
+            return
+        os.unlink(name, dir_fd=dest_dir)
+    except FileNotFoundError:
+        pass
+    os.mkdir(name, 0o700, dir_fd=dest_dir)
+
+
+def _unlink_at(dest_dir: int, name: str) -> None:
+    try:
+        if stat.S_ISDIR(os.lstat(name, dir_fd=dest_dir).st_mode):
+            raise IsADirectoryError(name)  # a folder where a file goes: this entry is left out
+        os.unlink(name, dir_fd=dest_dir)
+    except FileNotFoundError:
+        pass
+
+
+def _copy_file_at(src_dir: int, name: str, dest_dir: int, dest_name: str, info: os.stat_result) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return
+            return  # replaced by something else since the listing
         os.set_blocking(fd, True)
-        if dest.is_symlink():
-            dest.unlink()
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        out = os.open(dest_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                      dir_fd=dest_dir)
         try:
             _copy_data(fd, out, os.fstat(fd).st_size)
             os.fchmod(out, stat.S_IMODE(info.st_mode) & 0o777)
+            os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
         finally:
             os.close(out)
     finally:
         os.close(fd)
-    os.utime(dest, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
 def _copy_data(src: int, dest: int, size: int) -> None:
@@ -181,23 +256,70 @@ def _copy_data(src: int, dest: int, size: int) -> None:
 
 def clear_setid(root: Path) -> int:
     """Take the setuid and setgid bits off every regular file and folder under ``root`` (links are not
-    followed); how many had one."""
+    followed, folders past :data:`MAX_DEPTH` not entered); how many had one."""
     cleared = 0
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            try:
-                if not os.lstat(path).st_mode & (stat.S_ISUID | stat.S_ISGID):
-                    continue
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError:
-                continue  # a link, or gone
-            try:
+    try:
+        stack = [(os.open(root, _DIR_FLAGS), 0)]
+    except OSError:
+        return 0
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            for entry in os.scandir(folder):
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                    if stat.S_ISLNK(info.st_mode):
+                        continue
+                    is_dir = stat.S_ISDIR(info.st_mode)
+                    if not (info.st_mode & (stat.S_ISUID | stat.S_ISGID) or (is_dir and depth < MAX_DEPTH)):
+                        continue
+                    fd = os.open(entry.name, (_DIR_FLAGS if is_dir else os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                                              | os.O_CLOEXEC), dir_fd=folder)
+                except OSError:
+                    continue  # gone, or replaced by a link
                 mode = os.fstat(fd).st_mode
-                os.fchmod(fd, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
-                cleared += 1
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+                if mode & (stat.S_ISUID | stat.S_ISGID):
+                    os.fchmod(fd, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                    cleared += 1
+                if stat.S_ISDIR(mode) and depth < MAX_DEPTH:
+                    stack.append((fd, depth + 1))
+                else:
+                    os.close(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(folder)
     return cleared
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything under it, however deep (``shutil.rmtree`` recurses in Python and
+    gives up on a deep enough tree: then ``rm -rf``); a missing path is nothing to do."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, timeout=600)
+
+
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give ``root`` and everything under it (links themselves, never their targets; folders to
+    :data:`MAX_DEPTH`) to ``uid:gid``: the work directory handed to a sandbox's user, or given back."""
+    try:
+        os.chown(root, uid, gid, follow_symlinks=False)
+        stack = [(os.open(root, _DIR_FLAGS), 0)]
+    except OSError:
+        return
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            for entry in os.scandir(folder):
+                try:
+                    os.chown(entry.name, uid, gid, dir_fd=folder, follow_symlinks=False)
+                    if depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
+                        stack.append((os.open(entry.name, _DIR_FLAGS, dir_fd=folder), depth + 1))
+                except OSError:
+                    continue  # gone, or replaced by a link since the listing
+        except OSError:
+            pass
+        finally:
+            os.close(folder)

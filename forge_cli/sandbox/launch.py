@@ -3,11 +3,13 @@ process a ``local`` sandbox starts, an exec's or an MCP server's alike.
 
 Run as a script with Python's ``-S -I`` (the standard library only, nothing of Forge)::
 
-    python -S -I launch.py [--cgroup DIR]... [--rlimit NAME=SOFT:HARD]... [--seccomp FILE] -- PROGRAM ARGS...
+    python -S -I launch.py [--cgroup DIR]... [--rlimit NAME=SOFT:HARD]... [--seccomp FILE] [--user UID:GID]
+        -- PROGRAM ARGS...
 
 In order: it joins each control group folder (``cgroup.procs``), opens ``FILE`` (a compiled seccomp
 filter) and passes its descriptor to ``PROGRAM`` — bubblewrap — as ``--seccomp FD`` right after the
-program's name, sets the rlimits (``NAME`` as in :mod:`resource` without ``RLIMIT_``: ``AS``,
+program's name, becomes ``UID:GID`` (no supplementary groups; a root launcher's way to run the sandbox
+as an unprivileged user), sets the rlimits (``NAME`` as in :mod:`resource` without ``RLIMIT_``: ``AS``,
 ``CPU``, ``NOFILE``, ``FSIZE``, ``NPROC``, ``CORE``) and ``exec``\\ s the program. An MCP client that
 only takes an argv (the SDK's stdio client) thereby starts its server under the same bounds as an
 exec. Whatever fails is said on stderr with exit status 126 (127: the program was not found).
@@ -20,27 +22,40 @@ import resource
 import sys
 
 
-def parse(argv: list[str]) -> tuple[list[str], list[tuple[int, int, int]], str | None, list[str]]:
-    """(cgroup folders, rlimits as (resource, soft, hard), seccomp file, the program's argv)."""
-    groups: list[str] = []
-    limits: list[tuple[int, int, int]] = []
-    seccomp = None
+class Plan:
+    """What the command line asks for."""
+
+    def __init__(self) -> None:
+        self.groups: list[str] = []
+        self.limits: list[tuple[int, int, int]] = []  # (resource, soft, hard)
+        self.seccomp: str | None = None
+        self.user: tuple[int, int] | None = None
+        self.program: list[str] = []
+
+
+def parse(argv: list[str]) -> Plan:
+    """The :class:`Plan` of a command line (a ValueError for one that is not valid)."""
+    plan = Plan()
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
-            return groups, limits, seccomp, argv[i + 1:]
+            plan.program = argv[i + 1:]
+            return plan
         if i + 1 >= len(argv):
             raise ValueError(f"{arg} needs a value")
         value = argv[i + 1]
         if arg == "--cgroup":
-            groups.append(value)
+            plan.groups.append(value)
         elif arg == "--seccomp":
-            seccomp = value
+            plan.seccomp = value
+        elif arg == "--user":
+            uid, _, gid = value.partition(":")
+            plan.user = (int(uid), int(gid or uid))
         elif arg == "--rlimit":
             name, _, numbers = value.partition("=")
             soft, _, hard = numbers.partition(":")
-            limits.append((getattr(resource, f"RLIMIT_{name}"), int(soft), int(hard or soft)))
+            plan.limits.append((getattr(resource, f"RLIMIT_{name}"), int(soft), int(hard or soft)))
         else:
             raise ValueError(f"unknown option {arg}")
         i += 2
@@ -49,20 +64,26 @@ def parse(argv: list[str]) -> tuple[list[str], list[tuple[int, int, int]], str |
 
 def main(argv: list[str]) -> int:
     try:
-        groups, limits, seccomp, program = parse(argv)
+        plan = parse(argv)
+        program = plan.program
         if not program:
             raise ValueError("no program after --")
-        for folder in groups:
+        for folder in plan.groups:
             fd = os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY)
             try:
                 os.write(fd, b"0")
             finally:
                 os.close(fd)
-        if seccomp is not None:
-            fd = os.open(seccomp, os.O_RDONLY)
+        if plan.seccomp is not None:
+            fd = os.open(plan.seccomp, os.O_RDONLY)
             os.set_inheritable(fd, True)  # the program (bubblewrap) reads it
             program = [program[0], "--seccomp", str(fd), *program[1:]]
-        for which, soft, hard in limits:
+        if plan.user is not None:
+            uid, gid = plan.user
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        for which, soft, hard in plan.limits:
             current = resource.getrlimit(which)[1]
             if current != resource.RLIM_INFINITY:  # never above what this process may have
                 soft, hard = min(soft, current), min(hard, current)

@@ -76,18 +76,19 @@ from forge_cli.sandbox.base import (
     ExecResult, GatewayAccess, OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, sweep_folders,
 )
 from forge_cli.sandbox.cgroup import ExecCgroup, sweep_stale
-from forge_cli.sandbox.hostfiles import clear_setid
+from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, read_regular, remove_tree
+from forge_cli.sandbox.processes import MARKER_VAR, kill, kill_all, marked_pids, signal_tree
 
 # Forge's own environment variables a sandboxed program gets (when they are set).
 KEPT_ENV = (
     "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
 )
-# Every process started by one exec carries MARKER_VAR=<a fresh id>, so its leftovers can be found.
-MARKER_VAR = "FORGE_SANDBOX_EXEC"
 TAIL_BYTES = 64 * 1024
 ISOLATIONS = ("auto", "bwrap", "none")  # bubblewrap where it works | bubblewrap or an error | a plain subprocess
 WATCH_S = 0.25  # how often a running exec's process and disk bounds are checked
+UNPRIVILEGED = (65534, 65534)  # nobody:nogroup, what user = "auto" runs a root Forge's sandboxes as
+STATUS_FILE = "exit"  # in an exec's status folder: the program's exit status, written by forward.py
 LAUNCHER = Path(launch.__file__).resolve()
 _warned: set[str] = set()  # each "isolation is reduced" line is said once per process
 _swept = False  # sweep_leftovers ran in this process
@@ -125,6 +126,7 @@ class LocalSandbox(WorkdirFiles):
         disk_bytes: int | None = None,
         tmp_bytes: int = 512 * 2**20,
         read_only: Sequence[str | Path] = (),
+        user: str = "auto",
     ) -> None:
         for label, value in (("memory_bytes", memory_bytes), ("cpu_time_s", cpu_time_s), ("processes", processes),
                              ("open_files", open_files), ("disk_bytes", disk_bytes), ("tmp_bytes", tmp_bytes)):
@@ -133,6 +135,7 @@ class LocalSandbox(WorkdirFiles):
         if isolation not in ISOLATIONS:
             raise ForgeError(f"local sandbox: isolation {isolation!r} is not one of {', '.join(ISOLATIONS)}")
         self.isolated = _use_bwrap(isolation)
+        self.user = _sandbox_user(user, self.isolated)
         self.gateway = gateway
         self.processes, self.open_files, self.disk_bytes, self.tmp_bytes = processes, open_files, disk_bytes, tmp_bytes
         self.read_only = tuple(Path(p) for p in read_only)
@@ -151,17 +154,46 @@ class LocalSandbox(WorkdirFiles):
         self.grace_s = grace_s
         self._running: dict[int, str] = {}  # pid (= its process group) -> its marker
         self._servers: list[ExecCgroup] = []  # the groups of the MCP servers stdio_command started
+        self._server_marks: list[str] = []  # and the marks of their first processes
         self._count = itertools.count()
         self._closed = False
-        self._seccomp = self._write_filter() if self.isolated else None
+        try:
+            self._seccomp = self._write_filter(isolation) if self.isolated else None
+        except ForgeError:
+            remove_tree(self._root)
+            raise
         self._quota = self._lay_quota()
+        info = self._workdir.stat()
+        self._owner = (info.st_uid, info.st_gid, info.st_mode & 0o7777)
+        if self.user is not None:
+            self._hand_over(*self.user)
+            for path in (*bwrap.python_dirs(), *self.read_only):
+                if path.exists() and path.stat().st_mode & 0o005 != 0o005:
+                    _warn_once(f"unreadable {path}", "%s is not readable by the sandbox's user %s: programs inside "
+                               "cannot use what it holds (chmod o+rx, or [sandboxes.local] user = \"self\")", path,
+                               f"{self.user[0]}:{self.user[1]}")
 
-    def _write_filter(self) -> Path | None:
-        """The seccomp filter's file in the sandbox's folder (None, and one warning, where none can be built)."""
+    def _hand_over(self, uid: int, gid: int) -> None:
+        """The work directory and home to the sandbox's user (the work directory open for others to enter:
+        bubblewrap, root without capabilities, changes into it)."""
+        for folder in (self._workdir, self.home):
+            chown_tree(folder, uid, gid)
+        os.chmod(self._workdir, self._workdir.stat().st_mode & 0o7777 | 0o001)
+
+    def _handed(self, target: Path) -> None:
+        if self.user is not None:
+            chown_tree(target, *self.user)
+
+    def _write_filter(self, isolation: str) -> Path | None:
+        """The seccomp filter's file in the sandbox's folder; where none can be built, an error under
+        ``isolation = "bwrap"``, else None and one warning."""
         why = seccomp.unavailable()
         if why is not None:
+            if isolation == "bwrap":
+                raise ForgeError(f"local sandbox: isolation = bwrap, but {why} (pip install pyseccomp; Debian: "
+                                 "libseccomp2)")
             _warn_once("seccomp", "isolation is reduced: %s, so sandboxed programs may make every system call "
-                       "their missing capabilities allow", why)
+                       "their missing capabilities allow (new user namespaces, ptrace, …)", why)
             return None
         path = self._root / "seccomp.bpf"
         seccomp.write_program(path)
@@ -202,16 +234,16 @@ class LocalSandbox(WorkdirFiles):
         base.update(HOME=str(self.home), TMPDIR=tmp, PWD=str(self._workdir))
         return {**base, **(env or {})}
 
-    def layout(self) -> bwrap.Layout:
-        """What a bubblewrap exec of this sandbox mounts."""
-        return bwrap.Layout(self._workdir, self.home, self.tmp_bytes, self.read_only, self.gateway,
-                            self._root / "status")
+    def layout(self, status_dir: Path | None = None) -> bwrap.Layout:
+        """What a bubblewrap exec of this sandbox mounts (``status_dir``: the exec's own, for its exit status)."""
+        return bwrap.Layout(self._workdir, self.home, self.tmp_bytes, self.read_only, self.gateway, status_dir,
+                            user=self.user)
 
-    def host_command(self, command: Sequence[str], env: Mapping[str, str], status_file: str | None = None) -> list[str]:
+    def host_command(self, command: Sequence[str], env: Mapping[str, str], status_dir: Path | None = None) -> list[str]:
         """The argv the host starts for ``command`` with exactly ``env``: bubblewrap's, or ``command``."""
         if not self.isolated:
             return [str(c) for c in command]
-        return bwrap.bwrap_argv(self.layout(), command, env, status_file)
+        return bwrap.bwrap_argv(self.layout(status_dir), command, env, STATUS_FILE if status_dir else None)
 
     def launched(self, argv: Sequence[str], memory: int | None, cpu: float | None,
                  cgroup: ExecCgroup | None) -> list[str]:
@@ -225,6 +257,8 @@ class LocalSandbox(WorkdirFiles):
             args += ["--rlimit", f"{name}={soft}:{hard}"]
         if self.isolated and self._seccomp is not None:
             args += ["--seccomp", str(self._seccomp)]
+        if self.user is not None and not self.isolated:  # inside bubblewrap, forward.py becomes the user
+            args += ["--user", f"{self.user[0]}:{self.user[1]}"]
         return [*args, "--", *argv]
 
     async def exec(
@@ -242,20 +276,27 @@ class LocalSandbox(WorkdirFiles):
         cpu = cpu_time_s if cpu_time_s is not None else self.cpu_time_s
         marker = uuid.uuid4().hex
         full_env = {**self.environment(env), MARKER_VAR: marker}
-        n = next(self._count)
+        status = self._root / "status" / str(next(self._count))  # a folder of this exec's own: no other exec sees it
         start = time.monotonic()
         if why := _cannot_run(command[0], full_env.get("PATH"), self._workdir):  # the launcher would say it late
             return ExecResult(None, "", "", 0.0, started=False, reason=f"cannot start {command[0]!r}: {why}")
+        status.mkdir()  # root's: forward.py writes there as root, out of the program's reach
         cgroup = await asyncio.to_thread(ExecCgroup.create, pids_max=self.processes, memory_bytes=memory)
         out, err = OutputTail(self.tail_bytes), OutputTail(self.tail_bytes)
         try:
             # pipes of our own, not the subprocess's: its wait() ends when it exits, not when every holder of them does
-            (out_fd, out_pump), (err_fd, err_pump) = await _output_pipe(out), await _output_pipe(err)
+            out_fd, out_pump = await _output_pipe(out)
+            try:
+                err_fd, err_pump = await _output_pipe(err)
+            except BaseException:
+                os.close(out_fd)
+                await _drain([out_pump], 0)
+                raise
             pumps = [out_pump, err_pump]
             try:
                 proc = await asyncio.create_subprocess_exec(
                     # bubblewrap's own process goes without the mark: a SIGTERM by mark reaches only the program
-                    *self.launched(self.host_command(command, full_env, f"{n}"), memory, cpu, cgroup),
+                    *self.launched(self.host_command(command, full_env, status), memory, cpu, cgroup),
                     cwd=self._workdir,
                     env={k: v for k, v in full_env.items() if k != MARKER_VAR} if self.isolated else full_env,
                     stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, start_new_session=True,
@@ -273,7 +314,7 @@ class LocalSandbox(WorkdirFiles):
             try:
                 bound = await self._wait(proc, cgroup, timeout_s)
                 if bound is not None:
-                    _signal_tree(None if self.isolated else proc.pid, marker, cgroup, signal.SIGTERM)
+                    signal_tree(None if self.isolated else proc.pid, marker, cgroup, signal.SIGTERM)
                     try:
                         await asyncio.wait_for(proc.wait(), self.grace_s)
                     except asyncio.TimeoutError:
@@ -294,7 +335,7 @@ class LocalSandbox(WorkdirFiles):
         wall = time.monotonic() - start
         code = proc.returncode
         if self.isolated:
-            code = _inner_status(self._root / "status" / f"{n}", code)
+            code = _inner_status(status, code)
         if bound is None and code != 0 and forks_refused:  # it failed on a refused fork before a poll saw one
             bound = "processes"
         full = bound is None and code != 0 and self._quota is not None and self._quota.full()
@@ -341,15 +382,18 @@ class LocalSandbox(WorkdirFiles):
         of its own that :meth:`close` ends."""
         if self._closed:
             raise ForgeError("local sandbox: stdio_command after close")
+        marker = uuid.uuid4().hex  # how close() finds what it started where no cgroup holds it
         full = self.environment(env)
         if self.isolated:
             inner = self.host_command(command, full)
         else:
-            inner = ["env", "-i", "-C", str(self._workdir), *(f"{k}={v}" for k, v in full.items()), *map(str, command)]
+            inner = ["env", "-i", "-C", str(self._workdir), *(f"{k}={v}" for k, v in {**full, MARKER_VAR: marker}.items()),
+                     *map(str, command)]
         cgroup = ExecCgroup.create(pids_max=self.processes, memory_bytes=self.memory_bytes)
         if cgroup is not None:
             self._servers.append(cgroup)
-        return self.launched(inner, self.memory_bytes, self.cpu_time_s, cgroup)
+        self._server_marks.append(marker)
+        return ["env", f"{MARKER_VAR}={marker}", *self.launched(inner, self.memory_bytes, self.cpu_time_s, cgroup)]
 
     def limits_hit(self) -> str | None:
         """What bound a program started by :meth:`stdio_command` (an MCP server) has reached, if any."""
@@ -371,14 +415,22 @@ class LocalSandbox(WorkdirFiles):
         for pid, marker in list(self._running.items()):
             kill_all(pid, marker)
         self._running.clear()
+        for marker in self._server_marks:  # bubblewrap's outer process carries the mark: its sandbox dies with it
+            for pid in marked_pids(marker):
+                kill(pid)
         for group in self._servers:
             await asyncio.to_thread(group.remove)
         self._servers.clear()
-        if self._quota is not None:
-            await asyncio.to_thread(self._quota.release)
-        else:
-            await asyncio.to_thread(clear_setid, self._workdir)
-        await asyncio.to_thread(shutil.rmtree, self._root, True)
+        try:
+            if self._quota is not None:
+                await asyncio.to_thread(self._quota.release)  # the copy back is the host's own
+            else:
+                await asyncio.to_thread(clear_setid, self._workdir)
+                if self.user is not None:
+                    await asyncio.to_thread(chown_tree, self._workdir, *self._owner[:2])
+                    os.chmod(self._workdir, self._owner[2])
+        finally:
+            await asyncio.to_thread(remove_tree, self._root)
 
     async def __aenter__(self) -> "LocalSandbox":
         return self
@@ -422,6 +474,24 @@ def sweep_leftovers() -> list[str]:
     return [*sweep_stale(), *sweep_folders()]
 
 
+def _sandbox_user(user: str, isolated: bool) -> tuple[int, int] | None:
+    """``(uid, gid)`` the sandbox's programs run as, or ``None`` for Forge's own: ``auto`` is
+    :data:`UNPRIVILEGED` when Forge runs as root and bubblewrap isolates,
+    ``self`` is Forge's own user, ``UID:GID`` that user (root only)."""
+    if user == "self" or (user == "auto" and (os.geteuid() != 0 or not isolated)):
+        return None
+    if user == "auto":
+        return UNPRIVILEGED
+    try:
+        uid, _, gid = user.partition(":")
+        ids = (int(uid), int(gid or uid))
+    except ValueError:
+        raise ForgeError(f"local sandbox: user must be auto, self or UID:GID, not {user!r}") from None
+    if os.geteuid() != 0 and ids != (os.geteuid(), os.getegid()):
+        raise ForgeError(f"local sandbox: user = {user!r} needs Forge to run as root")
+    return ids
+
+
 def _use_bwrap(isolation: str) -> bool:
     """Whether execs run inside bubblewrap under ``isolation`` (:data:`ISOLATIONS`)."""
     if isolation == "none":
@@ -436,23 +506,18 @@ def _use_bwrap(isolation: str) -> bool:
     return False
 
 
-def _inner_status(path: Path, code: int | None) -> int | None:
-    """The program's own exit status, as forward.py wrote it inside bubblewrap; else bubblewrap's
-    ``code``, with ``128 + N`` read as signal ``N`` (forward.py itself was killed)."""
+def _inner_status(folder: Path, code: int | None) -> int | None:
+    """The program's own exit status, as forward.py wrote it inside bubblewrap (read as the host reads
+    whatever a sandbox could have planted: a regular file of a few bytes, no link followed); else
+    bubblewrap's ``code``, with ``128 + N`` read as signal ``N`` (forward.py itself was killed). It is
+    the program's word, as any exit status is: no verifier trusts it."""
     try:
-        return int(path.read_text())
-    except (OSError, ValueError):
+        return int(read_regular(folder, STATUS_FILE, max_bytes=32))
+    except (ForgeError, ValueError):
         pass
     if code is not None and 128 < code <= 128 + 64:
         return 128 - code
     return code
-
-
-def _is_bwrap(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == "bwrap"
-    except OSError:
-        return False
 
 
 def _cannot_run(program: str, path: str | None, cwd: Path) -> str | None:
@@ -497,65 +562,3 @@ def _rlimits(memory_bytes: int | None, cpu_time_s: float | None, open_files: int
         allowed = _user_processes() + int(processes)
         limits.append(("NPROC", allowed, allowed))
     return limits
-
-
-def _signal_tree(pgid: int | None, marker: str, cgroup: ExecCgroup | None, sig: int) -> None:
-    """Send ``sig`` to the group ``pgid``, everything in ``cgroup`` and every process marked ``marker``
-    (bubblewrap's own processes are spared when ``pgid`` is ``None``: they end with the program)."""
-    if pgid is not None:
-        _signal_group(pgid, sig)
-    if cgroup is not None:
-        for pid in cgroup.procs():
-            if pgid is None and _is_bwrap(pid):
-                continue
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-    for pid in marked_pids(marker):
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def marked_pids(marker: str) -> list[int]:
-    """The processes (other than this one) whose environment carries ``MARKER_VAR=marker`` (Linux)."""
-    needle = f"{MARKER_VAR}={marker}".encode()
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in entries:
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                if needle in fh.read().split(b"\0"):
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
-
-
-def kill_all(pgid: int, marker: str) -> None:
-    """SIGKILL the process group ``pgid`` and every process marked with ``marker``, until none is left."""
-    _signal_group(pgid, signal.SIGKILL)
-    for _ in range(5):
-        pids = marked_pids(marker)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.01)

@@ -1,8 +1,8 @@
 """What a program inside a sandbox may do that it must not: run inside one, it tries and says.
 
 Run as ``python3 -c "$(cat probe.py)"`` (the standard library only; its source is passed, not its
-path, since Forge's own package is hidden inside a sandbox). It prints one JSON object: the
-capabilities it holds (``cap_eff``, from ``/proc/self/status``), its seccomp mode and
+path, since Forge's own package is hidden inside a sandbox). It prints one JSON object: its ``uid``,
+the capabilities it holds (``cap_eff``, from ``/proc/self/status``), its seccomp mode and
 ``no_new_privs``, and for each attempt its outcome — ``"allowed"`` or the errno's name:
 
 - ``mount``: a tmpfs on a fresh folder;
@@ -10,6 +10,8 @@ capabilities it holds (``cap_eff``, from ``/proc/self/status``), its seccomp mod
   every capability again);
 - ``open_by_handle``: ``open_by_handle_at`` of the root folder's inode by a forged handle (how a
   process with ``CAP_DAC_READ_SEARCH`` opens the host's file system from a container);
+- ``vsock`` / ``af_alg``: a socket of a family no network namespace confines (the hypervisor's
+  ``AF_VSOCK``) or that exposes kernel code (``AF_ALG``);
 - ``ptrace``: ``PTRACE_ATTACH`` to a child of its own (a sibling of whatever it could reach).
 
 ``forge doctor`` runs it in a real sandbox to say what isolation is in force; the hostile-agent tests
@@ -20,6 +22,7 @@ import ctypes
 import errno
 import json
 import os
+import socket
 import tempfile
 import time
 
@@ -37,7 +40,7 @@ def main():
     def outcome(result):
         return "allowed" if result >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
 
-    found = {"cap_eff": int(_status("CapEff") or "0", 16), "seccomp": int(_status("Seccomp") or "0"),
+    found = {"uid": os.getuid(), "cap_eff": int(_status("CapEff") or "0", 16), "seccomp": int(_status("Seccomp") or "0"),
              "no_new_privs": int(_status("NoNewPrivs") or "0")}
     target = tempfile.mkdtemp()
     found["mount"] = outcome(libc.mount(b"none", target.encode(), b"tmpfs", 0, None))
@@ -57,6 +60,12 @@ def main():
     ctypes.memmove(handle, (8).to_bytes(4, "little") + (1).to_bytes(4, "little") + (2).to_bytes(4, "little"), 12)
     fd = libc.open_by_handle_at(os.open("/", os.O_RDONLY), handle, os.O_RDONLY)
     found["open_by_handle"] = outcome(fd)
+    for name, family, kind in (("vsock", 40, socket.SOCK_STREAM), ("af_alg", 38, socket.SOCK_SEQPACKET)):
+        try:  # families no network namespace confines (the hypervisor's vsock), or kernel code (crypto)
+            socket.socket(family, kind).close()
+            found[name] = "allowed"
+        except OSError as exc:
+            found[name] = errno.errorcode.get(exc.errno, str(exc.errno))
     child = os.fork()
     if child == 0:
         time.sleep(30)

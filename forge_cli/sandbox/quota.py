@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox.hostfiles import clear_setid, copy_tree
+from forge_cli.sandbox.hostfiles import clear_setid, copy_tree, remove_tree
 
 INODE_BYTES = 16 * 1024  # one inode per this much of the limit (ext4's default ratio)
 MIN_INODES = 256
@@ -72,7 +72,10 @@ def _tool(name: str) -> str | None:
 
 
 def _run(argv: Sequence[str]) -> None:
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ForgeError(f"{Path(argv[0]).name} did not run: {exc}") from None
     if done.returncode != 0:
         raise ForgeError(f"{Path(argv[0]).name} failed: {(done.stderr or done.stdout).strip()[:300]}")
 
@@ -200,25 +203,26 @@ class WorkdirQuota:
         work = self.mountpoint / "work"
         device = _mount_device(self.mountpoint)
         bound = device is not None and _mount_device(self.workdir) == device
-        if bound:
-            _unmount(self.workdir)
-        if keep and bound and work.is_dir() and _mount_device(self.workdir) != device:
-            for entry in os.scandir(self.workdir):  # what was there before (copied in): replaced by the image's
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.unlink(entry.path)
-            for entry in os.scandir(work):
-                copy_tree(Path(entry.path), self.workdir / entry.name)
-            clear_setid(self.workdir)
-        _unmount(self.mountpoint)
-        if not _mounted(self.mountpoint):
-            self.image.unlink(missing_ok=True)
-            try:
-                self.mountpoint.rmdir()
-            except OSError:
-                pass
-            (self.folder / MOUNTS_FILE).unlink(missing_ok=True)
+        try:
+            if bound:
+                _unmount(self.workdir)
+            if keep and bound and work.is_dir() and _mount_device(self.workdir) != device:
+                for entry in os.scandir(self.workdir):  # what was there before (copied in): replaced by the image's
+                    if entry.is_dir(follow_symlinks=False):
+                        remove_tree(Path(entry.path))
+                    else:
+                        os.unlink(entry.path)
+                copy_tree(work, self.workdir)
+                clear_setid(self.workdir)
+        finally:  # whatever the copy met, the image goes
+            _unmount(self.mountpoint)
+            if not _mounted(self.mountpoint):
+                self.image.unlink(missing_ok=True)
+                try:
+                    self.mountpoint.rmdir()
+                except OSError:
+                    pass
+                (self.folder / MOUNTS_FILE).unlink(missing_ok=True)
 
 
 def sweep(folder: Path) -> None:

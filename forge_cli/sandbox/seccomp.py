@@ -6,16 +6,21 @@ already refuses the privileged calls (``mount``, ``open_by_handle_at``, module l
 those an unprivileged process may make and that reach far into the kernel or out of the sandbox's
 view: new user namespaces (inside one, a process holds every capability again), ``ptrace`` and
 ``process_vm_*`` of another process, the kernel keyring, eBPF, ``perf_event_open``,
-``userfaultfd``, ``io_uring``. :data:`DENIED` lists them (and the privileged ones, so a backend that
-forgets a capability still refuses them); each answers ``EPERM``. ``clone`` is refused only with a
-namespace flag (:data:`NAMESPACE_FLAGS`); ``clone3``, whose flags live in memory a filter cannot
+``userfaultfd``, ``io_uring``, sockets of families a network namespace does not confine
+(``AF_VSOCK`` reaches the hypervisor) or that expose kernel code (``AF_ALG``). :data:`DENIED` lists
+the calls (and the privileged ones, so a backend that forgets a capability still refuses them);
+each answers ``EPERM``. ``socket`` is allowed only for :data:`SOCKET_FAMILIES`; ``clone`` only without
+a namespace flag (:data:`NAMESPACE_FLAGS`); ``clone3``, whose flags live in memory a filter cannot
 read, answers ``ENOSYS``, so the C library falls back to ``clone`` (what Docker's own profile does).
+Only the machine's own architecture is allowed: a 32-bit call (``int 0x80``, x32) is refused.
 
-- :func:`bpf_program`: the filter compiled by libseccomp (through ``pyseccomp``) for this machine's
-  architecture and its compatibility ones, for bubblewrap's ``--seccomp FD``;
-- :func:`docker_profile`: the same list as a Docker seccomp profile (JSON), which the engine compiles
-  with its own libseccomp. It replaces Docker's default profile, whose allow-list lets ``ptrace``
-  through on kernels since 4.8.
+- :func:`bpf_program`: the filter compiled by libseccomp (through ``pyseccomp``) for bubblewrap's
+  ``--seccomp FD``: every call allowed but these;
+- :func:`docker_profile`: Docker's own default profile (an allow-list; ``docker_seccomp_default.json``,
+  Docker 20.10's ``profiles/seccomp/default.json``, Apache-2.0) with :data:`DENIED` and
+  ``modify_ldt`` taken out of what it allows (it lets ``ptrace`` and ``io_uring`` through), ``socket``
+  allowed only for :data:`SOCKET_FAMILIES`, ``clone3`` answering ``ENOSYS``, and only the native
+  architecture. The engine compiles it with its own libseccomp.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import json
 import os
 import platform
 import tempfile
+from pathlib import Path
 
 DENIED = (
     # file systems and namespaces
@@ -40,8 +46,11 @@ DENIED = (
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
     "acct", "quotactl", "quotactl_fd", "syslog", "lookup_dcookie", "iopl", "ioperm", "settimeofday",
     "clock_settime", "clock_adjtime", "adjtimex", "uselib", "ustat", "sysfs", "_sysctl", "nfsservctl", "vm86",
-    "vm86old", "create_module", "get_kernel_syms", "query_module",
+    "vm86old", "create_module", "get_kernel_syms", "query_module", "modify_ldt", "socketcall", "vhangup",
+    "process_madvise",
 )
+# AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the families a sandbox's network namespace confines
+SOCKET_FAMILIES = (1, 2, 10, 16)
 # CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWTIME
 NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 # the architectures a program of this machine may call the kernel as (libseccomp's and Docker's names)
@@ -66,19 +75,18 @@ def bpf_program() -> bytes:
     import pyseccomp as sc
 
     denied = sc.ERRNO(errno.EPERM)
-    # a call of an architecture the filter does not list is refused too, not killed
     flt = sc.SyscallFilter(sc.ALLOW)
-    flt.set_attr(sc.Attr.ACT_BADARCH, denied)
-    for name in _COMPAT[platform.machine()][1:]:
-        try:
-            flt.add_arch(getattr(sc.Arch, name))
-        except Exception:  # not supported by this libseccomp: such programs are refused (ACT_BADARCH)
-            pass
+    flt.set_attr(sc.Attr.ACT_BADARCH, denied)  # the native architecture only: a 32-bit call is refused
     for name in DENIED:
         flt.add_rule(denied, name)
     for flag in NAMESPACE_FLAGS:
         flt.add_rule(denied, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    highest = max(SOCKET_FAMILIES)
+    flt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.GT, highest))
+    for family in range(highest):
+        if family not in SOCKET_FAMILIES:
+            flt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.EQ, family))
     with tempfile.TemporaryFile() as fh:
         flt.export_bpf(fh)
         fh.seek(0)
@@ -91,13 +99,24 @@ def write_program(path: str | os.PathLike[str]) -> None:
         fh.write(bpf_program())
 
 
+@functools.lru_cache(maxsize=1)
 def docker_profile() -> str:
-    """:data:`DENIED` as a Docker seccomp profile (JSON), everything else allowed."""
-    archs = _COMPAT.get(platform.machine(), ("X86_64", "X86", "X32"))
-    rules: list[dict[str, object]] = [{"names": list(DENIED), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}]
-    rules += [{"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM,
-               "args": [{"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}]}
-              for flag in NAMESPACE_FLAGS]
-    rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS})
-    return json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "architectures": [f"SCMP_ARCH_{a}" for a in archs],
-                       "syscalls": rules})
+    """Docker's default profile less :data:`DENIED` (see the module's docstring), as JSON."""
+    profile = json.loads((Path(__file__).parent / "docker_seccomp_default.json").read_text())
+    native = _COMPAT.get(platform.machine(), ("X86_64",))[0]
+    profile["archMap"] = [{"architecture": f"SCMP_ARCH_{native}", "subArchitectures": []}]
+    taken = {*DENIED, "socket", "clone3"}
+    kept = []
+    for rule in profile["syscalls"]:
+        if rule.get("action") == "SCMP_ACT_ALLOW":
+            rule = {**rule, "names": [n for n in rule["names"] if n not in taken]}
+            if not rule["names"]:
+                continue
+        elif set(rule["names"]) & taken:
+            continue
+        kept.append(rule)
+    kept += [{"names": ["socket"], "action": "SCMP_ACT_ALLOW",
+              "args": [{"index": 0, "value": family, "valueTwo": 0, "op": "SCMP_CMP_EQ"}]} for family in SOCKET_FAMILIES]
+    kept.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS})
+    profile["syscalls"] = kept
+    return json.dumps(profile)

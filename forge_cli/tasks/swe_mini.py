@@ -29,6 +29,7 @@ import asyncio
 import difflib
 import hashlib
 import json
+import os
 import random
 import secrets
 import threading
@@ -40,7 +41,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 from forge_cli.errors import ForgeError
 from forge_cli.tasks import swe_checks, swe_units
 from forge_cli.tasks.splits import Draft, draw
+from forge_cli.sandbox.hostfiles import write_regular
 from forge_cli.tasks.swe_checks import api_source, caller_expression, exec_source, expression
+from forge_cli.tasks.workdir import confine, file_tools, read_text
 from forge_cli.tasks.swe_units import UNITS, Unit
 from forge_cli.tasks.types import Outcome, Split, Task, TaskSuite, Transcript
 
@@ -384,7 +387,6 @@ RUN = {"type": "object", "properties": {}}
 def tools(task: Task, workdir: Path) -> Sequence["Tool"]:
     """``read_file``, ``write_file``, ``list_files``, ``edit_file`` and ``run_tests`` in ``workdir``."""
     from forge_cli.rollout.loop import Tool
-    from forge_cli.tasks.workdir import confine, file_tools, read_text
 
     def edit_file(arguments: Any) -> str:
         if not isinstance(arguments, dict):
@@ -402,7 +404,7 @@ def tools(task: Task, workdir: Path) -> Sequence["Tool"]:
         if count > 1 and not arguments.get("replace_all"):
             raise ForgeError(f"the old text occurs {count} times in {arguments.get('path')!r}: give more of the "
                              "surrounding text so it occurs once, or set replace_all")
-        target.write_text(text.replace(old, new), encoding="utf-8")
+        write_regular(workdir, str(target.relative_to(os.path.realpath(workdir))), text.replace(old, new).encode())
         return f"replaced {count} occurrence{'s' if count > 1 else ''} in {arguments.get('path')}"
 
     async def run_tests(arguments: Any) -> str:

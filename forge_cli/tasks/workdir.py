@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from forge_cli.errors import ForgeError
 from forge_cli.rollout.loop import Tool
-from forge_cli.sandbox.hostfiles import MAX_READ_BYTES, read_regular
+from forge_cli.sandbox.hostfiles import MAX_READ_BYTES, read_regular, write_regular
 from forge_cli.tasks.types import Outcome, Task, Transcript
 
 MAX_READ = 64_000
@@ -89,8 +89,7 @@ def file_tools(workdir: Path) -> tuple[Tool, Tool, Tool]:
             raise ForgeError(f"content is longer than {MAX_WRITE} characters")
         if target == root or target.is_dir():
             raise ForgeError(f"{_relative(root, target)!r} is a folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
+        write_regular(root, _relative(root, target), content.encode("utf-8"))
         return f"wrote {len(content)} characters to {_relative(root, target)}"
 
     def list_files(arguments: Any) -> str:
