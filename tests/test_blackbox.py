@@ -341,6 +341,7 @@ def test_an_agent_inside_bubblewrap_reaches_the_gateway_through_its_unix_socket(
         port = 18080  # any port: the sandbox's loopback is its own
 
         async def go():
+            tmp_path.chmod(0o755)  # the agent's folder, readable by the sandbox's user as an installed agent's is
             async with LocalSandbox(tmp_path / "work", isolation="bwrap", gateway=GatewayAccess(sock, port),
                                     read_only=(tmp_path,)) as box:
                 return await run_blackbox(spec, base_url=f"http://127.0.0.1:{port}/v1", api_key=session["api_key"],

@@ -469,15 +469,9 @@ class DockerSandbox(WorkdirFiles):
                 next_disk = time.monotonic() + (WATCH_S if self._quota is not None else DISK_WATCH_S)
 
     def disk_over(self) -> bool:
-        """Whether the work directory holds the disk limit's worth (a full quota file system), or more
-        (polled: its size or its number of files)."""
-        if self.options.disk_mb is None:
-            return False
-        if self._quota is not None:
-            return self._quota.full()
-        limit = self.options.disk_mb * 2**20
-        used, files = quota.disk_usage([self._workdir])
-        return used > limit or files > quota.inode_budget(limit)
+        """Whether the work directory holds the disk limit's worth (:func:`~forge_cli.sandbox.quota.over_limit`)."""
+        limit = self.options.disk_mb * 2**20 if self.options.disk_mb is not None else None
+        return quota.over_limit(self._quota, [self._workdir], limit)
 
     def limits_hit(self) -> str | None:
         """What bound of the container a program in it has reached so far, if any (an MCP server's, say)."""

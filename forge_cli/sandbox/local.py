@@ -367,14 +367,8 @@ class LocalSandbox(WorkdirFiles):
                 waiting.cancel()
 
     def disk_over(self) -> bool:
-        """Whether the work directory and home hold the disk limit's worth (a full quota file system),
-        or more (polled: their size or their number of files)."""
-        if self.disk_bytes is None:
-            return False
-        if self._quota is not None:
-            return self._quota.full()
-        used, files = quota.disk_usage((self._workdir, self._root / "home"))
-        return used > self.disk_bytes or files > quota.inode_budget(self.disk_bytes)
+        """Whether the work directory and home hold the disk limit's worth (:func:`~forge_cli.sandbox.quota.over_limit`)."""
+        return quota.over_limit(self._quota, (self._workdir, self._root / "home"), self.disk_bytes)
 
     def stdio_command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """The launcher, then bubblewrap's argv (or ``env -i`` with the sandbox's environment and ``-C`` the

@@ -67,6 +67,17 @@ def disk_usage(roots: Sequence[Path]) -> tuple[int, int]:
     return total, entries
 
 
+def over_limit(fs: "WorkdirQuota | None", roots: Sequence[Path], size_bytes: int | None) -> bool:
+    """Whether ``roots`` hold a disk limit of ``size_bytes``' worth: its quota file system ``fs`` is full,
+    or (no ``fs``: polled) their size or their number of files is over the limit."""
+    if size_bytes is None:
+        return False
+    if fs is not None:
+        return fs.full()
+    used, files = disk_usage(roots)
+    return used > size_bytes or files > inode_budget(size_bytes)
+
+
 def _tool(name: str) -> str | None:
     return shutil.which(name, path=f"{os.environ.get('PATH', '')}:{_SBIN}")
 
