@@ -279,6 +279,19 @@ def host_processes_with(token: str) -> list[int]:
     return found
 
 
+def host_files(sandbox: Any) -> dict[str, int]:
+    """The files a sandbox keeps on the host outside its work directory (its own folder, where a local
+    sandbox once kept its programs' output), with their sizes; its disk limit's image and mount aside."""
+    root = getattr(sandbox, "_root", None)
+    if root is None:  # docker: output comes through the engine's API
+        return {}
+    found = {}
+    for path in root.rglob("*"):
+        if path.name != "disk.img" and "disk" not in path.relative_to(root).parts[:1] and path.is_file():
+            found[str(path)] = path.stat().st_size
+    return found
+
+
 async def until(probe: Any, within: float = 30.0) -> Any:
     """``probe()``'s first truthy value, asked every 50 ms (its last value after ``within`` seconds)."""
     loop = asyncio.get_running_loop()
@@ -302,9 +315,9 @@ def test_each_limit_holds_against_the_agent_and_its_trajectory_says_which(arena,
     async def go():
         async with open_() as sandbox:
             done = await attack(sandbox, code, token, timeout_s=4 if resource == "time" else 120)
-            return done, host_processes_with(token), getattr(sandbox, "disk_quota", False)
+            return done, host_processes_with(token), getattr(sandbox, "disk_quota", False), host_files(sandbox)
 
-    done, alive_after_exec, quota_mode = run(go())
+    done, alive_after_exec, quota_mode, kept = run(go())
     if resource == "processes":
         assert done.processes_exceeded and "limit of 64 processes" in done.reason, done
     elif resource == "memory":
@@ -317,7 +330,8 @@ def test_each_limit_holds_against_the_agent_and_its_trajectory_says_which(arena,
             assert len(written) <= quota.inode_budget(DISK)
     elif resource == "output":
         assert done.ok and done.stdout.endswith("the last line\n"), done.reason
-        assert len(done.stdout) <= 64 * 1024 and len(done.stderr) <= 64 * 1024  # tails, nothing kept on disk
+        assert len(done.stdout) <= 64 * 1024 and len(done.stderr) <= 64 * 1024  # tails
+        assert [p for p, size in kept.items() if size > 2**20] == [], kept  # and no log of it on the host's disk
     else:
         assert done.timed_out and "timed out after 4 s" in done.reason, done
         assert alive_after_exec == [], "a double-forked daemon outlived its exec"

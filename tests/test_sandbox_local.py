@@ -410,3 +410,18 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
+
+
+@both
+def test_a_folder_the_host_makes_by_writing_a_file_is_the_programs_to_write_in(tmp_path):
+    """An agent's config written by the host (``CODEX_HOME/config.toml``) makes its folder: a program of the
+    sandbox, whichever user it runs as, writes its own files beside it."""
+
+    async def go():
+        async with LocalSandbox(tmp_path / "work") as box:
+            await box.write_file(".agent/config.toml", "x = 1\n")
+            return await box.exec(["sh", "-c", "echo state > .agent/state && cat .agent/config.toml .agent/state"],
+                                  timeout_s=30)
+
+    done = run(go())
+    assert done.ok and done.stdout == "x = 1\nstate\n", done

@@ -42,7 +42,7 @@ from forge_cli.sandbox.base import (
     DISK_WORDS, ExecResult, GatewayAccess, OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, owner_alive,
     owner_of, sweep_folders,
 )
-from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, remove_tree
+from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, hand_over, remove_tree
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
 DEFAULT_IMAGE = "forge-agent-base:latest"
@@ -529,7 +529,7 @@ class DockerSandbox(WorkdirFiles):
 
     def _handed(self, path: Path) -> None:
         if self.uid != 0 and path.exists():
-            chown_tree(path, self.uid, self.gid)
+            hand_over(self._workdir, path, self.uid, self.gid)
 
     async def close(self) -> None:
         """Remove the container and give the work directory back to its owner (it is not deleted)."""

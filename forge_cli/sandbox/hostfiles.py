@@ -323,3 +323,17 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
             pass
         finally:
             os.close(folder)
+
+
+def hand_over(root: Path, target: Path, uid: int, gid: int) -> None:
+    """Give ``target`` (a path under ``root`` the host just wrote) and the folders between it and ``root``
+    (some made by that write) to ``uid:gid``: a sandbox's user must be able to write where the host wrote."""
+    chown_tree(target, uid, gid)
+    real_root = Path(os.path.realpath(root))
+    for parent in Path(target).parents:
+        if parent == real_root or real_root not in parent.parents:
+            break
+        try:
+            os.chown(parent, uid, gid, follow_symlinks=False)
+        except OSError:
+            pass

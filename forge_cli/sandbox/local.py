@@ -76,7 +76,7 @@ from forge_cli.sandbox.base import (
     ExecResult, GatewayAccess, OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, sweep_folders,
 )
 from forge_cli.sandbox.cgroup import ExecCgroup, sweep_stale
-from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, read_regular, remove_tree
+from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, hand_over, read_regular, remove_tree
 from forge_cli.sandbox.processes import MARKER_VAR, kill, kill_all, marked_pids, signal_tree
 
 # Forge's own environment variables a sandboxed program gets (when they are set).
@@ -182,7 +182,7 @@ class LocalSandbox(WorkdirFiles):
 
     def _handed(self, target: Path) -> None:
         if self.user is not None:
-            chown_tree(target, *self.user)
+            hand_over(self._workdir, target, *self.user)
 
     def _write_filter(self, isolation: str) -> Path | None:
         """The seccomp filter's file in the sandbox's folder; where none can be built, an error under
