@@ -316,3 +316,42 @@ def test_the_suite_module_is_light_to_import():
             "print([m for m in ('torch', 'transformers', 'docker', 'mcp') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+plain_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.integers() | st.text(max_size=4), inner, max_size=3),
+    max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=plain_values)
+def test_the_runners_tagged_values_decode_to_what_was_encoded_type_for_type(value):
+    """What the checks' runner prints for a value (its encoder, run here) decodes on the host to that value,
+    of exactly its types (a tuple is not a list, True is not 1): the comparison with the correct code's
+    value is then Python's own ``==`` on plain values."""
+    from forge_cli.tasks.swe_checks import decode, encode
+
+    def shape(v):
+        if isinstance(v, dict):
+            return ("d", sorted((repr(shape(k)), shape(x)) for k, x in v.items()))
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, [shape(x) for x in v])
+        return (type(v).__name__, v)
+
+    got = decode(json.loads(json.dumps(encode(value))))
+    assert got == value and shape(got) == shape(value)
+
+
+def test_the_runner_names_a_value_it_will_not_vouch_for():
+    """An object of the solution's own (a subclass, anything with its own ``__eq__``) is named, not encoded:
+    it decodes to no value, so it equals nothing."""
+    from forge_cli.tasks.swe_checks import _MISSING, decode, encode
+
+    class Sly(int):
+        def __eq__(self, other):
+            return True
+
+    assert encode(Sly(3)) == {"x": "Sly"} and decode(encode(Sly(3))) is _MISSING
+    assert decode(encode([1, Sly(2)])) is _MISSING

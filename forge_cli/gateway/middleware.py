@@ -31,13 +31,15 @@ Message = dict[str, Any]
 DRAIN_BYTES = 256 * 2**20  # the most of a refused body read (and dropped) so that its answer arrives whole
 
 
-async def drain(receive: Callable[[], Awaitable[Message]], deadline: float, limit: int = DRAIN_BYTES) -> None:
-    """Read and drop the rest of a request body, until its end, ``limit`` bytes or the loop time ``deadline``."""
+async def drain(receive: Callable[[], Awaitable[Message]], deadline: float | None = None,
+                limit: int = DRAIN_BYTES) -> None:
+    """Read and drop the rest of a request body, until its end, ``limit`` bytes or the loop time ``deadline``
+    (``None``: the caller's ``receive`` keeps its own)."""
     loop = asyncio.get_running_loop()
     read = 0
     while read <= limit:
         try:
-            message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+            message = await asyncio.wait_for(receive(), None if deadline is None else max(deadline - loop.time(), 0.001))
         except asyncio.TimeoutError:
             return
         if message["type"] != "http.request":

