@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 import pluggy
 
 from forge_cli import hookspecs
+from forge_cli.configs.common import validate_options
 from forge_cli.errors import ForgeError
 from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat
 from forge_cli.tasks.types import TaskSuite
@@ -108,8 +109,6 @@ class Registry:
 
     def options_for(self, kind: str, name: str, raw: dict[str, Any], source: str) -> Any:
         """Validate a plugin's ``[kind.name]`` config section against the model it registered."""
-        from forge_cli.config import validate_options
-
         table = {"scaffolds": self.scaffolds, "sandboxes": self.sandboxes}[kind]
         if name not in table:
             known = ", ".join(sorted(table)) or "none"

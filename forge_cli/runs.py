@@ -75,7 +75,7 @@ def run_config(config: Any, run_dir: Path) -> Any:
     """The run's own resolved configuration if it wrote one, else the current one."""
     from pydantic import ValidationError
 
-    from forge_cli.config import ForgeConfig, _describe_error, upgrade_saved
+    from forge_cli.config import ForgeConfig, describe_config_error, upgrade_saved
 
     saved = run_dir / "config.json"
     if not saved.is_file():
@@ -87,7 +87,7 @@ def run_config(config: Any, run_dir: Path) -> Any:
     try:
         return ForgeConfig.model_validate(upgrade_saved(data))
     except ValidationError as exc:
-        raise ForgeError(_describe_error(exc, lambda _key: str(saved))) from None
+        raise ForgeError(describe_config_error(exc, lambda _key: str(saved))) from None
 
 
 # ---- one server per run -------------------------------------------------------------------------

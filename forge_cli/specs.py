@@ -306,7 +306,7 @@ class RewardSpec:
     verifier's :class:`~forge_cli.tasks.types.Outcome`, None if not verified), ``outcomes``
     (trajectory id → Outcome or None, for the group), ``texts`` (each completion's output text, or
     None where not decoded), ``tools`` (the tool schemas the task offered) and ``settings`` (the
-    :class:`~forge_cli.rewards.config.RewardsConfig`). A float is a trajectory-level value. See
+    :class:`~forge_cli.configs.rewards.RewardsConfig`). A float is a trajectory-level value. See
     :mod:`forge_cli.rewards`.
     """
 

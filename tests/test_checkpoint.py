@@ -53,7 +53,7 @@ def test_the_loops_checkpoint_resumes_the_identical_next_step(tiny_model, tmp_pa
 
     from forge_cli.config import load_config
     from forge_cli.train.checkpoint import load_checkpoint
-    from forge_cli.train.config import CISPOLoss
+    from forge_cli.configs.train import CISPOLossConfig
     from forge_cli.train.distributed import make_loop_trainer
     from forge_cli.train.resume import _save, optimizer_of, trainer_model
     from tests.test_prefix_tree import forest
@@ -67,19 +67,19 @@ def test_the_loops_checkpoint_resumes_the_identical_next_step(tiny_model, tmp_pa
     kw = dict(temperature=1.0, attention="auto", split="auto", budget=4096)
     straight = make_loop_trainer(config, trainer_model(config, tmp_path, False))
     for batch in batches:
-        straight.step(batch, CISPOLoss(), **kw)
+        straight.step(batch, CISPOLossConfig(), **kw)
     expected = {k: v.clone() for k, v in straight.state_dict().items()}
 
     first = trainer_model(config, tmp_path, False)
     trainer = make_loop_trainer(config, first)
     for batch in batches[:2]:
-        trainer.step(batch, CISPOLoss(), **kw)
+        trainer.step(batch, CISPOLossConfig(), **kw)
     _save(config, tmp_path, first, trainer, step=2, version=2)
     resumed_model = trainer_model(config, tmp_path, True)  # the checkpoint's weights
     resumed = make_loop_trainer(config, resumed_model)
     state = load_checkpoint(tmp_path / "checkpoints", None, optimizer_of(resumed))
     assert (state.step, state.policy_version) == (2, 2)
-    resumed.step(batches[2], CISPOLoss(), **kw)
+    resumed.step(batches[2], CISPOLossConfig(), **kw)
     got = resumed.state_dict()
     for engine_ in (resumed, trainer, straight):  # one process group for the three (closing leaves it)
         engine_.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from forge_cli.config import load_config
-from forge_cli.engine import ENGINE_CONFIGS, HFEngineConfig, ScriptedEngineConfig, VLLMEngineConfig
+from forge_cli.configs.model import ROLLOUT_ENGINE_CONFIGS, HFEngineConfig, ScriptedEngineConfig, VLLMEngineConfig
 from forge_cli.errors import ForgeError
 
 
@@ -47,12 +47,31 @@ def test_engine_errors_name_the_flag_and_the_field(overrides, message):
 
 def test_the_union_is_the_name_table():
     """Every engine named in the config builds; no other list of engine names exists."""
-    import forge_cli.engine as engines
+    assert set(ROLLOUT_ENGINE_CONFIGS) == {"vllm", "hf", "scripted"}
+    for name, cls in ROLLOUT_ENGINE_CONFIGS.items():
+        assert cls().type == name
 
-    assert set(ENGINE_CONFIGS) == {"vllm", "hf", "scripted"}
-    assert engines.ENGINES == tuple(ENGINE_CONFIGS)
-    for name, cls in ENGINE_CONFIGS.items():
-        assert cls().type == name and cls.build is not engines._EngineConfig.build
+
+def test_config_names_and_implementation_tables_agree():
+    """Each name a config section accepts selects an implementation, and each implementation has a
+    name the config accepts: the configuration layer's tables and the code's are the same lists."""
+    from forge_cli.configs.model import ROUTING_POLICIES
+    from forge_cli.configs.pool import SCHEDULER_CONFIGS
+    from forge_cli.configs.rollout import EXECUTOR_NAMES
+    from forge_cli.configs.train import LOSS_CONFIGS, TRAIN_ENGINE_CONFIGS
+    from forge_cli.engine import ROLLOUT_ENGINES
+    from forge_cli.engine.router import ROUTERS
+    from forge_cli.pool.scheduler import SCHEDULERS
+    from forge_cli.rollout.executors import EXECUTORS
+    from forge_cli.train.engines import TRAIN_ENGINES
+    from forge_cli.train.loss import LOSSES
+
+    assert list(ROLLOUT_ENGINE_CONFIGS) == list(ROLLOUT_ENGINES)
+    assert list(ROUTING_POLICIES) == list(ROUTERS)
+    assert list(SCHEDULER_CONFIGS) == list(SCHEDULERS)
+    assert list(EXECUTOR_NAMES) == list(EXECUTORS)
+    assert list(LOSS_CONFIGS) == list(LOSSES)
+    assert list(TRAIN_ENGINE_CONFIGS) == list(TRAIN_ENGINES)
 
 
 def test_the_scripted_engine_without_a_policy_is_a_clear_error(tiny_model):
@@ -100,9 +119,11 @@ def test_the_cli_prints_bad_config_files_as_one_red_line(cli, tmp_path):
 
 def test_every_union_section_is_its_own_name_table():
     """Loss, scheduler and train engine: the config's members are the names the code dispatches on."""
-    from forge_cli.pool.scheduler import SCHEDULER_CONFIGS, Scheduler
+    from forge_cli.configs.pool import SCHEDULER_CONFIGS
+    from forge_cli.configs.train import LOSS_CONFIGS, TRAIN_ENGINE_CONFIGS
+    from forge_cli.pool.scheduler import Scheduler
     from forge_cli.train import loss
-    from forge_cli.train.config import LOSS_CONFIGS, TRAIN_ENGINE_CONFIGS, loss_function
+    from forge_cli.train.loss import loss_function
 
     for name in LOSS_CONFIGS:
         cfg = load_config(env={}, overrides={"train.loss": name}).train.loss
@@ -124,7 +145,7 @@ def test_every_union_section_is_its_own_name_table():
 
 
 def test_attention_and_split_names_come_from_the_trainer_table():
-    from forge_cli.train.config import ATTENTION_MODES, SPLITS
+    from forge_cli.configs.train import ATTENTION_MODES, SPLITS
 
     for name in ATTENTION_MODES:
         assert load_config(env={}, overrides={"train.attention": name}).train.attention == name

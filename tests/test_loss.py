@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from forge_cli.train.config import LOSS_CONFIGS, loss_function
+from forge_cli.configs.train import LOSS_CONFIGS
+from forge_cli.train.loss import loss_function
 from forge_cli.train.loss import cispo, ppo_clip
 from forge_cli.train.step import policy_loss_backward
 from tests.test_prefix_tree import forest, tiny_llama

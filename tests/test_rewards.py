@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Completion, Trajectory, TrajectoryStatus
-from forge_cli.rewards import RewardsConfig, apply_group_rewards, compute_group_rewards, group_advantages, reward_to_go
+from forge_cli.configs.rewards import RewardsConfig
+from forge_cli.rewards import apply_group_rewards, compute_group_rewards, group_advantages, reward_to_go
 from forge_cli.rewards.components import completion_time_reward, language_mixing, process_penalties, schema_errors
 from forge_cli.specs import RewardSpec, RewardValue
 from forge_cli.tasks.types import Outcome

@@ -8,21 +8,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forge_cli.pool.scheduler import (SCHEDULER_CONFIGS, BoundedStalenessScheduler, Decision, FIFOScheduler, GreedyScheduler,
-                                      QueueEntry, WindowedFIFOScheduler, select, staleness_limit)
+from forge_cli.configs.pool import (SCHEDULER_CONFIGS, BoundedStalenessSchedulerConfig, FIFOSchedulerConfig, GreedySchedulerConfig,
+                                    WindowedFIFOSchedulerConfig)
+from forge_cli.pool.scheduler import Decision, QueueEntry, admission_bound, select, staleness_limit, window_size
 
 
 def test_window_size():
-    assert FIFOScheduler().window(16) == 1
-    assert GreedyScheduler().window(16) is None
-    assert WindowedFIFOScheduler(window_fraction=0.3).window(16) == 5  # ceil(4.8)
-    assert WindowedFIFOScheduler(window_fraction=0.01).window(16) == 1
-    assert BoundedStalenessScheduler().window(16) is None
+    assert window_size(FIFOSchedulerConfig(), 16) == 1
+    assert window_size(GreedySchedulerConfig(), 16) is None
+    assert window_size(WindowedFIFOSchedulerConfig(window_fraction=0.3), 16) == 5  # ceil(4.8)
+    assert window_size(WindowedFIFOSchedulerConfig(window_fraction=0.01), 16) == 1
+    assert window_size(BoundedStalenessSchedulerConfig(), 16) is None
     assert set(SCHEDULER_CONFIGS) == {"windowed_fifo", "fifo", "greedy", "bounded_staleness"}
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
-        WindowedFIFOScheduler(window_fraction=0)
+        WindowedFIFOSchedulerConfig(window_fraction=0)
 
 
 class Queue:
@@ -203,8 +204,8 @@ class CappedQueue:
     def limit(self) -> int:
         active = self.active()
         head_version = self.submitted[active[0]] if active else None
-        return BoundedStalenessScheduler(max_head_offpolicyness=self.S).max_in_flight(
-            self.N, self.P, self.version, head_version)
+        return admission_bound(BoundedStalenessSchedulerConfig(max_head_offpolicyness=self.S),
+                               self.N, self.P, self.version, head_version)
 
     def submit(self) -> bool:
         if self.in_flight() + 1 > self.limit():
@@ -265,11 +266,11 @@ def test_staleness_limit_examples():
     assert staleness_limit(2, 4, version=5, head_version=3) == 4  # the head is S versions old: one step's worth
     assert staleness_limit(2, 4, version=5, head_version=2) == 0  # cannot happen under the cap; closed
     assert staleness_limit(0, 3, version=0, head_version=None) == 3  # S = 0: synchronous, one step at a time
-    assert BoundedStalenessScheduler(max_head_offpolicyness=2).max_in_flight(5, 4, 5, 5) == 5  # N binds
+    assert admission_bound(BoundedStalenessSchedulerConfig(max_head_offpolicyness=2), 5, 4, 5, 5) == 5  # N binds
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
-        BoundedStalenessScheduler(max_head_offpolicyness=-1)
+        BoundedStalenessSchedulerConfig(max_head_offpolicyness=-1)
 
 
 # ---- timeouts: only the real head ---------------------------------------------------------------------------

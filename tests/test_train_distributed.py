@@ -62,13 +62,13 @@ def test_one_process_gets_the_plain_engine(monkeypatch):
 
     from forge_cli.config import ForgeConfig
     from forge_cli.train.distributed import make_loop_trainer
-    from forge_cli.train.engines import TorchEngine
+    from forge_cli.train.engines import TorchTrainEngine
 
     _env(monkeypatch, RANK=None, WORLD_SIZE=None)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=1))
     trainer = make_loop_trainer(ForgeConfig.model_validate({"train": {"engine": "torch"}}), model)
-    assert type(trainer) is TorchEngine and trainer.model is model
+    assert type(trainer) is TorchTrainEngine and trainer.model is model
 
 
 def test_mistakes_are_one_line(monkeypatch):

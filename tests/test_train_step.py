@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from forge_cli.errors import ForgeError
-from forge_cli.train.engines import TorchEngine, resolve_precision
+from forge_cli.train.engines import TorchTrainEngine, resolve_precision
 from forge_cli.train.step import attention_mode, policy_loss_backward
 from tests.test_prefix_tree import forest, tiny_llama
 
@@ -80,9 +80,9 @@ def test_a_step_uses_the_threads_it_is_given_in_the_thread_that_trains():
     samples = forest(random.Random(3))
     base, seen, losses = tiny_llama(torch.float32), {}, {}
     for threads in (None, 1):
-        engine = TorchEngine(copy.deepcopy(base), lr=1e-3, threads=threads)
+        engine = TorchTrainEngine(copy.deepcopy(base), lr=1e-3, threads=threads)
 
-        def work(threads: int | None = threads, engine: TorchEngine = engine) -> None:
+        def work(threads: int | None = threads, engine: TorchTrainEngine = engine) -> None:
             losses[threads] = engine.step(samples, CISPO).loss
             seen[threads] = torch.get_num_threads()
 
@@ -106,7 +106,7 @@ def test_bf16_autocast_step_tracks_the_float32_step():
     results = {}
     for precision in ("fp32", "bf16"):
         model = copy.deepcopy(base)
-        engine = TorchEngine(model, lr=1e-3, precision=precision)
+        engine = TorchTrainEngine(model, lr=1e-3, precision=precision)
         first = engine.step(samples, CISPO)
         second = engine.step(samples, CISPO, budget=8)  # split into trunks whose keys/values are reused
         results[precision] = (first.loss, second.loss)

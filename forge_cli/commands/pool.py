@@ -54,8 +54,10 @@ def register(app: typer.Typer) -> None:
 
         from forge_cli.commands._common import print_json
         from forge_cli.console import console
+        from forge_cli.pool.scheduler import window_size
+
         pool, cfg, run_dir = _open(run)
-        window = cfg.pool.scheduler.window(cfg.pool.max_active_groups)
+        window = window_size(cfg.pool.scheduler, cfg.pool.max_active_groups)
         with pool:
             data = pool.stats(window=window)
         data["scheduler"] = cfg.pool.scheduler.type

@@ -14,16 +14,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams
-
-# ``model.routing``: the one table of routing policy names
-ROUTING_POLICIES: dict[str, str] = {
-    "cache_aware": "the replica holding the longest prefix of the prompt, unless load is imbalanced",
-    "round_robin": "each replica in turn",
-}
-
 
 class PrefixTree:
     """Token-id trie with a node budget; past it, the tree starts over (approximate, like SGLang's)."""
@@ -75,8 +68,8 @@ class Router(Engine):
     ) -> None:
         if not replicas:
             raise ValueError("a router needs at least one replica")
-        if policy not in ROUTING_POLICIES:
-            raise ValueError(f"unknown routing policy {policy!r}: choose one of {', '.join(ROUTING_POLICIES)}")
+        if policy not in ROUTERS:
+            raise ValueError(f"unknown routing policy {policy!r}: choose one of {', '.join(ROUTERS)}")
         super().__init__(min(r.max_model_len for r in replicas))
         self.replicas = replicas
         self.policy = policy
@@ -92,8 +85,12 @@ class Router(Engine):
 
     def choose(self, prompt_ids: list[int]) -> int:
         """The replica for a prompt (pure decision; :meth:`_generate` records it)."""
-        if self.policy == "round_robin":
-            return next(self._rr)
+        return ROUTERS[self.policy](self, prompt_ids)
+
+    def _round_robin(self, prompt_ids: list[int]) -> int:
+        return next(self._rr)
+
+    def _cache_aware(self, prompt_ids: list[int]) -> int:
         busiest, idlest = max(self.load), min(self.load)
         shortest = self.load.index(idlest)
         if busiest - idlest > self.balance_abs and busiest > self.balance_rel * idlest:
@@ -141,3 +138,10 @@ class Router(Engine):
 
     async def close(self) -> None:
         await asyncio.gather(*(r.close() for r in self.replicas))
+
+
+# ``model.routing``: each policy's name (forge_cli.configs.model.ROUTING_POLICIES says what it does) -> its rule
+ROUTERS: dict[str, Callable[[Router, list[int]], int]] = {
+    "cache_aware": Router._cache_aware,
+    "round_robin": Router._round_robin,
+}

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from forge_cli.unions import name_table, tagged_union
+from forge_cli.configs.pool import WindowedFIFOSchedulerConfig
 
 OnTimeout = Literal["drop", "train"]
 
@@ -53,73 +51,6 @@ class Decision:
     head_before: int | None = None
 
 
-class _SchedulerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-    uses_head_version: ClassVar[bool] = False  # whether max_in_flight reads head_version
-
-    def window(self, max_active_groups: int) -> int | None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def max_in_flight(self, max_active_groups: int, groups_per_step: int, version: int, head_version: int | None) -> int:
-        """The admission bound for the next submission: at most this many groups in flight once it is
-        in (the pool's count: submitted and not consumed, or consumed at a version not yet published).
-        ``version``: the rollout engine's; ``head_version``: the engine's version when the oldest active
-        group was submitted (None: no active group). Only a staleness cap uses the two."""
-        return max_active_groups
-
-
-class WindowedFIFOScheduler(_SchedulerConfig):
-    """The default: any complete group among the ``W`` oldest active ones."""
-
-    type: Literal["windowed_fifo"] = "windowed_fifo"
-    window_fraction: float = Field(0.3, gt=0.0, le=1.0, description="W = ceil(window_fraction · max_active_groups).")
-
-    def window(self, max_active_groups: int) -> int:
-        return max(1, math.ceil(self.window_fraction * max_active_groups))
-
-
-class FIFOScheduler(_SchedulerConfig):
-    """Strict FIFO (W = 1): only the head, ever."""
-
-    type: Literal["fifo"] = "fifo"
-
-    def window(self, max_active_groups: int) -> int:
-        return 1
-
-
-class GreedyScheduler(_SchedulerConfig):
-    """Greedy (W = ∞): any complete group — fast, easy tasks skew the data; for comparison."""
-
-    type: Literal["greedy"] = "greedy"
-
-    def window(self, max_active_groups: int) -> None:
-        return None
-
-
-class BoundedStalenessScheduler(_SchedulerConfig):
-    """Greedy (W = ∞) with a staleness cap: any complete group is taken, and admission holds the
-    rollouts back so that no sample is trained more than ``max_head_offpolicyness`` versions after
-    the version that sampled it (AReaL's bound, taken relative to the queue's head so that a slow
-    group cannot be overtaken for ever: :func:`staleness_limit`)."""
-
-    type: Literal["bounded_staleness"] = "bounded_staleness"
-    uses_head_version: ClassVar[bool] = True
-    max_head_offpolicyness: int = Field(2, ge=0, description=(
-        "S: every sample is trained at most S versions after the version that sampled it (0: synchronous)."))
-
-    def window(self, max_active_groups: int) -> None:
-        return None
-
-    def max_in_flight(self, max_active_groups: int, groups_per_step: int, version: int, head_version: int | None) -> int:
-        return min(max_active_groups, staleness_limit(self.max_head_offpolicyness, groups_per_step, version, head_version))
-
-
-# ``[pool.scheduler]``: the one table of scheduler names, each member with its own fields
-_MEMBERS = (WindowedFIFOScheduler, FIFOScheduler, GreedyScheduler, BoundedStalenessScheduler)
-SchedulerConfig = tagged_union(*_MEMBERS)
-SCHEDULER_CONFIGS: dict[str, type[_SchedulerConfig]] = name_table(*_MEMBERS)
-
-
 def staleness_limit(cap: int, groups_per_step: int, version: int, head_version: int | None) -> int:
     """The most groups in flight, the new one included, that keep every sample within ``cap`` versions.
 
@@ -138,6 +69,46 @@ def staleness_limit(cap: int, groups_per_step: int, version: int, head_version: 
     """
     age = 0 if head_version is None else max(0, version - head_version)
     return max(0, (cap + 1 - age) * groups_per_step)
+
+
+@dataclass(frozen=True)
+class SchedulerRule:
+    """What one ``[pool.scheduler]`` type does: its window ``W`` (None: ∞) for ``N`` active groups,
+    and its admission bound (None: ``N``; else from ``(N, P, version, head_version)``, which
+    reads the version at which the queue's head was submitted)."""
+
+    window: Callable[[Any, int], int | None]
+    max_in_flight: Callable[[Any, int, int, int, int | None], int] | None = None
+
+
+# ``pool.scheduler``: each scheduler's name (forge_cli.configs.pool) -> its rule
+SCHEDULERS: dict[str, SchedulerRule] = {
+    "windowed_fifo": SchedulerRule(window=lambda c, n: max(1, math.ceil(c.window_fraction * n))),
+    "fifo": SchedulerRule(window=lambda c, n: 1),
+    "greedy": SchedulerRule(window=lambda c, n: None),
+    "bounded_staleness": SchedulerRule(
+        window=lambda c, n: None,
+        max_in_flight=lambda c, n, p, version, head: min(n, staleness_limit(c.max_head_offpolicyness, p, version, head))),
+}
+
+
+def window_size(config: Any, max_active_groups: int) -> int | None:
+    """The window ``W`` of a ``[pool.scheduler]`` config for ``max_active_groups`` (None: greedy)."""
+    return SCHEDULERS[config.type].window(config, max_active_groups)
+
+
+def admission_bound(config: Any, max_active_groups: int, groups_per_step: int, version: int, head_version: int | None) -> int:
+    """The admission bound for the next submission: at most this many groups in flight once it is
+    in (the pool's count: submitted and not consumed, or consumed at a version not yet published).
+    ``version``: the rollout engine's; ``head_version``: the engine's version when the oldest active
+    group was submitted (None: no active group). Only a staleness cap uses the two."""
+    rule = SCHEDULERS[config.type].max_in_flight
+    return max_active_groups if rule is None else rule(config, max_active_groups, groups_per_step, version, head_version)
+
+
+def uses_head_version(config: Any) -> bool:
+    """Whether the admission bound of ``config`` reads the head's version."""
+    return SCHEDULERS[config.type].max_in_flight is not None
 
 
 def select(
@@ -198,19 +169,19 @@ class Scheduler:
     keeps the staleness bound), after timing out a stalled head.
     """
 
-    name: str  # a type in SCHEDULER_CONFIGS
+    name: str  # a type in SCHEDULERS
     window: int | None
     groups_per_step: int
     on_timeout: OnTimeout
     group_timeout_s: float
     max_active_groups: int
-    policy: _SchedulerConfig = field(default_factory=lambda: WindowedFIFOScheduler())  # the [pool.scheduler] member
+    policy: Any = field(default_factory=WindowedFIFOSchedulerConfig)  # the [pool.scheduler] member
 
     @classmethod
     def from_config(cls, pool: Any, groups_per_step: int) -> "Scheduler":
         return cls(
             name=pool.scheduler.type,
-            window=pool.scheduler.window(pool.max_active_groups),
+            window=window_size(pool.scheduler, pool.max_active_groups),
             groups_per_step=groups_per_step,
             on_timeout=pool.on_timeout,
             group_timeout_s=pool.group_timeout_s,
@@ -219,13 +190,13 @@ class Scheduler:
         )
 
     def max_in_flight(self, version: int, head_version: int | None) -> int:
-        """The admission bound for the next group (see :meth:`_SchedulerConfig.max_in_flight`)."""
-        return self.policy.max_in_flight(self.max_active_groups, self.groups_per_step, version, head_version)
+        """The admission bound for the next group (see :func:`admission_bound`)."""
+        return admission_bound(self.policy, self.max_active_groups, self.groups_per_step, version, head_version)
 
     def head(self, pool: Any) -> int | None:
         """The queue index of the pool's head (its oldest active group) where the admission bound
         needs it (its submission version is the submitter's to know); else None, without a read."""
-        if not self.policy.uses_head_version:
+        if not uses_head_version(self.policy):
             return None
         return pool.stats()["queue"]["head"]
 

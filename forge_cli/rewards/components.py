@@ -12,7 +12,7 @@ import json
 import re
 import unicodedata
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
-from forge_cli.rewards.config import RewardsConfig
+from forge_cli.configs.rewards import RewardsConfig
 from forge_cli.specs import RewardValue
 
 if TYPE_CHECKING:  # registering the built-in components imports no pool

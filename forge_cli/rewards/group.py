@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from forge_cli.errors import ForgeError, one_line
-from forge_cli.rewards.config import RewardsConfig
+from forge_cli.configs.rewards import RewardsConfig
 from forge_cli.rewards.returns import group_advantages, reward_to_go
 from forge_cli.specs import RewardSpec, RewardValue
 

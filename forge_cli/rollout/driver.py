@@ -421,7 +421,7 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
     """What would fail every trajectory alike fails the rollout now, before anything is recorded:
     a loop that does not resolve or options it refuses, an agent not installed, reward weights
     naming no component, a Ray cluster that could not reach a loopback gateway."""
-    from forge_cli.config import validate_options
+    from forge_cli.configs.common import validate_options
     from forge_cli.gateway.server import LOOPBACK
     from forge_cli.rewards.group import _components
 

@@ -199,6 +199,7 @@ class RayExecutor:
             self.ray.shutdown()
 
 
+# ``rollout.executor``: each executor's name (forge_cli.configs.rollout.EXECUTOR_NAMES) -> its class
 EXECUTORS: dict[str, type] = {"local": LocalExecutor, "ray": RayExecutor}
 
 

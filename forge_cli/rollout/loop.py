@@ -254,7 +254,7 @@ async def run_episode(
     spec = registry.scaffold(scaffold) if isinstance(scaffold, str) else scaffold
     run = resolve_loop(spec)
     if options is None or isinstance(options, Mapping):
-        from forge_cli.config import validate_options
+        from forge_cli.configs.common import validate_options
 
         validated = validate_options(spec.options, dict(options or {}), f"{source} [scaffolds.{spec.name}]")
     elif spec.options is not None and not isinstance(options, spec.options):

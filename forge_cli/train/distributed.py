@@ -16,7 +16,7 @@ own (:data:`FOLLOW_TIMEOUT`, so a follower may wait through a long rollout), whe
   rate, an optimizer state cleared — what rank 0 alone must not change);
 - ``stop`` at the end.
 
-Each rank then trains on its share of the samples (:class:`~forge_cli.train.engines.DeepSpeedEngine`),
+Each rank then trains on its share of the samples (:class:`~forge_cli.train.engines.DeepSpeedTrainEngine`),
 so every rank holds the same weights after every step.
 """
 
@@ -105,7 +105,7 @@ def _receive(group: Any) -> list[Any]:
 
 
 def _leave() -> None:
-    """Leave the process group in step with the other ranks (see ``DeepSpeedEngine.close``)."""
+    """Leave the process group in step with the other ranks (see ``DeepSpeedTrainEngine.close``)."""
     import torch
 
     if torch.distributed.is_initialized():

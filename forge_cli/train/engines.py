@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import torch
 
 from forge_cli.errors import ForgeError
+from forge_cli.configs.train import TRAIN_ENGINE_CONFIGS
 from forge_cli.pool.types import Sample
 from forge_cli.train.step import StepStats, policy_loss_backward, train_step
 
@@ -59,7 +60,7 @@ class _Closing:
         self.close()
 
 
-class TorchEngine(_Closing):
+class TorchTrainEngine(_Closing):
     name = "torch"
 
     def __init__(self, model: Any, lr: float, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
@@ -116,7 +117,7 @@ def init_distributed() -> bool:
     return True
 
 
-class DeepSpeedEngine(_Closing):
+class DeepSpeedTrainEngine(_Closing):
     name = "deepspeed"
 
     def __init__(self, model: Any, lr: float, zero_stage: int = 1, max_grad_norm: float | None = 1.0, weight_decay: float = 0.0,
@@ -216,15 +217,20 @@ class DeepSpeedEngine(_Closing):
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
 
+# ``train.engine``: each train engine's name (forge_cli.configs.train) -> what builds it from its config
+TRAIN_ENGINES: dict[str, Any] = {
+    "torch": lambda config, model, lr, **kw: TorchTrainEngine(model, lr, **kw),
+    "deepspeed": lambda config, model, lr, **kw: DeepSpeedTrainEngine(model, lr, zero_stage=config.zero_stage, **kw),
+}
+
+
 def make_train_engine(config: Any, model: Any, lr: float, **kw: Any) -> Any:
     """A train engine from its ``[train.engine]`` config, or from its name (``zero_stage`` is then
     taken from ``kw`` for DeepSpeed)."""
-    from forge_cli.train.config import TRAIN_ENGINE_CONFIGS
-
     if isinstance(config, str):
         member = TRAIN_ENGINE_CONFIGS.get(config)
         if member is None:
             raise ForgeError(f"unknown train engine {config!r}: choose one of {', '.join(TRAIN_ENGINE_CONFIGS)}")
         stage = kw.pop("zero_stage", None)
         config = member(**({"zero_stage": stage} if stage is not None and "zero_stage" in member.model_fields else {}))
-    return config.build(model, lr, **kw)
+    return TRAIN_ENGINES[config.type](config, model, lr, **kw)

@@ -6,8 +6,8 @@ engine's at sampling time — to per-token losses ``[n_tokens]``. The caller sum
 term's weight) and divides by the number of logical output tokens of the whole global batch,
 counted before micro-batching, so packing and gradient accumulation change nothing.
 
-``[train.loss]``'s union in :mod:`forge_cli.train.config` is the one table of loss names; each
-member names its function here (:func:`forge_cli.train.config.loss_function`).
+``[train.loss]``'s members (:mod:`forge_cli.configs.train`) name the losses; :data:`LOSSES` maps
+each name to its function here.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+
+from forge_cli.errors import ForgeError
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
@@ -55,3 +57,17 @@ def reinforce(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, cfg
 def cross_entropy(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, cfg: Any) -> torch.Tensor:
     """Supervised cross-entropy: ``−log π`` of each target token; ignores ``old_logp`` and ``adv``."""
     return -logp
+
+
+# ``train.loss``: each loss's name (forge_cli.configs.train) -> its function (grpo is PPO's clip on group advantages)
+LOSSES: dict[str, LossFn] = {
+    "cispo": cispo, "ppo_clip": ppo_clip, "grpo": ppo_clip, "reinforce": reinforce, "cross_entropy": cross_entropy,
+}
+
+
+def loss_function(cfg: Any) -> LossFn:
+    """The per-token loss of ``cfg`` (a ``[train.loss]`` member, or anything with its ``type`` and fields)."""
+    fn = LOSSES.get(getattr(cfg, "type", None))  # type: ignore[arg-type]
+    if fn is None:
+        raise ForgeError(f"unknown loss {getattr(cfg, 'type', None)!r}: choose one of {', '.join(LOSSES)}")
+    return fn

@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from forge_cli.errors import ForgeError
-from forge_cli.train.config import ATTENTION_MODES, SPLITS, loss_function, names_in
+from forge_cli.configs.train import ATTENTION_MODES, SPLITS, names_in
+from forge_cli.train.loss import loss_function
 from forge_cli.pool.types import Sample
 from forge_cli.train.prefix_tree import Packed, pack
 

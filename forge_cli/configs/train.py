@@ -1,17 +1,18 @@
-"""The trainer's name tables, torch-free so that ``forge.toml`` validates against them.
+"""``[train]``: the trainer's settings, torch-free so that ``forge.toml`` validates without it.
 
-Each concept is defined once, here: ``[train.loss]`` and ``[train.engine]`` are discriminated
-unions (``type`` names the member; each member has its own documented fields and knows the code
-it selects), and the attention modes and split policies are tables of names with what each means.
-``forge_cli.config`` builds its sections from these; the trainer dispatches through them.
+``[train.loss]`` and ``[train.engine]`` are unions told apart by ``type`` (each member has its own
+documented fields); the code each name selects is in :data:`forge_cli.train.loss.LOSSES` and
+:data:`forge_cli.train.engines.TRAIN_ENGINES`. The attention modes and split policies are tables of
+names with what each means; :mod:`forge_cli.train.step` dispatches on them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from forge_cli.configs.common import Section
 from forge_cli.unions import name_table, tagged_union
 
 ATTENTION_MODES: dict[str, str] = {
@@ -33,102 +34,73 @@ def names_in(table: dict[str, str]) -> str:
     return ", ".join(table)
 
 
-class _Member(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+# ---- losses (forge_cli.train.loss.LOSSES holds the functions) ---------------------------------------------
 
 
-# ---- losses (forge_cli/train/loss.py holds the functions) ---------------------------------------------
-
-
-class CISPOLoss(_Member):
+class CISPOLossConfig(Section):
     """CISPO (MiniMax-M1, eq. 4–5): a clipped, detached importance weight on every token's ``log π``."""
 
     type: Literal["cispo"] = "cispo"
     eps_low: float = Field(1e6, ge=0, description="Lower clip of the IS weight (large = no lower bound).")
     eps_high: float = Field(0.28, ge=0, description="Upper clip of the IS weight.")
     token_mask: bool = Field(False, description="The token mask of MiniMax-M1 eq. 6–7.")
-    function_name: ClassVar[str] = "cispo"  # in forge_cli.train.loss
 
 
-class PPOClipLoss(_Member):
+class PPOClipLossConfig(Section):
     """PPO's clipped surrogate, token level (clipped tokens get no gradient)."""
 
     type: Literal["ppo_clip"] = "ppo_clip"
     eps_low: float = Field(0.2, ge=0, description="Lower clip of the ratio.")
     eps_high: float = Field(0.28, ge=0, description="Upper clip of the ratio.")
-    function_name: ClassVar[str] = "ppo_clip"  # in forge_cli.train.loss
 
 
-class GRPOLoss(PPOClipLoss):
+class GRPOLossConfig(PPOClipLossConfig):
     """GRPO (DeepSeekMath eq. 3 without the KL term): PPO's clip on group-normalised advantages."""
 
     type: Literal["grpo"] = "grpo"  # type: ignore[assignment]
 
 
-class ReinforceLoss(_Member):
+class ReinforceLossConfig(Section):
     """REINFORCE with advantages: ``−Â · log π`` (ignores the behaviour logprobs)."""
 
     type: Literal["reinforce"] = "reinforce"
-    function_name: ClassVar[str] = "reinforce"  # in forge_cli.train.loss
 
 
-class CrossEntropyLoss(_Member):
+class CrossEntropyLossConfig(Section):
     """Supervised fine-tuning: ``−log π`` of every output token (ignores advantages and behaviour
     logprobs). The warm start (``forge model warmstart``) trains with it through the same step."""
 
     type: Literal["cross_entropy"] = "cross_entropy"
-    function_name: ClassVar[str] = "cross_entropy"  # in forge_cli.train.loss
 
 
-LossConfig = tagged_union(CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss, CrossEntropyLoss)
-LOSS_CONFIGS: dict[str, type[_Member]] = name_table(CISPOLoss, PPOClipLoss, GRPOLoss, ReinforceLoss, CrossEntropyLoss)
+LossConfig = tagged_union(CISPOLossConfig, PPOClipLossConfig, GRPOLossConfig, ReinforceLossConfig, CrossEntropyLossConfig)
+LOSS_CONFIGS: dict[str, type[Section]] = name_table(CISPOLossConfig, PPOClipLossConfig, GRPOLossConfig, ReinforceLossConfig, CrossEntropyLossConfig)
 
 
-def loss_function(cfg: Any) -> Callable[..., Any]:
-    """The per-token loss of ``cfg`` (a member above, or anything with its ``type`` and fields)."""
-    from forge_cli.errors import ForgeError
-    from forge_cli.train import loss
-
-    member = LOSS_CONFIGS.get(getattr(cfg, "type", None))
-    if member is None:
-        raise ForgeError(f"unknown loss {getattr(cfg, 'type', None)!r}: choose one of {', '.join(LOSS_CONFIGS)}")
-    return getattr(loss, member.function_name)
+# ---- train engines (forge_cli.train.engines.TRAIN_ENGINES builds them) -------------------------------------------------------
 
 
-# ---- train engines (forge_cli/train/engines.py) -------------------------------------------------------
-
-
-class TorchTrainEngine(_Member):
+class TorchTrainEngineConfig(Section):
     """One process, CPU or GPU: the embedded default."""
 
     type: Literal["torch"] = "torch"
 
-    def build(self, model: Any, lr: float, **kw: Any) -> Any:
-        from forge_cli.train.engines import TorchEngine
 
-        return TorchEngine(model, lr, **kw)
-
-
-class DeepSpeedTrainEngine(_Member):
+class DeepSpeedTrainEngineConfig(Section):
     """DeepSpeed ZeRO, one process or several (DeepSpeed's launcher), CPU (gloo) or GPU (NCCL)."""
 
     type: Literal["deepspeed"] = "deepspeed"
     zero_stage: Literal[1, 2, 3] = Field(1, description="ZeRO stage: 1 optimizer states, 2 + gradients, 3 + parameters.")
 
-    def build(self, model: Any, lr: float, **kw: Any) -> Any:
-        from forge_cli.train.engines import DeepSpeedEngine
 
-        return DeepSpeedEngine(model, lr, zero_stage=self.zero_stage, **kw)
-
-
-TrainEngineConfig = tagged_union(TorchTrainEngine, DeepSpeedTrainEngine)
-TRAIN_ENGINE_CONFIGS: dict[str, type[_Member]] = name_table(TorchTrainEngine, DeepSpeedTrainEngine)
+TrainEngineConfig = tagged_union(TorchTrainEngineConfig, DeepSpeedTrainEngineConfig)
+TRAIN_ENGINE_CONFIGS: dict[str, type[Section]] = name_table(TorchTrainEngineConfig, DeepSpeedTrainEngineConfig)
 
 
 # ---- the warm start (forge_cli/train/warmstart.py) ----------------------------------------------------
 
 
-class WarmStartConfig(_Member):
+class WarmstartConfig(Section):
     """Supervised fine-tuning on synthetic traces before RL: the project's scripted demo policies
     solve train tasks through the real gateway and scaffold, and the policy learns their completions
     with cross-entropy through the same prefix-tree step, until its *sampled* held-out success
@@ -160,3 +132,39 @@ class WarmStartConfig(_Member):
         "Steps over which the learning rate falls (then it stays at the floor): with fresh_traces = 0 two warm "
         "starts of one seed then take the same steps; 0: over max_minutes of wall time instead, where they do not."))
     eval_every: int = Field(25, ge=1, description="Supervised steps between two held-out evaluations.")
+
+
+class TrainConfig(Section):
+    """The trainer."""
+
+    engine: TrainEngineConfig = Field(default_factory=DeepSpeedTrainEngineConfig, description=(
+        'Train engine: [train.engine] with type = "deepspeed" (and zero_stage; the default: one process or many under '
+        'its launcher) | "torch" (one process); train.engine = "torch" is short for its table.'))
+    lr: float = Field(5e-5, gt=0, description="Learning rate (AdamW).")
+    groups_per_step: int = Field(4, gt=0, description="P: groups consumed per train step.")
+    group_size: int = Field(8, gt=0, description="n: trajectories sampled per task.")
+    updates_per_step: int = Field(1, ge=1, le=16, description=(
+        "Optimizer updates on each step's batch (PPO's epochs): more learning per sampled trajectory when rollouts "
+        "are the bottleneck. The ratios stay against the sampler's logprobs: ppo_clip's and grpo's clip bounds the "
+        "drift; cispo's detached weight does not (every token keeps its gradient), nor do reinforce and "
+        "cross_entropy, which ignore the ratio. The step's logged stats are the last update's."))
+    micro_batch_tokens: int = Field(8192, gt=0, description="Token budget of one packed micro-batch.")
+    attention: Literal[tuple(ATTENTION_MODES)] = Field(  # type: ignore[valid-type]
+        "auto", description="Prefix-tree attention: " + "; ".join(f"{k}: {v}" for k, v in ATTENTION_MODES.items()) + ".")
+    split: Literal[tuple(SPLITS)] = Field(  # type: ignore[valid-type]
+        "auto", description="A tree over micro_batch_tokens: " + "; ".join(f"{k}: {v}" for k, v in SPLITS.items()) + ".")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 mixed precision on a GPU that supports it, float32 otherwise.")
+    threads: int | None = Field(None, ge=1, description=(
+        "CPU threads a train step may use (unset: torch's default, every core); on a CPU that also runs the "
+        "rollout engine, fewer leave it cores."))
+    loss: LossConfig = Field(default_factory=CISPOLossConfig, description=(
+        'The policy-gradient loss: [train.loss] with type = "cispo" | "ppo_clip" | "grpo" | "reinforce" and its fields.'))
+    checkpoint_every: int = Field(10, ge=0, description="Train steps between checkpoints (0: only at the end).")
+    eval_every: int = Field(10, ge=0, description="Train steps between held-out evaluations (0: none).")
+    eval_tasks: int = Field(32, ge=1, description="Held-out tasks per evaluation (the same ones each time).")
+    eval_samples: int = Field(4, ge=1, description="Sampled trajectories per held-out task per evaluation.")
+    minutes: float | None = Field(None, gt=0, description=(
+        "Wall-time budget of forge train (--minutes); unset: 15 on the embedded default, none with a model.path."))
+    warmstart: WarmstartConfig = Field(default_factory=WarmstartConfig, description=(
+        "[train.warmstart]: supervised fine-tuning on synthetic traces before RL (forge model warmstart)."))

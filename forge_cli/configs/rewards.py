@@ -1,7 +1,8 @@
 """``[rewards]``: which components make a trajectory's reward, their weights, the discount of the
 reward-to-go, how advantages are normalised, and each built-in component's own settings.
 
-Torch-free and light: :mod:`forge_cli.config` imports it on the CLI's start-up path.
+Torch-free and light: :mod:`forge_cli.config` imports it on the CLI's start-up path. The components
+themselves are in :mod:`forge_cli.rewards`.
 """
 
 from __future__ import annotations
@@ -9,19 +10,16 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from forge_cli.specs import NAME_RE
+from forge_cli.configs.common import Section
+from forge_cli.names import NAME_RE
 
 
 DEFAULT_WEIGHTS = {"outcome": 1.0, "process": 1.0, "completion_time": 0.1}
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class ProcessRewards(_Section):
+class ProcessRewardsConfig(Section):
     """``[rewards.process]``: the penalty of each kind of bad intermediate behaviour, credited to the
     completion that showed it (the component's value is minus their sum)."""
 
@@ -35,7 +33,7 @@ class ProcessRewards(_Section):
         4, ge=1, description="Language mixing is only judged on outputs with at least this many words.")
 
 
-class CompletionTimeRewards(_Section):
+class CompletionTimeRewardsConfig(Section):
     """``[rewards.completion_time]``: how a correct run's speed is measured against its group."""
 
     source: Literal["trajectory", "generation"] = Field("trajectory", description=(
@@ -45,7 +43,7 @@ class CompletionTimeRewards(_Section):
         1.0, gt=0, le=1, description="A completed run whose outcome score is at least this is correct.")
 
 
-class RewardsConfig(_Section):
+class RewardsConfig(Section):
     """``[rewards]``: a trajectory's reward is ``Σ weight[name] · component[name]``, each logged;
     ``weights`` are laid over the defaults (so ``process = 0.5`` keeps the others), 0 turns one off.
 
@@ -65,8 +63,8 @@ class RewardsConfig(_Section):
         "there are no per-completion rewards); completions: every completion counts once."))
     scale: Literal["std", "none"] = Field("std", description="std: divide by the group's std; none: only subtract the mean.")
     eps: float = Field(1e-6, gt=0, description="Added to the std before dividing.")
-    process: ProcessRewards = Field(default_factory=ProcessRewards)
-    completion_time: CompletionTimeRewards = Field(default_factory=CompletionTimeRewards)
+    process: ProcessRewardsConfig = Field(default_factory=ProcessRewardsConfig)
+    completion_time: CompletionTimeRewardsConfig = Field(default_factory=CompletionTimeRewardsConfig)
 
     @field_validator("weights", mode="before")
     @classmethod

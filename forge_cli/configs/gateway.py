@@ -1,0 +1,33 @@
+"""``[gateway]``: the OpenAI/Anthropic-compatible HTTP server agents talk to."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from forge_cli.configs.common import Section
+
+
+class GatewayConfig(Section):
+    """The OpenAI/Anthropic-compatible HTTP server agents talk to."""
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: any free port).")
+    auth: Literal["auto", "loopback", "strict"] = Field(
+        "auto", description="auto = loopback on 127.0.0.1/localhost, strict elsewhere."
+    )
+    socket: str = Field(
+        "auto", description='Also listen on this unix socket (sandboxed agents reach the gateway through it): '
+                            '"auto" = gateway.sock in the run folder, "" = TCP only, else a path.'
+    )
+
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Larger request bodies get a 413.")
+    body_timeout_s: float = Field(30.0, gt=0, description="A request body not fully received by then gets a 408.")
+
+    @field_validator("socket")
+    @classmethod
+    def _socket_is_auto_none_or_a_path(cls, value: str) -> str:
+        if value in ("", "auto") or "/" in value or value.endswith(".sock"):
+            return value
+        raise ValueError(f'{value!r} is neither "auto", "" (no socket) nor a path (one with a "/" or ending in .sock)')

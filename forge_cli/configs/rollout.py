@@ -1,0 +1,36 @@
+"""``[rollout]``: what ``forge rollout`` runs on which tasks, and where scaffolds run."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from forge_cli.configs.common import Section
+
+# ``rollout.executor``: where scaffolds run (forge_cli.rollout.executors.EXECUTORS holds the code)
+EXECUTOR_NAMES = ("local", "ray")
+
+
+class RolloutConfig(Section):
+    """``forge rollout``: what runs on which tasks (each flag of the command overrides its key)."""
+
+    scaffold: str = Field("react", description="The scaffold to run (forge scaffold list).")
+    task: str = Field("calc", description="A registered task suite, or a JSONL file of tasks (then verifier is required).")
+    verifier: str | None = Field(None, description="For a JSONL task file: module:function that verifies a task.")
+    split: Literal["train", "heldout"] = Field("train", description="Which split of the suite.")
+    groups: int = Field(4, ge=1, description="Tasks (groups) to run; each runs train.group_size trajectories.")
+    concurrency: int = Field(8, ge=1, description="Trajectories running at once.")
+    trajectory_timeout_s: float = Field(600.0, gt=0, description="A trajectory running longer is ended as timed out.")
+    max_tokens_per_trajectory: int | None = Field(
+        None, ge=1, description="Output tokens a trajectory may sample in all (calls past it get a 409); none if unset.")
+    executor: Literal[tuple(EXECUTOR_NAMES)] = Field(  # type: ignore[valid-type]
+        "local", description="Where scaffolds run: local (the driver's process) or ray (Ray tasks).")
+    ray_address: str | None = Field(None, description="executor = ray: a Ray cluster's address (default: a local Ray).")
+    sandbox: str = Field("local", description=(
+        "Where black-box agents run: a registered sandbox (forge sandbox status / forge doctor), e.g. local "
+        "(bubblewrap where installed) or docker; its options are [sandboxes.NAME]. A black-box agent's own "
+        "[scaffolds.NAME] sandbox wins."))
+    mix: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict, description=(
+        "Mixed-domain rollouts: suite name -> weight (e.g. {calc = 2.0, qa = 1.0}); each group's suite is drawn by "
+        "weight from run.seed, its tasks keep their suite's verifier and tools. Empty: task alone."))
