@@ -43,7 +43,7 @@ class ScriptedEngineConfig(Section):
     id and logprob is still real. For tests and demos of agents against a fixed behaviour."""
 
     type: Literal["scripted"] = "scripted"
-    policy: str | None = Field(None, description="A rules/turns JSON file, or module:function (see README).")
+    policy: str | None = Field(None, description="A rules/turns JSON file, or module:function (see docs/gateway.md).")
     device: str = Field("cpu", description="torch device of the scoring model.")
     decode_s_per_token: float = Field(0.0, ge=0, description=(
         "Seconds each output token takes to come back (an asyncio sleep, no CPU): a sampling engine's decode time, "
