@@ -14,9 +14,13 @@ from forge_cli.config import load_config
 from forge_cli.rollout import driver
 from forge_cli.rollout.driver import RolloutRequest, rollout
 from forge_cli.tasks.types import Outcome, Task, TaskSuite
+from tests.waiting import until
 
 LOOP = '''
 import asyncio
+
+HANGING = []  # the prompts of the episodes that reached their hang (what a test waits on)
+
 
 async def run(episode):
     """One call; then, by what the task asks: answer, crash, or hang."""
@@ -28,6 +32,7 @@ async def run(episode):
     if "crash" in episode.prompt:
         raise RuntimeError("the agent fell over")
     if "hang" in episode.prompt:
+        HANGING.append(episode.prompt)
         await asyncio.sleep(3600)
     episode.report("context.none", note="nothing removed")
     return text
@@ -40,6 +45,14 @@ from forge_cli.specs import ScaffoldSpec
 def register_scaffolds(register):
     register(ScaffoldSpec(name="one-call", kind="white", family="test", loop="driver_test_loop:run", description="one call"))
 '''
+
+
+def hanging() -> list[str]:
+    """The prompts of the test loop's episodes that reached their hang (the loop's module, as the driver
+    imported it)."""
+    import importlib
+
+    return importlib.import_module("driver_test_loop").HANGING
 
 
 class Exact:
@@ -98,7 +111,7 @@ def test_groups_run_verified_and_recorded(setup, tmp_path):
     assert len(trajectories) == 6 and all(t.status == "completed" for t in trajectories)
     full = [pool.trajectory(t.id) for t in trajectories]
     assert all(len(t.completions) == 1 and t.scaffold == "one-call" for t in full)
-    assert all(c.sampling["training"] and c.sampling["top_p"] == 1.0 for t in full for c in t.completions)  # trainable
+    assert all(c.sampling.training and c.sampling.top_p == 1.0 for t in full for c in t.completions)  # trainable
     assert sorted(t.rewards["outcome"] for t in full) == [0, 0, 1, 1, 1, 1]
     # the group's rewards: every completion credited, advantages normalised within each group
     assert all(c.advantage is not None and c.reward_to_go is not None for t in full for c in t.completions)
@@ -137,10 +150,8 @@ def test_a_cancelled_rollout_leaves_nothing_running(setup, tmp_path):
 
     async def main():
         task = asyncio.create_task(rollout(config, request, run="r"))
-        await asyncio.sleep(0.5)
-        while not (tmp_path / "runs" / "r" / "pool.sqlite").exists():
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(2)
+        # cancelled once its two running trajectories have made their call and hang (concurrency 2)
+        await until(lambda: len(hanging()) == 2, what="two trajectories hanging after their call")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -305,7 +316,8 @@ def test_sessions_are_forgotten_and_groups_released(setup, tmp_path):
             assert gw.state.sessions == {}
             task = asyncio.create_task(rollout(config, RolloutRequest(scaffold="one-call", suite="inline", groups=2, n=2,
                                                                       seed=1), gateway=gw))
-            await asyncio.sleep(3)
+            # the hanging task's two trajectories have made their call (the other group is done or going)
+            await until(lambda: len(hanging()) == 2, what="the hanging group's trajectories after their call")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -327,7 +339,7 @@ def test_a_trajectory_cannot_sample_past_its_token_budget(setup, tmp_path):
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     (trajectory,) = [pool.trajectory(t.id) for g in pool.groups() for t in g.trajectories]
     (completion,) = trajectory.completions
-    assert completion.sampling["max_tokens"] == 1 and len(completion.output_ids) == 1  # cut to the budget
+    assert completion.sampling.max_tokens == 1 and len(completion.output_ids) == 1  # cut to the budget
     assert summary.output_tokens == 1 and seen[-1] == 1
     pool.close()
 
@@ -354,4 +366,4 @@ def test_a_rollout_through_a_running_gateway(setup, tmp_path):
     summary, trajectories = asyncio.run(main())
     assert summary.success_rate == 1.0 and len(trajectories) == 4
     assert all(t.status == "completed" and t.rewards["outcome"] == 1.0 and len(t.completions) == 1 for t in trajectories)
-    assert all(c.sampling["training"] and c.advantage is not None for t in trajectories for c in t.completions)
+    assert all(c.sampling.training and c.advantage is not None for t in trajectories for c in t.completions)

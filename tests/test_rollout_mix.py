@@ -18,7 +18,8 @@ from forge_cli.rollout.driver import RolloutRequest, rollout
 from forge_cli.rollout.stream import CHUNK, TaskStream, check_mix, parse_mix
 from forge_cli.tasks import task_suite
 from forge_cli.tasks.types import Outcome, Task, TaskSuite
-from tests.test_rollout_driver import scripted_config
+from tests.test_rollout_driver import hanging, scripted_config
+from tests.waiting import until
 
 CHEAP = ("calc", "reasoning", "qa")  # built-in suites that draw fast (qa: a finite table)
 
@@ -214,15 +215,30 @@ class CountingStream(TaskStream):
         return super().__next__()
 
 
-def consume_nothing(config, request, seconds):
-    """An unbounded consumer-mode rollout that nobody takes from, cancelled after ``seconds``; the pool's
-    groups and trajectories, read back."""
+def consume_nothing(config, request, monkeypatch, settled):
+    """An unbounded consumer-mode rollout that nobody takes from, cancelled once ``settled(pool, refused)``
+    holds (``refused``: how many submissions the pool's bound has refused so far); the pool's groups and
+    trajectories, read back."""
     from forge_cli.gateway.server import serve_gateway
+    from forge_cli.pool import PoolFull
+    from forge_cli.pool.scheduler import Scheduler
+
+    refused: list[str] = []
+    real = Scheduler.submit
+
+    def submit(self, pool, task_id, *args, **kwargs):
+        try:
+            return real(self, pool, task_id, *args, **kwargs)
+        except PoolFull:
+            refused.append(task_id)
+            raise
+
+    monkeypatch.setattr(Scheduler, "submit", submit)
 
     async def main():
         async with serve_gateway(config, "r") as gw:
             task = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True))
-            await asyncio.sleep(seconds)
+            await until(lambda: settled(gw.pool, len(refused)), what="the rollout to stand at its admission bound")
             alive = len([t for t in asyncio.all_tasks() if t.get_coro().__qualname__.startswith("_Run.group")])
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -240,18 +256,31 @@ def test_an_unbounded_stream_is_drawn_lazily_and_a_cancel_interrupts_it(configur
     CountingStream.drawn = 0
     config = configure(**{"pool.max_active_groups": 3})
     request = RolloutRequest(scaffold="one-call", suite="hang", groups=None, n=2, concurrency=8)
-    alive, groups, trajectories = consume_nothing(config, request, 4.0)
+    # settled: the 4th task's group was refused, and the 3 admitted groups' 6 trajectories hang after their call
+    alive, groups, trajectories = consume_nothing(config, request, monkeypatch,
+                                                  lambda pool, refused: refused and len(hanging()) == 6)
     assert len(groups) == 3 and alive == 3
     assert CountingStream.drawn == 4  # the next task is drawn, and waits for a slot
     assert len(trajectories) == 6 and all(t.status == "failed" and t.error == "interrupted" for t in trajectories)
 
 
-def test_the_consumer_submits_under_the_staleness_cap(configure):
+def test_the_consumer_submits_under_the_staleness_cap(configure, monkeypatch):
     """bounded_staleness with S = 1 and P = 2 admits (S + 1)·P = 4 groups before any step, not N = 16;
     groups that finish stay counted until the trainer takes them."""
     config = configure(**{"pool.scheduler.type": "bounded_staleness", "pool.scheduler.max_head_offpolicyness": 1,
                           "train.groups_per_step": 2, "pool.max_active_groups": 16})
     request = RolloutRequest(scaffold="one-call", suite="alpha", groups=None, n=1, concurrency=8)
-    _, groups, trajectories = consume_nothing(config, request, 4.0)
+    finished_at: list[int] = []  # the refusals counted when every admitted group had finished
+
+    def settled(pool, refused):
+        """A submission refused after the admitted groups all finished: finished ones still count."""
+        groups = pool.groups()
+        if not finished_at:
+            if groups and all(t.status.terminal for g in groups for t in g.trajectories) and len(groups) >= 4:
+                finished_at.append(refused)
+            return False
+        return refused > finished_at[0]
+
+    _, groups, trajectories = consume_nothing(config, request, monkeypatch, settled)
     assert len(groups) == 4
     assert all(t.status == "completed" for t in trajectories)
