@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
+from forge_cli.records.metrics import EvalMetrics, StepMetrics, WarmstartMetrics
 from forge_cli.report.metrics import read_metrics
 from forge_cli.report.summary import summarize
 
@@ -22,36 +23,37 @@ SUITES = ("calc", "kv-search")
 
 
 def step_line(rng: random.Random, step: int, time_s: float, *, drop: float = 0.0) -> dict:
-    """A random but valid step line; each optional key left out with probability ``drop``."""
+    """A random but valid step line (as its record writes it); each key but ``kind``, ``step`` and
+    ``time_s`` left out with probability ``drop``, as an older run's line may lack it."""
     take = rng.uniform(0.1, 2.0)
-    line = {
-        "policy_version": step, "groups": 4, "samples": rng.randint(4, 40), "loss": rng.gauss(0, 1),
-        "mean_ratio": rng.uniform(0.9, 1.1), "reward_mean": rng.uniform(-1, 1),
-        "rewards": {"outcome": rng.random(), "process": -rng.random() / 10, "completion_time": rng.uniform(-0.1, 0.1)},
-        "success": rng.random(), "success_by_suite": {s: rng.random() for s in SUITES},
-        "max_age": rng.randint(0, 4), "mean_age": rng.uniform(0, 2), "ages": {str(a): rng.randint(0, 9) for a in range(3)},
-        "tokens": rng.randint(500, 5000), "unique_tokens": rng.randint(100, 500),
-        "rollout_tokens_per_s": rng.uniform(10, 1000), "train_tokens_per_s": rng.uniform(10, 1000),
-        "samples_per_s": rng.uniform(0.1, 10), "take_s": take, "wait_s": rng.uniform(0, take),
-        "train_s": rng.uniform(0.1, 5), "sync_s": rng.uniform(0, 1), "difficulty_mean": rng.choice([None, rng.random()]),
-    }
-    line = {k: v for k, v in line.items() if rng.random() >= drop}
-    return {"kind": "step", "step": step, "time_s": time_s, **line}
+    line = StepMetrics(
+        step=step, time_s=time_s,
+        policy_version=step, groups=4, samples=rng.randint(4, 40), loss=rng.gauss(0, 1),
+        mean_ratio=rng.uniform(0.9, 1.1), reward_mean=rng.uniform(-1, 1),
+        rewards={"outcome": rng.random(), "process": -rng.random() / 10, "completion_time": rng.uniform(-0.1, 0.1)},
+        success=rng.random(), success_by_suite={s: rng.random() for s in SUITES},
+        max_age=rng.randint(0, 4), mean_age=rng.uniform(0, 2), ages={a: rng.randint(0, 9) for a in range(3)},
+        tokens=rng.randint(500, 5000), unique_tokens=rng.randint(100, 500),
+        rollout_tokens_per_s=rng.uniform(10, 1000), train_tokens_per_s=rng.uniform(10, 1000),
+        samples_per_s=rng.uniform(0.1, 10), take_s=take, wait_s=rng.uniform(0, take),
+        train_s=rng.uniform(0.1, 5), sync_s=rng.uniform(0, 1), difficulty_mean=rng.choice([None, rng.random()]),
+    ).line()
+    return {k: v for k, v in line.items() if k in ("kind", "step", "time_s") or rng.random() >= drop}
 
 
 def run_lines(seed: int, steps: int, *, evals_every: int = 5, drop: float = 0.0) -> list[dict]:
     """A run's lines: a warm start, then steps with a held-out evaluation every few."""
     rng = random.Random(seed)
-    lines = [{"kind": "warmstart", "step": s, "time_s": float(s), "loss": 3.0 / s, "tokens": 100 * s,
-              **({"heldout_success": rng.random()} if s % 2 == 0 else {})} for s in range(1, 5)]
+    lines = [WarmstartMetrics(step=s, time_s=float(s), loss=3.0 / s, tokens=100 * s,
+                              heldout_success=rng.random() if s % 2 == 0 else None).line() for s in range(1, 5)]
     t = 5.0
     for s in range(1, steps + 1):
         t += rng.uniform(0.5, 5)
         lines.append(step_line(rng, s, t, drop=drop))
         if s % evals_every == 0:
-            lines.append({"kind": "eval", "step": s, "time_s": t, "policy_version": s, "split": "heldout",
-                          "success": rng.random(), "success_by_suite": {x: rng.random() for x in SUITES},
-                          "reward_mean": rng.random(), "tasks": 8, "samples_per_task": 4})
+            lines.append(EvalMetrics(step=s, time_s=t, policy_version=s, split="heldout", success=rng.random(),
+                                     success_by_suite={x: rng.random() for x in SUITES}, reward_mean=rng.random(),
+                                     tasks=8, samples_per_task=4).line())
     return lines
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from forge_cli.config import load_config
+from forge_cli.records.metrics import StepMetrics, parse_line
 
 SCRIPTED = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.demo_policies:calc",
             "gateway.port": 0, "gateway.socket": "", "pool.max_active_groups": 2, "train.groups_per_step": 1,
@@ -25,14 +26,14 @@ SCRIPTED = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.t
             "rollout.task": "calc", "rollout.concurrency": 4, "train.eval_tasks": 2, "train.eval_samples": 2}
 
 
-def timeline(run: Path) -> dict[int, dict]:
+def timeline(run: Path) -> dict[int, StepMetrics]:
     """Each step's line as the run's history stands: a step redone after a resume replaces the old line."""
-    steps: dict[int, dict] = {}
+    steps: dict[int, StepMetrics] = {}
     for raw in (run / "metrics.jsonl").read_text().splitlines():
-        line = json.loads(raw)
-        if line["kind"] == "step":
-            steps = {k: v for k, v in steps.items() if k < line["step"]}
-            steps[line["step"]] = line
+        line = parse_line(json.loads(raw))
+        if isinstance(line, StepMetrics):
+            steps = {k: v for k, v in steps.items() if k < line.step}
+            steps[line.step] = line
     return steps
 
 
@@ -47,22 +48,22 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     result = asyncio.run(train_loop(config, run="loop", steps=3, on_event=lambda kind, fields: seen.append((kind, fields))))
     assert (result.steps, result.status, result.policy_version) == (3, "finished", 3)
     steps = [f for kind, f in seen if kind == "step"]
-    assert [s["step"] for s in steps] == [1, 2, 3]
-    assert [s["policy_version"] for s in steps] == [1, 2, 3]  # each step's weights went into the engine
-    assert all(s["groups"] == 1 and s["samples"] == 4 for s in steps)  # 2 trajectories × (a tool call, an answer)
-    assert all(s["success"] == 1.0 and s["success_by_suite"] == {"calc": 1.0} for s in steps)
-    assert all(s["tokens"] > s["unique_tokens"] > 0 for s in steps)  # the prefix tree merged the shared prompt
-    assert all(sum(s["ages"].values()) == s["samples"] and s["max_age"] >= 0 for s in steps)
-    assert all(0.0 <= s["trainer_idle"] <= 1.0 and 0.0 <= s["engine_idle"] <= 1.0 for s in steps)
-    assert all(s["trainer_idle"] == pytest.approx(s["wait_s"] / s["step_s"]) for s in steps)
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert [s.policy_version for s in steps] == [1, 2, 3]  # each step's weights went into the engine
+    assert all(s.groups == 1 and s.samples == 4 for s in steps)  # 2 trajectories × (a tool call, an answer)
+    assert all(s.success == 1.0 and s.success_by_suite == {"calc": 1.0} for s in steps)
+    assert all(s.tokens > s.unique_tokens > 0 for s in steps)  # the prefix tree merged the shared prompt
+    assert all(sum(s.ages.values()) == s.samples and s.max_age >= 0 for s in steps)
+    assert all(0.0 <= s.trainer_idle <= 1.0 and 0.0 <= s.engine_idle <= 1.0 for s in steps)
+    assert all(s.trainer_idle == pytest.approx(s.wait_s / s.step_s) for s in steps)
     evals = [f for kind, f in seen if kind == "eval"]
     # every eval_every steps, and the final policy once more
-    assert [e["step"] for e in evals] == [2, 3] and all(e["success"] == 1.0 and e["tasks"] == 2 for e in evals)
-    assert all(e["reward_mean"] >= 1.0 for e in evals)  # rewarded like any group (outcome 1 + a time bonus)
+    assert [e.step for e in evals] == [2, 3] and all(e.success == 1.0 and e.tasks == 2 for e in evals)
+    assert all(e.reward_mean >= 1.0 for e in evals)  # rewarded like any group (outcome 1 + a time bonus)
     run = tmp_path / "runs" / "loop"
-    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [(line["kind"], line["step"]) for line in lines] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("eval", 3)]
-    assert all(a["time_s"] <= b["time_s"] for a, b in zip(lines, lines[1:]))
+    lines = [parse_line(json.loads(line)) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(line.kind, line.step) for line in lines] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("eval", 3)]
+    assert all(a.time_s <= b.time_s for a, b in zip(lines, lines[1:]))
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     log = (run / "log.txt").read_text()
     assert log.count(" step {") == 3 and log.count(" eval {") == 2 and "status {'status': 'finished'" in log
@@ -72,7 +73,7 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     assert json.loads((run / "train_state.json").read_text())["status"] == "finished"
     pool = DataPool.sqlite(run / "pool.sqlite")
     consumed = {g.id for g in pool.groups() if g.status.value == "consumed"}
-    assert consumed == {gid for s in steps for gid in s["group_ids"]}
+    assert consumed == {gid for s in steps for gid in s.group_ids}
     evaluation = [g for g in pool.groups() if g.status.value == "evaluation"]
     assert len(evaluation) == 4 and all(g.queue_index < 0 for g in evaluation)  # recorded, out of the queue
     assert len([g for g in pool.groups() if g.status.value != "evaluation"]) <= 3 + 2  # admission held
@@ -100,16 +101,16 @@ def test_the_final_evaluation_fits_in_the_time_budget(tiny_model, tmp_path):
     config = load_config(env={}, overrides={**SCRIPTED, "model.path": str(tiny_model), "run.dir": str(tmp_path / "runs"),
                                             "train.eval_every": 2, "train.eval_tasks": 16, "train.eval_samples": 2,
                                             "train.checkpoint_every": 0})
-    seen: list[tuple[str, float, dict]] = []
+    seen: list[tuple[str, float, object]] = []
     start, minutes = time.monotonic(), 0.5
     result = asyncio.run(train_loop(config, run="budget", minutes=minutes,
                                     on_event=lambda kind, fields: seen.append((kind, time.monotonic(), fields))))
     assert result.status == "finished"
     evals = [(t, f) for kind, t, f in seen if kind == "eval"]
-    steps = [f["step"] for kind, _, f in seen if kind == "step"]
-    assert len(evals) >= 3 and evals[-1][1]["step"] == steps[-1]  # periodic ones, the final policy's last
-    ends = {f["step"]: t for kind, t, f in seen if kind == "step"}
-    durations = [t - ends[f["step"]] for t, f in evals]
+    steps = [f.step for kind, _, f in seen if kind == "step"]
+    assert len(evals) >= 3 and evals[-1][1].step == steps[-1]  # periodic ones, the final policy's last
+    ends = {f.step: t for kind, t, f in seen if kind == "step"}
+    durations = [t - ends[f.step] for t, f in evals]
     assert min(durations) > 0.5  # an evaluation takes long enough here for the bound to be tested
     assert evals[-1][0] - start <= minutes * 60 + 0.5 * min(durations)
 
@@ -127,15 +128,15 @@ def forge_train(tmp_path: Path, tiny_model: Path, *args: str, engine: str = "tor
 STEPS = 12
 
 
-def check_resumed(run: Path, before: dict[int, dict], kept: int) -> None:
+def check_resumed(run: Path, before: dict[int, StepMetrics], kept: int) -> None:
     """The run's history after a resume: every step once, the checkpointed part as it was, no group
     trained twice, the pool's consumed groups exactly the trained ones, nothing recorded lost."""
     from forge_cli.pool import DataPool
 
     after = timeline(run)
     assert sorted(after) == list(range(1, STEPS + 1))
-    assert all(after[s]["group_ids"] == before[s]["group_ids"] for s in range(1, kept + 1))
-    trained = [gid for s in after.values() for gid in s["group_ids"]]
+    assert all(after[s].group_ids == before[s].group_ids for s in range(1, kept + 1))
+    trained = [gid for s in after.values() for gid in s.group_ids]
     assert len(trained) == len(set(trained))  # nothing trained twice
     pool = DataPool.sqlite(run / "pool.sqlite")
     groups = pool.groups()
@@ -146,7 +147,7 @@ def check_resumed(run: Path, before: dict[int, dict], kept: int) -> None:
     assert not [t for g in groups for t in g.trajectories if t.status.value in ("running", "queued")]
     assert all(t.error == "interrupted" for g in groups if g.status.value == "dropped" for t in g.trajectories
                if t.status.value == "failed")
-    versions = [line["policy_version"] for _, line in sorted(after.items())]
+    versions = [line.policy_version for _, line in sorted(after.items())]
     assert versions == sorted(set(versions))  # no version names two policies
     state = json.loads((run / "train_state.json").read_text())
     assert (state["status"], state["step"]) == ("finished", STEPS)

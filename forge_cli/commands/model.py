@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -72,12 +72,12 @@ def register(app: typer.Typer) -> None:
                               ("train.warmstart.target_success", "--target", target),
                               ("train.warmstart.max_minutes", "--minutes", minutes)])
 
-        def on_event(kind: str, fields: dict) -> None:
-            if kind == "warmstart" and fields.get("heldout_success") is not None:
-                err_console.print(f"step {fields['step']}: loss {fields['loss']:.3f}, held-out success "
-                                  f"{fields['heldout_success']:.1%}")
+        def on_event(kind: str, event: Any) -> None:  # a warm-start step's record, or a status dict
+            if kind == "warmstart" and event.heldout_success is not None:
+                err_console.print(f"step {event.step}: loss {event.loss:.3f}, held-out success "
+                                  f"{event.heldout_success:.1%}")
             elif kind == "status":
-                err_console.print(str(fields.get("status")))
+                err_console.print(str(event.get("status")))
 
         result, folder = asyncio.run(run_warmstart(config, out=out, run=run, on_event=on_event))
         rate = "—" if result.heldout_success is None else f"{result.heldout_success:.1%}"

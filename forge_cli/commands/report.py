@@ -28,18 +28,19 @@ def register(app: typer.Typer) -> None:
         from forge_cli.commands._common import print_json
         from forge_cli.console import console
         from forge_cli.report.render import write_report
-        from forge_cli.report.summary import as_dict, table
+        from forge_cli.report.summary import FIELDS_TITLE, as_dict, field_table, table
 
         report = write_report(get_state().config(), runs, out=out, dpi=dpi)
         if as_json:
             print_json({"out": str(report.out), "files": [str(f) for f in report.files],
                         "runs": [as_dict(s) for s in report.summaries]})
             return
-        header, rows = table(report.summaries)
-        view = Table(title="Forge report", title_justify="left")
-        for i, name in enumerate(header):
-            view.add_column(name, style="bold" if i == 0 else None)
-        for row in rows:
-            view.add_row(*row)
-        console.print(view)
+        for title, (header, rows) in (("Forge report", table(report.summaries)),
+                                      (FIELDS_TITLE, field_table(report.summaries))):
+            view = Table(title=title, title_justify="left")
+            for i, name in enumerate(header):
+                view.add_column(name, style="bold" if i == 0 else None, no_wrap=i == 0)
+            for row in rows:
+                view.add_row(*row)
+            console.print(view)
         console.print(f"{len(report.files)} files in {report.out}", highlight=False)

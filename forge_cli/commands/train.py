@@ -78,10 +78,13 @@ async def _with_display(prepared: Any, *, steps: int | None, live: bool) -> Any:
     title = f"forge train --resume {prepared.run}" if prepared.resume else "forge train"
     view = TrainDisplay(steps=steps, minutes=prepared.minutes, title=title)
 
-    def on_event(kind: str, fields: dict[str, Any]) -> None:
-        view.update(kind, fields)
+    def on_event(kind: str, event: Any) -> None:
+        view.update(kind, event)
+        if live or kind not in ("step", "eval", "warmstart"):
+            return
+        fields = event.line()  # what the metrics line says
         quiet = kind == "warmstart" and fields.get("heldout_success") is None and fields.get("step", 0) % 25
-        if not live and kind in ("step", "eval", "warmstart") and not quiet:
+        if not quiet:
             keys = ("loss", "reward_mean", "success", "heldout_success", "mean_age", "policy_version")
             err_console.print(f"{kind} {fields.get('step')}: " + ", ".join(
                 f"{k} {fields[k]:.4g}" if isinstance(fields.get(k), float) else f"{k} {fields[k]}" for k in keys if k in fields))

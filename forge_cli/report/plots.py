@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from forge_cli.errors import ForgeError
-from forge_cli.report.metrics import RunMetrics, finite
+from forge_cli.records.metrics import finite
+from forge_cli.report.metrics import RunMetrics
 
 Getter = Callable[[Any], "float | None"]
 

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_cli.report.metrics import last_line, read_state
+from forge_cli.records.metrics import read_state
+from forge_cli.report.metrics import last_line
 from forge_cli.runs import LOCK_FILE, list_runs
 
 STATUSES = ("running", "finished", "stopped", "failed", "killed")

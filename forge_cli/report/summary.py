@@ -15,15 +15,20 @@ Definitions (what the tests recompute from the lines):
 - the time split: over the step time Σ (``take_s`` + ``train_s`` + ``sync_s``), the shares of
   taking data (less the waiting in it), of waiting (``wait_s``, part of ``take_s``: the trainer
   idle), of training and of weight sync; ``idle_fraction`` is the waiting share.
+- ``per_field``: every field of every kind of line the run wrote, one figure each
+  (:func:`field_figures`), so that the report shows all the loop writes: a counter's last value
+  (``step``, ``policy_version``, …), a number's mean over the lines, a table's mean per key, a
+  list's mean length, a text's or the window's last value.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, Callable
 
-from forge_cli.report.metrics import RunMetrics, finite
+from forge_cli.records.metrics import RECORDS, Window, finite
+from forge_cli.report.metrics import RunMetrics
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class Summary:
     wait_fraction: float | None
     train_fraction: float | None
     sync_fraction: float | None
+    per_field: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind → field → figure (field_figures)
 
     @property
     def idle_fraction(self) -> float | None:
@@ -109,7 +115,29 @@ def summarize(run: RunMetrics) -> Summary:
         wait_fraction=share(wait),
         train_fraction=share(train),
         sync_fraction=share(sync),
+        per_field=field_figures(run),
     )
+
+
+def field_figures(run: RunMetrics) -> dict[str, dict[str, Any]]:
+    """kind → every field of that kind's record → one figure over the run's lines of that kind
+    (a kind the run has no line of is left out): see the module's docstring."""
+    return {kind: {f.name: _figure(f, [getattr(line, f.name) for line in run.lines(kind)]) for f in fields(record)}
+            for kind, record in RECORDS.items() if run.lines(kind)}
+
+
+def _figure(f: Field, values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    if f.metadata.get("counter") or not present:
+        return present[-1] if present else None
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return mean(present)
+    if all(isinstance(v, dict) for v in present):
+        keys = sorted({k for v in present for k in v})
+        return {k: mean([v.get(k) for v in present]) for k in keys}
+    if all(isinstance(v, tuple) for v in present):
+        return mean([len(v) for v in present if v])  # an older line without the list: none
+    return present[-1]
 
 
 # ---- how each figure is shown: the one table ------------------------------------------------------
@@ -174,17 +202,43 @@ def table(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
     return header, [[label, *(show(s) for s in summaries)] for label, show in ROWS]
 
 
+FIELDS_TITLE = "Every field of the lines (counters: the last value; numbers: the mean; tables: the mean per key; lists: the mean length)"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_num(v)}" for k, v in value.items()) or "—"
+    if isinstance(value, Window):
+        return f"head {'—' if value.head is None else value.head}, W {value.size or '∞'}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _num(value)
+    return "—" if value is None else str(value)
+
+
+def field_table(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]:
+    """:attr:`Summary.per_field` as a header (``field`` then one column per run) and rows, one per
+    ``KIND/FIELD`` (TensorBoard's tag) of a kind some run wrote."""
+    header = ["field", *(s.name for s in summaries)]
+    rows = []
+    for kind, record in RECORDS.items():
+        if any(kind in s.per_field for s in summaries):
+            rows += [[f"{kind}/{f.name}", *(_show(s.per_field[kind][f.name]) if kind in s.per_field else "—"
+                                             for s in summaries)] for f in fields(record)]
+    return header, rows
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows])
+
+
 def markdown(summaries: list[Summary]) -> str:
-    """summary.md: the summary table in Markdown."""
-    header, rows = table(summaries)
-    lines = [f"# Forge report: {', '.join(s.name for s in summaries)}", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    """summary.md: the summary table, then every field of the lines (:func:`field_table`), in Markdown."""
+    lines = [f"# Forge report: {', '.join(s.name for s in summaries)}", "", *_markdown_table(*table(summaries)),
+             "", f"## {FIELDS_TITLE}", "", *_markdown_table(*field_table(summaries))]
     return "\n".join(lines) + "\n"
 
 
 def as_dict(summary: Summary) -> dict[str, Any]:
     """The summary's figures as plain JSON values (``--json``)."""
-    from dataclasses import asdict
-
     return {**asdict(summary), "idle_fraction": summary.idle_fraction}

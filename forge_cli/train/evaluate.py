@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_cli.records.metrics import EvalMetrics
+
 
 @dataclass(frozen=True)
 class Evaluation:
@@ -25,11 +27,11 @@ class Evaluation:
     success_by_suite: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def line(self) -> dict[str, Any]:
-        """The fields of its ``metrics.jsonl`` line."""
-        return {"policy_version": self.policy_version, "split": "heldout", "success": self.success,
-                "success_by_suite": self.success_by_suite, "reward_mean": self.reward_mean, "tasks": self.tasks,
-                "samples_per_task": self.samples_per_task, "seconds": round(self.seconds, 3)}
+    def metrics(self, step: int) -> EvalMetrics:
+        """Its ``metrics.jsonl`` line, after train step ``step``."""
+        return EvalMetrics(step=step, policy_version=self.policy_version, split="heldout", success=self.success,
+                           success_by_suite=self.success_by_suite, reward_mean=self.reward_mean, tasks=self.tasks,
+                           samples_per_task=self.samples_per_task, seconds=round(self.seconds, 3))
 
 
 def eval_request(config: Any, tasks: int, samples_per_task: int) -> Any:

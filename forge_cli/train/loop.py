@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from forge_cli.errors import ForgeError
+from forge_cli.records.metrics import MetricsRecord
 
-Event = Callable[[str, dict[str, Any]], None]  # (kind, fields): "step", "eval", "warmstart", "rollout", "status"
+# (kind, what): "step", "eval", "warmstart": the line's record (forge_cli.records.metrics); "rollout", "status": a dict
+Event = Callable[[str, Any], None]
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
     from forge_cli.rollout.driver import request_from_config, rollout
     from forge_cli.train.batch import build_samples
     from forge_cli.train.distributed import make_loop_trainer
-    from forge_cli.train.metrics import MetricsLog, run_log, step_fields, write_state
+    from forge_cli.train.metrics import MetricsLog, run_log, step_metrics, write_state
     from forge_cli.train.resume import restore, save, trainer_model
 
     if steps is not None and steps < 1:
@@ -59,9 +61,10 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
     async with serve_gateway(config, run) as gw, contextlib.AsyncExitStack() as stack:
         logger = stack.enter_context(run_log(gw.run_dir))
 
-        def tell(kind: str, fields: dict[str, Any]) -> None:
+        def tell(kind: str, fields: Any) -> None:
             if kind != "rollout":
-                logger.info("%s %s", kind, {k: v for k, v in fields.items() if k != "group_ids"})
+                said = fields.line() if isinstance(fields, MetricsRecord) else fields
+                logger.info("%s %s", kind, {k: v for k, v in said.items() if k != "group_ids"})
             shown(kind, fields)
 
         model = trainer_model(config, gw.run_dir, resume)
@@ -109,18 +112,17 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                         stats, t2, version = await work
                         stop = cancelled
                     step, now = step + 1, time.monotonic()
-                    fields = step_fields(batch, samples, stats, difficulty=difficulty)
+                    metrics = step_metrics(batch, samples, stats, step=step, difficulty=difficulty)
                     busy = gw.engine.busy_seconds()
-                    fields |= {"policy_version": version, "take_s": t1 - t0, "wait_s": waited,
-                               "trainer_idle": waited / max(now - last, 1e-9),
-                               "engine_idle": max(0.0, 1.0 - (busy - engine_busy) / max(now - last, 1e-9)),
-                               "train_s": t2 - t1, "sync_s": now - t2, "step_s": now - last,
-                               "samples_per_s": fields["trajectories"] / max(now - last, 1e-9),
-                               "train_tokens_per_s": config.train.updates_per_step * fields["unique_tokens"] / max(t2 - t1, 1e-9),
-                               "rollout_tokens_per_s": (live.get("output_tokens", 0.0) - sampled) / max(now - last, 1e-9),
-                               "group_ids": [g.id for g in batch.groups]}
+                    metrics = replace(metrics, policy_version=version, take_s=t1 - t0, wait_s=waited,
+                                      trainer_idle=waited / max(now - last, 1e-9),
+                                      engine_idle=max(0.0, 1.0 - (busy - engine_busy) / max(now - last, 1e-9)),
+                                      train_s=t2 - t1, sync_s=now - t2, step_s=now - last,
+                                      samples_per_s=metrics.trajectories / max(now - last, 1e-9),
+                                      train_tokens_per_s=config.train.updates_per_step * metrics.unique_tokens / max(t2 - t1, 1e-9),
+                                      rollout_tokens_per_s=(live.get("output_tokens", 0.0) - sampled) / max(now - last, 1e-9))
                     last, sampled, engine_busy = now, live.get("output_tokens", 0.0), busy
-                    tell("step", log.write("step", step, **fields))
+                    tell("step", log.write(metrics))
                     if stop is not None:
                         raise stop
                     if config.train.eval_every and step % config.train.eval_every == 0:
@@ -185,7 +187,7 @@ async def _evaluate(config: Any, gw: Any, log: Any, tell: Event, step: int, best
     from forge_cli.train.evaluate import evaluate
 
     result = await evaluate(config, gw, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
-    tell("eval", log.write("eval", step, **result.line()))
+    tell("eval", log.write(result.metrics(step)))
     return max(best or 0.0, result.success)
 
 

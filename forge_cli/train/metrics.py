@@ -1,13 +1,13 @@
 """What a training run writes as it goes: ``RUN/metrics.jsonl``, TensorBoard event files and
 ``RUN/train_state.json``.
 
-``metrics.jsonl`` holds one JSON object per line — a train step (``kind = "step"``), a held-out
-evaluation (``"eval"``) or a warm-start step (``"warmstart"``) — each with its ``step`` and
-``time_s``, the wall seconds since the run first began, counted on across resumes. The same
-numbers go to TensorBoard under ``KIND/KEY`` (``KIND/KEY/SUB`` for a table such as the reward
-components). A SIGKILL can leave half a line at the end: it is cut off before a resumed run
-appends. ``forge report`` (:mod:`forge_cli.report`) reads the file back; its line records name
-every key.
+``metrics.jsonl`` holds one JSON object per line, one record of :mod:`forge_cli.records.metrics`
+each — a train step (:class:`StepMetrics`), a held-out evaluation (:class:`EvalMetrics`) or a
+warm-start step (:class:`WarmstartMetrics`) — stamped here with ``time_s``, the wall seconds since
+the run first began, counted on across resumes. The same numbers go to TensorBoard under
+``KIND/FIELD`` (``KIND/FIELD/KEY`` for a table such as the reward components). A SIGKILL can leave
+half a line at the end: it is cut off before a resumed run appends. ``forge report``
+(:mod:`forge_cli.report`) reads the file back into the same records.
 
 ``train_state.json`` says where the run stands — ``status`` running, finished, stopped or
 failed, the step, the policy version, the best held-out success — and is replaced atomically.
@@ -16,13 +16,19 @@ failed, the step, the policy version, the best held-out success — and is repla
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar
+
+from forge_cli.records.metrics import METRICS_FILE, STATE_FILE, MetricsRecord, StepMetrics, Window, read_state
+
+Record = TypeVar("Record", bound=MetricsRecord)
 
 
 class MetricsLog:
@@ -30,7 +36,7 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path, *, tensorboard: bool = True) -> None:
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / "metrics.jsonl"
+        self.path = self.run_dir / METRICS_FILE
         self.offset = _cut_partial_line(self.path)  # the time_s the run had reached before
         self.started = time.monotonic()
         self._fh = self.path.open("a")
@@ -47,16 +53,16 @@ class MetricsLog:
         """Wall seconds since the run first began (across resumes)."""
         return self.offset + time.monotonic() - self.started
 
-    def write(self, kind: str, step: int, **fields: Any) -> dict[str, Any]:
-        """Append one line and return it."""
-        line = {"kind": kind, "step": step, "time_s": round(self.time_s(), 3), **fields}
-        self._fh.write(json.dumps(line, default=_plain) + "\n")
+    def write(self, record: Record) -> Record:
+        """Append ``record``'s line, stamped with the time now, and return the stamped record."""
+        record = record.at(round(self.time_s(), 3))
+        self._fh.write(json.dumps(record.line(), default=_plain) + "\n")
         self._fh.flush()
         if self._tb is not None:
-            for key, value in _scalars(fields):
-                self._tb.add_scalar(f"{kind}/{key}", value, step)
+            for key, value in _scalars(record):
+                self._tb.add_scalar(f"{record.kind}/{key}", value, record.step)
             self._tb.flush()
-        return line
+        return record
 
     def close(self) -> None:
         self._fh.close()
@@ -90,21 +96,13 @@ def run_log(run_dir: Path) -> Iterator[logging.Logger]:
 
 def write_state(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Merge ``fields`` into ``RUN/train_state.json`` (replaced atomically) and return the state."""
-    path = Path(run_dir) / "train_state.json"
+    path = Path(run_dir) / STATE_FILE
     state = read_state(run_dir)
     state.update(fields, updated_at=time.time())
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(state, indent=2, default=_plain))
     os.replace(tmp, path)
     return state
-
-
-def read_state(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / "train_state.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _cut_partial_line(path: Path) -> float:
@@ -124,17 +122,27 @@ def _cut_partial_line(path: Path) -> float:
     return 0.0
 
 
-def _scalars(fields: dict[str, Any], prefix: str = "") -> list[tuple[str, float]]:
+def _scalars(record: Any, prefix: str = "") -> list[tuple[str, float]]:
+    """TensorBoard's (tag, value) of a record's finite numbers, read by attribute (not ``step`` and
+    ``time_s``, its axes): a table's or a :class:`Window`'s as ``FIELD/KEY``."""
     out: list[tuple[str, float]] = []
-    for key, value in fields.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, bool):
+    for f in dataclasses.fields(record):
+        if isinstance(record, MetricsRecord) and f.name in ("step", "time_s"):
             continue
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            out.append((name, float(value)))
-        elif isinstance(value, dict):
-            out.extend(_scalars(value, name + "/"))
+        out.extend(_scalar(f"{prefix}{f.name}", getattr(record, f.name)))
     return out
+
+
+def _scalar(name: str, value: Any) -> list[tuple[str, float]]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return [(name, float(value))]
+    if isinstance(value, dict):
+        return [pair for key, v in value.items() for pair in _scalar(f"{name}/{key}", v)]
+    if isinstance(value, Window):
+        return _scalars(value, name + "/")
+    return []
 
 
 def _plain(value: Any) -> Any:
@@ -148,12 +156,11 @@ def suite_of(task_id: str) -> str:
     return task_id.rsplit("-", 1)[0] if "-" in task_id else task_id
 
 
-def step_fields(batch: Any, samples: Any, stats: Any, *, difficulty: dict[str, float] | None = None) -> dict[str, Any]:
-    """The figures of one train step that its batch, samples and step stats give (the loop adds
-    the version, times and rates): rewards per component, success in all and per suite, the
-    off-policy ages, tokens against the prefix tree's unique tokens, the trained difficulty."""
-    from collections import Counter
-
+def step_metrics(batch: Any, samples: Any, stats: Any, *, step: int,
+                 difficulty: dict[str, float] | None = None) -> StepMetrics:
+    """The record of one train step with the figures its batch, samples and step stats give (the
+    loop adds the version, times and rates): rewards per component, success in all and per suite,
+    the off-policy ages, tokens against the prefix tree's unique tokens, the trained difficulty."""
     trajectories = [(g.task_id, t) for g in batch.groups for t in g.trajectories]
     n = max(len(trajectories), 1)
     components: Counter[str] = Counter()
@@ -164,18 +171,17 @@ def step_fields(batch: Any, samples: Any, stats: Any, *, difficulty: dict[str, f
     for suite, ok in solved:
         by_suite.setdefault(suite, []).append(ok)
     known = [difficulty[g.task_id] for g in batch.groups if difficulty and g.task_id in difficulty]
-    return {
-        "groups": len(batch.groups), "samples": len(samples.samples), "trajectories": len(trajectories),
-        "loss": float(stats.loss), "mean_ratio": None if stats.mean_ratio is None else float(stats.mean_ratio),
-        "grad_norm": None if stats.grad_norm is None else float(stats.grad_norm),
-        "reward_mean": sum(t.reward or 0.0 for _, t in trajectories) / n,
-        "rewards": {k: v / n for k, v in sorted(components.items())},
-        "success": sum(ok for _, ok in solved) / n,
-        "success_by_suite": {s: sum(v) / len(v) for s, v in sorted(by_suite.items())},
-        "max_age": samples.max_age, "mean_age": samples.mean_age,
-        "ages": {str(a): c for a, c in sorted(Counter(samples.ages).items())},
-        "tokens": sum(len(s.tokens) for s in samples.samples), "unique_tokens": int(stats.packed_tokens),
-        "output_tokens": int(stats.tokens),
-        "window": {"head": batch.head_before, "size": batch.window},
-        "difficulty_mean": sum(known) / len(known) if known else None,
-    }
+    return StepMetrics(
+        step=step, groups=len(batch.groups), samples=len(samples.samples), trajectories=len(trajectories),
+        group_ids=tuple(g.id for g in batch.groups), window=Window(head=batch.head_before, size=batch.window),
+        loss=float(stats.loss), mean_ratio=None if stats.mean_ratio is None else float(stats.mean_ratio),
+        grad_norm=None if stats.grad_norm is None else float(stats.grad_norm),
+        reward_mean=sum(t.reward or 0.0 for _, t in trajectories) / n,
+        rewards={k: v / n for k, v in sorted(components.items())},
+        success=sum(ok for _, ok in solved) / n,
+        success_by_suite={s: sum(v) / len(v) for s, v in sorted(by_suite.items())},
+        max_age=samples.max_age, mean_age=samples.mean_age, ages=dict(sorted(Counter(samples.ages).items())),
+        tokens=sum(len(s.tokens) for s in samples.samples), unique_tokens=int(stats.packed_tokens),
+        output_tokens=int(stats.tokens),
+        difficulty_mean=sum(known) / len(known) if known else None,
+    )

@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from forge_cli.errors import ForgeError
+from forge_cli.records.metrics import WarmstartMetrics
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ class FreshFirst:
 
 
 async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
-                     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                     on_event: Callable[[str, Any], None] | None = None,
                      deadline: float | None = None) -> WarmStartResult:
     """Supervised steps on synthetic traces until sampled held-out success reaches
     ``[train.warmstart] target_success`` (or ``max_minutes``/``deadline``); the engine ends up
@@ -170,7 +171,7 @@ async def _keep_writing(writer: TraceWriter, data: FreshFirst, traces: int) -> N
 
 
 async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: float, deadline: float | None,
-                 log: Any, tell: Callable[[str, dict[str, Any]], None]) -> tuple[int, float | None, str]:
+                 log: Any, tell: Callable[[str, Any], None]) -> tuple[int, float | None, str]:
     """The supervised steps: (steps, the last held-out success, why they stopped)."""
     from forge_cli.train.config import CrossEntropyLoss
     from forge_cli.train.distributed import on_every_rank
@@ -193,17 +194,17 @@ async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: 
                                             attention=config.train.attention, split=config.train.split,
                                             budget=config.train.micro_batch_tokens)
             step += 1
-            line: dict[str, Any] = {"loss": float(stats.loss), "lr": lr, "tokens": int(stats.tokens),
-                                    "unique_tokens": int(stats.packed_tokens), "completions": len(data.samples),
-                                    "learned": data.learned}
+            line = WarmstartMetrics(step=step, loss=float(stats.loss), lr=lr, tokens=int(stats.tokens),
+                                    unique_tokens=int(stats.packed_tokens), completions=len(data.samples),
+                                    learned=data.learned)
             out_of_time = time.monotonic() >= stop_at
             if step % ws.eval_every == 0 or out_of_time:
                 await gw.engine.load_weights(trainer.state_dict())
                 result = await evaluate(config, gw, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
-                success = line["heldout_success"] = result.success
-                line["policy_version"] = result.policy_version
+                success = result.success
+                line = replace(line, heldout_success=success, policy_version=result.policy_version)
             if log is not None:
-                line = log.write("warmstart", step, **line)
+                line = log.write(line)
             tell("warmstart", line)
             if success is not None and success >= ws.target_success:
                 reason = "target reached"
