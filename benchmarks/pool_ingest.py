@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from forge_cli.pool import DataPool  # noqa: E402
+from forge_cli.pool import DataPool, NewCompletion  # noqa: E402
 
 PROMPT, OUTPUT, TURNS = 8192, 256, 8
 
@@ -51,8 +51,8 @@ def write(spec, trajectory_ids, seed) -> tuple[int, float, float]:
         pool.start_trajectory(tid)
         for turn in range(TURNS):
             output = [rng.randrange(0, 150_000) for _ in range(OUTPUT)]
-            pool.append_completion(tid, prompt_ids=prompt, output_ids=output, output_logprobs=[-rng.random() for _ in output],
-                                   policy_version=turn)
+            pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output,
+                                                 output_logprobs=[-rng.random() for _ in output], policy_version=turn))
             n += 1
         pool.finish_trajectory(tid, rewards={"outcome": 1.0})
     end = time.time()

@@ -17,6 +17,8 @@ import random
 import sys
 import time
 
+from forge_cli.pool import DataPool, NewCompletion
+
 
 def digest(prompt_ids, output_ids, logprobs) -> str:
     return hashlib.sha1(json.dumps([prompt_ids, output_ids, [round(x, 5) for x in logprobs]]).encode()).hexdigest()[:16]
@@ -30,8 +32,6 @@ def make_completion(rng: random.Random, prompt_len: int | None = None):
 
 
 def open_spec(spec):
-    from forge_cli.pool import DataPool
-
     return DataPool.sqlite(spec[1]) if spec[0] == "sqlite" else DataPool.postgres(spec[1], spec[2])
 
 
@@ -42,7 +42,8 @@ def writer(spec, trajectory_ids, turns: int, seed: int) -> None:
         pool.start_trajectory(tid)
         for _ in range(turns):
             prompt, output, lps = make_completion(rng)
-            c = pool.append_completion(tid, prompt_ids=prompt, output_ids=output, output_logprobs=lps, policy_version=rng.randrange(0, 3))
+            c = pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output, output_logprobs=lps,
+                                                     policy_version=rng.randrange(0, 3)))
             print(tid, c.seq, digest(prompt, output, c.output_logprobs), flush=True)
         if rng.random() < 0.1:
             pool.fail_trajectory(tid, "simulated agent crash", rewards={"outcome": 0.0})
@@ -57,7 +58,8 @@ def crash_writer(spec, trajectory_id: str) -> None:
     pool.start_trajectory(trajectory_id)
     while True:  # until SIGKILL
         prompt, output, lps = make_completion(rng, prompt_len=2000)
-        c = pool.append_completion(trajectory_id, prompt_ids=prompt, output_ids=output, output_logprobs=lps, policy_version=0)
+        c = pool.append_completion(NewCompletion(trajectory_id, prompt_ids=prompt, output_ids=output, output_logprobs=lps,
+                                                 policy_version=0))
         print(trajectory_id, c.seq, digest(prompt, output, c.output_logprobs), flush=True)
 
 

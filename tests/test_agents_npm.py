@@ -112,7 +112,7 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path, mcp: list
             assert len(c.output_logprobs) == len(c.output_ids) > 0
         shortest = min(calls, key=lambda c: len(c.prompt_ids))  # the logprobs are the model's for those ids
         again, _ = score(engine.model, list(shortest.prompt_ids), list(shortest.output_ids),
-                         shortest.sampling["temperature"], None)
+                         shortest.sampling.temperature, None)
         assert again == pytest.approx(list(shortest.output_logprobs), abs=1e-4)
         return calls
     finally:

@@ -97,7 +97,7 @@ def check_exact_tokens(state: Any, api: str, completions: list[Any]) -> None:
         assert c.request is not None, "the gateway recorded no request"
         assert state.tokenizer.decode(c.prompt_ids) == rendered(state, api, c.request, c.tool_format), c.seq
         assert len(c.output_logprobs) == len(c.output_ids) > 0
-        again, _ = score(engine.model, c.prompt_ids, c.output_ids, c.sampling.get("temperature", 1.0), None)
+        again, _ = score(engine.model, c.prompt_ids, c.output_ids, c.sampling.temperature, None)
         assert again == pytest.approx(c.output_logprobs, abs=1e-4), c.seq
 
 

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool.types import Batch, Completion, Group, GroupStatus, Trajectory, TrajectoryStatus
+from forge_cli.pool.types import Batch, Completion, Group, GroupStatus, Sampling, Trajectory, TrajectoryStatus
 from forge_cli.train.batch import build_samples
 
-TRAINING = {"max_tokens": 16, "temperature": 0.7, "top_p": 1.0, "stop": [], "stop_token_ids": [], "seed": None, "n": 1,
-            "top_logprobs": 0, "training": True, "asked": {"top_p": 0.5}}
+TRAINING = Sampling(max_tokens=16, temperature=0.7, top_p=1.0, stop=(), stop_token_ids=(), seed=None, n=1, top_logprobs=0,
+                    training=True, asked={"top_p": 0.5})
 
 ids = st.lists(st.integers(0, 2**31 - 1), max_size=8)
 logprob = st.floats(-30.0, 0.0, allow_nan=False)
@@ -39,7 +39,7 @@ def batches(draw):
                 c = Completion(
                     id=f"c{n}", trajectory_id=tid, seq=seq, prompt_ids=draw(ids.filter(bool)), output_ids=out,
                     output_logprobs=draw(st.lists(logprob, min_size=len(out), max_size=len(out))),
-                    policy_version=draw(st.integers(0, trainer_version)), sampling=dict(TRAINING), advantage=draw(adv),
+                    policy_version=draw(st.integers(0, trainer_version)), sampling=TRAINING, advantage=draw(adv),
                 )
                 completions.append(c)
                 kind = draw(st.sampled_from(["recorded", "number", "per-token"]))
@@ -82,18 +82,18 @@ def test_samples_are_the_plain_construction(drawn):
 
 def _one(**changes) -> Batch:
     c = Completion(id="c1", trajectory_id="traj-abc", seq=3, prompt_ids=[1, 2], output_ids=[3, 4],
-                   output_logprobs=[-0.5, -1.0], policy_version=0, sampling=dict(TRAINING), advantage=1.0)
+                   output_logprobs=[-0.5, -1.0], policy_version=0, sampling=TRAINING, advantage=1.0)
     c = dataclasses.replace(c, **changes)
     t = Trajectory("traj-abc", "g", "task", "s", 0, TrajectoryStatus.COMPLETED, completions=[c])
     return Batch([Group("g", 0, "task", 1, GroupStatus.CONSUMED, 0.0, trajectories=[t])], 2, [2], 0, None)
 
 
 @pytest.mark.parametrize("changes, needle", [
-    ({"sampling": {**TRAINING, "training": False, "top_p": 0.5}}, "ad-hoc session (top_p = 0.5 as asked)"),
-    ({"sampling": {"temperature": 1.0, "top_p": 1.0}}, "no record of training sampling"),
-    ({"sampling": {**TRAINING, "top_p": 0.9}}, "top_p = 0.9"),
-    ({"sampling": {**TRAINING, "temperature": 0.0}}, "greedily"),
-    ({"sampling": {**TRAINING, "temperature": "hot"}}, "no usable sampling temperature"),
+    ({"sampling": dataclasses.replace(TRAINING, training=False, top_p=0.5)}, "ad-hoc session (top_p = 0.5 as asked)"),
+    ({"sampling": Sampling(temperature=1.0, top_p=1.0)}, "no record of training sampling"),
+    ({"sampling": dataclasses.replace(TRAINING, top_p=0.9)}, "top_p = 0.9"),
+    ({"sampling": dataclasses.replace(TRAINING, temperature=0.0)}, "greedily"),
+    ({"sampling": dataclasses.replace(TRAINING, temperature="hot")}, "no usable sampling temperature"),
     ({"advantage": None}, "has no advantage"),
     ({"advantage": float("nan")}, "not finite"),
     ({"output_logprobs": [-0.5, float("-inf")]}, "logprob that is not finite"),
@@ -117,7 +117,7 @@ def test_advantages_given_must_fit_the_output():
 def test_one_temperature_per_batch():
     batch = _one()
     other = dataclasses.replace(batch.groups[0].trajectories[0].completions[0], id="c2", seq=4,
-                                sampling={**TRAINING, "temperature": 1.0})
+                                sampling=dataclasses.replace(TRAINING, temperature=1.0))
     t = dataclasses.replace(batch.groups[0].trajectories[0], completions=[*batch.groups[0].trajectories[0].completions, other])
     mixed = dataclasses.replace(batch, groups=[dataclasses.replace(batch.groups[0], trajectories=[t])])
     with pytest.raises(ForgeError, match="completion 4 .* at temperature 1.0, the batch at 0.7"):

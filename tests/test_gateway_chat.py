@@ -67,7 +67,7 @@ def test_plain_chat_and_recording(stack):
     assert tok.decode(c.prompt_ids) == template(stack, messages)
     assert c.prompt_ids == tok.encode(template(stack, messages), add_special_tokens=False)
     assert tok.decode(c.output_ids[:-1]) == r.choices[0].message.content and c.output_ids[-1] == tok.eos_token_id
-    assert c.sampling["temperature"] == 0.7 and c.policy_version == 0 and c.tool_format == "hermes"
+    assert c.sampling.temperature == 0.7 and c.policy_version == 0 and c.tool_format == "hermes"
     assert r.usage.prompt_tokens == len(c.prompt_ids) and r.usage.completion_tokens == len(c.output_ids)
 
 

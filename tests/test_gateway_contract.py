@@ -209,7 +209,7 @@ def test_structured_output_reaches_the_policy_and_the_record(stack, path, body, 
     assert r.status_code == 200, r.text
     assert policy.contexts[-1]["output_format"] == expected
     [c] = recorded(stack, key)
-    assert c.sampling.get("output_format") == expected
+    assert c.sampling.output_format == expected
 
 
 def test_assistant_tool_calls_reach_the_policy(stack):

@@ -138,5 +138,5 @@ def test_a_token_budget_cuts_max_tokens_then_refuses(engine, tmp_path):
     assert sum(used) == 5 and all(u <= 3 for u in used)  # each call cut to what was left
     assert last.status_code == 409 and "budget of 5 output tokens is spent" in last.json()["error"]["message"]
     recorded = pool.trajectory(session.trajectory_id).completions
-    assert [c.sampling["max_tokens"] for c in recorded][-1] == 5 - sum(used[:-1])
+    assert [c.sampling.max_tokens for c in recorded][-1] == 5 - sum(used[:-1])
     pool.close()

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool import DataPool, Event, GroupStatus, PoolFull, TrajectoryStatus
+from forge_cli.pool import DataPool, Event, GroupStatus, NewCompletion, PoolFull, Sampling, TrajectoryStatus
 from tests.conftest import open_spec
 
 
@@ -21,8 +21,9 @@ def _run_trajectory(pool, tid, turns=3, version=0, rng=None):
         prompt = [rng.randrange(0, 50_000) for _ in range(rng.randrange(1, 40))]
         out = [rng.randrange(0, 50_000) for _ in range(rng.randrange(1, 10))]
         lps = [-rng.random() * 5 for _ in out]
-        made.append(pool.append_completion(tid, prompt_ids=prompt, output_ids=out, output_logprobs=lps, policy_version=version,
-                                           sampling={"temperature": 1.0}, tool_format="hermes"))
+        made.append(pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=out, output_logprobs=lps,
+                                                         policy_version=version, sampling=Sampling(temperature=1.0),
+                                                         tool_format="hermes")))
     pool.finish_trajectory(tid)
     return made
 
@@ -42,7 +43,7 @@ def test_lifecycle_round_trip(pool):
     for want, got in zip(made, stored.completions):
         assert got.prompt_ids == want.prompt_ids and got.output_ids == want.output_ids
         assert got.output_logprobs == want.output_logprobs  # float32 bits, exactly as returned
-        assert got.policy_version == 2 and got.sampling == {"temperature": 1.0} and got.tool_format == "hermes"
+        assert got.policy_version == 2 and got.sampling == Sampling(temperature=1.0) and got.tool_format == "hermes"
     assert [e.kind for e in stored.events] == ["truncate", "tool_error"]
     assert stored.events[0].data == {"dropped_turns": 2}
     assert stored.rewards == {"outcome": 1.0, "process": -0.5} and stored.reward == 0.5
@@ -65,7 +66,8 @@ def test_logprobs_are_float32_and_ids_packed(pool):
     g = pool.submit_group("t", 1, "react")
     tid = g.trajectories[0].id
     pool.start_trajectory(tid)
-    c = pool.append_completion(tid, prompt_ids=list(range(1000)), output_ids=[2**31 - 1, 0], output_logprobs=[-0.1, -1e-9], policy_version=0)
+    c = pool.append_completion(NewCompletion(tid, prompt_ids=list(range(1000)), output_ids=[2**31 - 1, 0],
+                                             output_logprobs=[-0.1, -1e-9], policy_version=0))
     import struct
 
     assert c.output_logprobs == [struct.unpack("<f", struct.pack("<f", x))[0] for x in (-0.1, -1e-9)]
@@ -137,6 +139,43 @@ def test_export_jsonl(pool):
     assert lines[0]["status"] == "completed" and lines[1]["status"] == "queued"
 
 
+# what the gateway wrote before sampling was a record, and before it recorded training and what was asked
+SAVED_SAMPLING = [
+    {"max_tokens": 16, "temperature": 0.7, "top_p": 1.0, "stop": ["\n"], "stop_token_ids": [], "seed": None, "n": 1,
+     "top_logprobs": 0, "training": True, "asked": {"top_p": 0.5}, "output_format": {"type": "json_object"}},
+    {"max_tokens": 16, "temperature": 0.7, "top_p": 1.0, "stop": [], "stop_token_ids": [2], "seed": 5, "n": 2},
+    {},
+]
+
+
+def test_sampling_is_one_record_stored_as_the_json_it_always_was(pool):
+    """A completion's Sampling is stored as the JSON object the gateway always wrote, and every saved
+    row (whatever keys it recorded) reads back into the record; the export writes the JSON object."""
+    tid = pool.submit_group("t", 1, "react").trajectories[0].id
+    pool.start_trajectory(tid)
+    sampling = Sampling(max_tokens=16, temperature=0.7, stop=("\n",), training=True, asked={"top_p": 0.5},
+                        output_format={"type": "json_object"})
+    made = [pool.append_completion(NewCompletion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0,
+                                                 sampling=sampling)) for _ in SAVED_SAMPLING]
+    assert sampling.as_dict() == SAVED_SAMPLING[0] and list(sampling.as_dict()) == list(SAVED_SAMPLING[0])
+    with pool._tx() as cur:
+        stored = cur.one("SELECT sampling FROM completions WHERE id = ?", (made[0].id,))[0]
+        assert json.loads(stored) == SAVED_SAMPLING[0]
+        for c, saved in zip(made, SAVED_SAMPLING):
+            cur.execute("UPDATE completions SET sampling = ? WHERE id = ?", (json.dumps(saved), c.id))
+    first, older, empty = pool.trajectory(tid).completions
+    assert first.sampling == sampling
+    assert older.sampling == Sampling(max_tokens=16, temperature=0.7, stop_token_ids=(2,), seed=5, n=2)
+    assert older.sampling.training is None and older.sampling.asked == {}  # not recorded: the trainer refuses it
+    assert empty.sampling == Sampling()
+    buf = io.StringIO()
+    pool.export_jsonl(buf)
+    assert json.loads(buf.getvalue())["completions"][0]["sampling"] == SAVED_SAMPLING[0]
+    with pytest.raises(ForgeError, match="must be a Sampling record"):
+        pool.append_completion(NewCompletion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0,
+                                             sampling={"temperature": 1.0}))
+
+
 # ---- bad input: a clear ForgeError, and the pool unchanged ----------------------------------------------
 
 
@@ -149,22 +188,23 @@ def test_bad_input_is_rejected_and_changes_nothing(pool):
     tid = g.trajectories[0].id
     _run_trajectory(pool, g.trajectories[1].id, turns=1)
     pool.start_trajectory(tid)
-    pool.append_completion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0)
+    pool.append_completion(NewCompletion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0))
     before = _snapshot(pool)
     cases = [
-        (lambda: pool.append_completion(tid, prompt_ids=[1], output_ids=[2, 3], output_logprobs=[-1.0], policy_version=0),
+        (lambda: pool.append_completion(NewCompletion(tid, prompt_ids=[1], output_ids=[2, 3], output_logprobs=[-1.0], policy_version=0)),
          "one value per output id: 2 ids, 1 logprobs"),
-        (lambda: pool.append_completion(tid, prompt_ids=[1, -5], output_ids=[2], output_logprobs=[-1.0], policy_version=0),
+        (lambda: pool.append_completion(NewCompletion(tid, prompt_ids=[1, -5], output_ids=[2], output_logprobs=[-1.0], policy_version=0)),
          "token id outside"),
-        (lambda: pool.append_completion(tid, prompt_ids="1 2", output_ids=[2], output_logprobs=[-1.0], policy_version=0),
+        (lambda: pool.append_completion(NewCompletion(tid, prompt_ids="1 2", output_ids=[2], output_logprobs=[-1.0], policy_version=0)),
          "must be a list of integers"),
-        (lambda: pool.append_completion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[0.5], policy_version=0),
+        (lambda: pool.append_completion(NewCompletion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[0.5], policy_version=0)),
          "<= 0"),
-        (lambda: pool.append_completion("nope", prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0),
+        (lambda: pool.append_completion(NewCompletion("nope", prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0)),
          "unknown trajectory 'nope'"),
-        (lambda: pool.append_completion(g.trajectories[1].id, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0),
+        (lambda: pool.append_completion(NewCompletion(g.trajectories[1].id, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0],
+                                                      policy_version=0)),
          "is completed, not running"),
-        (lambda: pool.append_completion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=-1),
+        (lambda: pool.append_completion(NewCompletion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=-1)),
          "policy_version"),
         (lambda: pool.set_rewards("nope", {"outcome": 1.0}), "unknown trajectory"),
         (lambda: pool.set_rewards(tid, {"outcome": float("nan")}), "finite number"),

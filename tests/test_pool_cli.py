@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from forge_cli.config import load_config
-from forge_cli.pool import open_pool
+from forge_cli.pool import NewCompletion, open_pool
 from forge_cli.runs import new_run
 
 
@@ -24,8 +24,8 @@ def run(request, tmp_path):
         for t in g.trajectories:
             pool.start_trajectory(t.id)
             for seq in range(2):
-                pool.append_completion(t.id, prompt_ids=[1, 2, 3 + seq], output_ids=[7, 8], output_logprobs=[-0.5, -0.25],
-                                       policy_version=0, tool_format="hermes")
+                pool.append_completion(NewCompletion(t.id, prompt_ids=[1, 2, 3 + seq], output_ids=[7, 8],
+                                                     output_logprobs=[-0.5, -0.25], policy_version=0, tool_format="hermes"))
             pool.finish_trajectory(t.id, rewards={"outcome": 1.0})
     pool.append_events(first, [{"kind": "truncate", "data": {"dropped": 1}}])
     pool.take_batch(1, trainer_version=2, window=3)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from forge_cli.pool import GroupStatus
+from forge_cli.pool import GroupStatus, NewCompletion
 from tests.conftest import ROOT, open_spec
 from tests.pool_workers import digest
 
@@ -125,6 +125,6 @@ def test_writer_killed_mid_stream_loses_nothing_that_returned(pool_spec):
         if c.seq in returned:
             assert digest(c.prompt_ids, c.output_ids, c.output_logprobs) == returned[c.seq]
     # and it keeps working: the next completion continues the sequence
-    nxt = reopened.append_completion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0)
+    nxt = reopened.append_completion(NewCompletion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0], policy_version=0))
     assert nxt.seq == len(seqs)
     reopened.close()

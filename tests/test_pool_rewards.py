@@ -10,7 +10,7 @@ import json
 import pytest
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool import CompletionReward, TrajectoryStatus
+from forge_cli.pool import CompletionReward, NewCompletion, TrajectoryStatus
 from tests.conftest import open_spec
 
 V3_COLUMNS = ("agent", "reward", "reward_to_go", "advantage", "reward_components")
@@ -23,7 +23,8 @@ def _execute(pool, *statements: str) -> None:
 
 
 def _complete(pool, tid, agent=None):
-    return pool.append_completion(tid, prompt_ids=[1, 2], output_ids=[3], output_logprobs=[-0.5], policy_version=0, agent=agent)
+    return pool.append_completion(NewCompletion(tid, prompt_ids=[1, 2], output_ids=[3], output_logprobs=[-0.5], policy_version=0,
+                                                agent=agent))
 
 
 def test_a_completion_records_its_agent(pool):

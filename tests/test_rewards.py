@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool.types import Completion, Trajectory, TrajectoryStatus
+from forge_cli.pool.types import Completion, NewCompletion, Trajectory, TrajectoryStatus
 from forge_cli.configs.rewards import RewardsConfig
 from forge_cli.rewards import apply_group_rewards, compute_group_rewards, group_advantages, reward_to_go
 from forge_cli.rewards.components import completion_time_reward, language_mixing, process_penalties, schema_errors
@@ -282,8 +282,8 @@ def test_apply_group_rewards_writes_the_pool(pool):
     for tid, errors in ((a, [[{"text": "<x", "reason": "bad"}], []]), (b, [[]])):
         pool.start_trajectory(tid)
         for e in errors:
-            pool.append_completion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-0.1], policy_version=0,
-                                   parse_errors=e)
+            pool.append_completion(NewCompletion(tid, prompt_ids=[1], output_ids=[2], output_logprobs=[-0.1], policy_version=0,
+                                                 parse_errors=e))
     pool.finish_trajectory(a)
     pool.fail_trajectory(b, "hung", timed_out=True)
     assert pool.take_batch(1, 0, window=None).groups == []  # finished, but its rewards are not written

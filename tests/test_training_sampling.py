@@ -91,7 +91,7 @@ def test_on_vllm_a_training_session_samples_as_the_trainer_computes(tiny_model, 
         _check_training_session(live, pool, trainer_model)
         tid, _ = _episode(live, training=False)
         (c, *_) = pool.trajectory(tid).completions
-        assert c.sampling["top_p"] == 0.5 and c.sampling["training"] is False
+        assert c.sampling.top_p == 0.5 and c.sampling.training is False
         with pytest.raises(ForgeError, match="ad-hoc session"):
             build_samples(pool.take_batch(4, trainer_version=0, window=None), {c.id: 1.0})
     finally:
@@ -108,9 +108,9 @@ def _check_training_session(live, pool, trainer_model):
     completions = pool.trajectory(tid).completions
     assert len(completions) == 2
     for c in completions:
-        assert c.sampling["top_p"] == 1.0 and c.sampling["temperature"] == 0.8 and c.sampling["training"] is True
-        assert c.sampling["asked"] == ASK  # what was asked, verbatim
-        assert "top_k" not in c.sampling and "presence_penalty" not in c.sampling  # asked, not applied
+        assert c.sampling.top_p == 1.0 and c.sampling.temperature == 0.8 and c.sampling.training is True
+        assert c.sampling.asked == ASK  # what was asked, verbatim
+        assert "top_k" not in c.sampling.as_dict() and "presence_penalty" not in c.sampling.as_dict()  # asked, not applied
     batch = pool.take_batch(4, trainer_version=0, window=None)
     got = build_samples(batch, {c.id: 1.0 for c in completions})
     assert got.temperature == 0.8 and got.ages == [0, 0] and [s.completion_id for s in got.samples] == [c.id for c in completions]
@@ -129,7 +129,7 @@ def test_an_adhoc_session_keeps_what_it_asked_and_the_trainer_refuses_it(gateway
     tid, _ = _episode(live, training=training)
     completions = pool.trajectory(tid).completions
     for c in completions:
-        assert c.sampling["top_p"] == 0.5 and c.sampling["training"] is False and c.sampling["asked"] == ASK
+        assert c.sampling.top_p == 0.5 and c.sampling.training is False and c.sampling.asked == ASK
         assert all(m < 0.5 + NUCLEUS_SLACK for m in _mass_before(trainer_model, c, 0.8))  # inside the nucleus
     batch = pool.take_batch(4, trainer_version=0, window=None)
     with pytest.raises(ForgeError, match=f"trajectory {tid}'s completion 0 .* ad-hoc session .*top_p = 0.5"):
@@ -143,7 +143,7 @@ def test_a_keys_own_session_is_ad_hoc(engine, tmp_path, trainer_model):
     try:
         live.openai("any-key").chat.completions.create(model="forge", messages=MESSAGES, top_p=0.5, max_tokens=4)
         [c] = pool.trajectory(live.state.sessions[live.state.by_key["any-key"]].trajectory_id).completions
-        assert c.sampling["training"] is False and c.sampling["top_p"] == 0.5 and c.sampling["asked"]["top_p"] == 0.5
+        assert c.sampling.training is False and c.sampling.top_p == 0.5 and c.sampling.asked["top_p"] == 0.5
     finally:
         live.stop()
         pool.close()
@@ -177,7 +177,7 @@ def test_in_process_sessions_open_for_training_or_ad_hoc(tmp_path, tiny_model):
                                           headers={"Authorization": f"Bearer {info.api_key}"})
                     assert r.status_code == 200, r.text
                 [c] = gw.pool.trajectory(info.trajectory_id).completions
-                seen[training] = (c.sampling["training"], c.sampling["top_p"], c.sampling["asked"])
+                seen[training] = (c.sampling.training, c.sampling.top_p, c.sampling.asked)
             return seen
 
     seen = asyncio.run(main())

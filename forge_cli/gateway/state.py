@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from forge_cli.engine.base import Engine, GenerationOutput
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.metrics import Metrics
+from forge_cli.pool.types import NewCompletion, Sampling
 from forge_cli.specs import ToolFormat
 
 MAX_ENDED = 65536  # ended sessions whose key and id are kept to answer 409 (a few MB at most)
@@ -239,7 +240,7 @@ class GatewayState:
     # ---- recording ---------------------------------------------------------------------------
 
     async def record(
-        self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], *, sampling: dict[str, Any],
+        self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], *, sampling: Sampling,
         started_at: float, tool_format: str, parse_errors: list[list[dict[str, Any]]], request: dict[str, Any] | None,
         agent: str | None = None,
     ) -> None:
@@ -255,12 +256,12 @@ class GatewayState:
         for out, errors in zip(outputs, parse_errors):
             try:
                 await run_in_threadpool(
-                lambda o=out, e=errors: self.pool.append_completion(
+                lambda o=out, e=errors: self.pool.append_completion(NewCompletion(
                     session.trajectory_id, prompt_ids=prompt_ids, output_ids=o.output_ids, output_logprobs=o.logprobs,
                     policy_version=o.policy_version, sampling=sampling, finish_reason=o.finish_reason,
                     started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=e,
                     request=request if self.record_requests else None, agent=agent,
-                )
+                ))
                 )
             except ForgeError as exc:  # e.g. the group timed out while this call was generating
                 raise APIError(409, f"the call could not be recorded: {exc}") from None

@@ -10,12 +10,14 @@ from forge_cli.pool.types import (
     Event,
     Group,
     GroupStatus,
+    NewCompletion,
     Sample,
+    Sampling,
     Trajectory,
     TrajectoryStatus,
 )
 
 __all__ = [
-    "Batch", "Completion", "CompletionReward", "DataPool", "Event", "Group", "GroupStatus", "NoPool", "PoolFull", "Sample",
-    "Trajectory", "TrajectoryStatus", "open_pool",
+    "Batch", "Completion", "CompletionReward", "DataPool", "Event", "Group", "GroupStatus", "NewCompletion", "NoPool", "PoolFull",
+    "Sample", "Sampling", "Trajectory", "TrajectoryStatus", "open_pool",
 ]

@@ -23,7 +23,7 @@ from forge_cli.pool.schema import (
     unpack_floats,
     unpack_ints,
 )
-from forge_cli.pool.types import Completion, Event, Group, GroupStatus, Trajectory, TrajectoryStatus
+from forge_cli.pool.types import Completion, Event, Group, GroupStatus, Sampling, Trajectory, TrajectoryStatus
 
 
 class PoolReads:
@@ -51,7 +51,8 @@ class PoolReads:
             raise ForgeError(f"unknown trajectory {trajectory_id!r}")
         completions = [
             Completion(
-                r[0], r[1], r[2], unpack_ints(r[3]), unpack_ints(r[4]), unpack_floats(r[5]), r[6], json.loads(r[7]),
+                r[0], r[1], r[2], unpack_ints(r[3]), unpack_ints(r[4]), unpack_floats(r[5]), r[6],
+                Sampling.from_dict(json.loads(r[7])),
                 r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None, r[14],
                 r[15], r[16], r[17], json.loads(r[18]) if r[18] is not None else {},
             )
@@ -149,7 +150,7 @@ class PoolReads:
                     "group": {k: v for k, v in group.__dict__.items() if k != "trajectories"},
                     **{k: v for k, v in t.__dict__.items() if k not in ("completions", "events")},
                     "events": [e.__dict__ for e in t.events],
-                    "completions": [c.__dict__ for c in t.completions],
+                    "completions": [{**c.__dict__, "sampling": c.sampling.as_dict()} for c in t.completions],
                 }
                 out.write(json.dumps(record, default=_json_default) + "\n")
                 count += 1

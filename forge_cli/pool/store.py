@@ -54,6 +54,8 @@ from forge_cli.pool.types import (
     Event,
     Group,
     GroupStatus,
+    NewCompletion,
+    Sampling,
     Trajectory,
     TrajectoryStatus,
 )
@@ -345,75 +347,62 @@ class DataPool(PoolReads):
                     failed += 1
         return failed
 
-    def append_completion(
-        self,
-        trajectory_id: str,
-        *,
-        prompt_ids: list[int],
-        output_ids: list[int],
-        output_logprobs: list[float],
-        policy_version: int,
-        sampling: dict[str, Any] | None = None,
-        finish_reason: str = "stop",
-        started_at: float | None = None,
-        finished_at: float | None = None,
-        tool_format: str | None = None,
-        parse_errors: list[dict[str, Any]] | None = None,
-        request: dict[str, Any] | None = None,
-        agent: str | None = None,
-    ) -> Completion:
-        """Record one LLM call of a running trajectory; its ``seq`` is the next in the trajectory.
-
-        ``agent`` names the agent of the trajectory that made it (None: not told).
-        """
-        if agent is not None and (not isinstance(agent, str) or not agent or len(agent) > 200):
-            raise ForgeError(f"a completion's agent must be a name of 1 to 200 characters, got {agent!r}"[:300])
-        prompt_ids = _check_ids("prompt_ids", prompt_ids)
-        output_ids = _check_ids("output_ids", output_ids)
-        if not isinstance(output_logprobs, (list, tuple)) or len(output_logprobs) != len(output_ids):
-            got = len(output_logprobs) if isinstance(output_logprobs, (list, tuple)) else type(output_logprobs).__name__
+    def append_completion(self, completion: NewCompletion) -> Completion:
+        """Record one LLM call of a running trajectory; its ``seq`` is the next in the trajectory."""
+        c = completion
+        if not isinstance(c, NewCompletion):
+            raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
+        if not isinstance(c.sampling, Sampling):
+            raise ForgeError(f"a completion's sampling must be a Sampling record, got {type(c.sampling).__name__}")
+        if c.agent is not None and (not isinstance(c.agent, str) or not c.agent or len(c.agent) > 200):
+            raise ForgeError(f"a completion's agent must be a name of 1 to 200 characters, got {c.agent!r}"[:300])
+        prompt_ids = _check_ids("prompt_ids", c.prompt_ids)
+        output_ids = _check_ids("output_ids", c.output_ids)
+        logprobs = c.output_logprobs
+        if not isinstance(logprobs, (list, tuple)) or len(logprobs) != len(output_ids):
+            got = len(logprobs) if isinstance(logprobs, (list, tuple)) else type(logprobs).__name__
             raise ForgeError(f"output_logprobs must have one value per output id: {len(output_ids)} ids, {got} logprobs")
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x <= 0.0 for x in output_logprobs):
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x <= 0.0 for x in logprobs):
             raise ForgeError("output_logprobs must be numbers <= 0 (log-probabilities)")
-        if any(math.isnan(x) for x in output_logprobs):
+        if any(math.isnan(x) for x in logprobs):
             raise ForgeError("output_logprobs holds NaN")
-        if not isinstance(policy_version, int) or policy_version < 0:
-            raise ForgeError(f"policy_version must be an integer >= 0, got {policy_version!r}")
+        if not isinstance(c.policy_version, int) or c.policy_version < 0:
+            raise ForgeError(f"policy_version must be an integer >= 0, got {c.policy_version!r}")
         now = self.clock()
         cid = uuid.uuid4().hex
+        started_at = c.started_at if c.started_at is not None else now
+        finished_at = c.finished_at if c.finished_at is not None else now
         try:
-            sampling_json = json.dumps(sampling or {})
-            errors_json = json.dumps(parse_errors or [])
-            request_json = json.dumps(request) if request is not None else None
+            sampling_json = json.dumps(c.sampling.as_dict())
+            errors_json = json.dumps(c.parse_errors or [])
+            request_json = json.dumps(c.request) if c.request is not None else None
         except (TypeError, ValueError) as exc:
             raise ForgeError(f"completion metadata is not JSON-serialisable: {exc}") from None
         with self._tx() as cur:
             row = cur.one(
                 "UPDATE trajectories SET n_completions = n_completions + 1 WHERE id = ? AND status = ? "
                 "RETURNING n_completions - 1",
-                (trajectory_id, TrajectoryStatus.RUNNING.value),
+                (c.trajectory_id, TrajectoryStatus.RUNNING.value),
             )
             if row is None:
-                status = cur.one("SELECT status FROM trajectories WHERE id = ?", (trajectory_id,))
+                status = cur.one("SELECT status FROM trajectories WHERE id = ?", (c.trajectory_id,))
                 if status is None:
-                    raise ForgeError(f"unknown trajectory {trajectory_id!r}")
-                raise ForgeError(f"trajectory {trajectory_id} is {status[0]}, not running: completion rejected")
+                    raise ForgeError(f"unknown trajectory {c.trajectory_id!r}")
+                raise ForgeError(f"trajectory {c.trajectory_id} is {status[0]}, not running: completion rejected")
             seq = int(row[0])
             cur.execute(
                 f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    cid, trajectory_id, seq, pack_ints(prompt_ids), pack_ints(output_ids), pack_floats(list(output_logprobs)),
-                    policy_version, sampling_json, finish_reason, started_at if started_at is not None else now,
-                    finished_at if finished_at is not None else now, tool_format, errors_json, request_json, agent,
-                    len(prompt_ids), len(output_ids),
+                    cid, c.trajectory_id, seq, pack_ints(prompt_ids), pack_ints(output_ids), pack_floats(list(logprobs)),
+                    c.policy_version, sampling_json, c.finish_reason, started_at, finished_at, c.tool_format, errors_json,
+                    request_json, c.agent, len(prompt_ids), len(output_ids),
                 ),
             )
-        stored = unpack_floats(pack_floats(list(output_logprobs)))
+        stored = unpack_floats(pack_floats(list(logprobs)))
         return Completion(
-            cid, trajectory_id, seq, prompt_ids, output_ids, stored, policy_version, sampling or {}, finish_reason,
-            started_at if started_at is not None else now, finished_at if finished_at is not None else now,
-            tool_format, parse_errors or [], request, agent,
+            cid, c.trajectory_id, seq, prompt_ids, output_ids, stored, c.policy_version, c.sampling, c.finish_reason,
+            started_at, finished_at, c.tool_format, c.parse_errors or [], c.request, c.agent,
         )
 
     def append_events(self, trajectory_id: str, events: list[Event | dict[str, Any]]) -> None:

@@ -1,14 +1,17 @@
 """The records every part of Forge shares (DESIGN.md §2): one LLM call, one trajectory, one group.
 
-Frozen dataclasses, torch-free. The pool stores them; the gateway writes completions; the
-scheduler hands groups to the trainer, which turns each completion into one :class:`Sample`.
+Frozen dataclasses, torch-free. The pool stores them; the gateway writes completions (a
+:class:`NewCompletion` with its :class:`Sampling`); the scheduler hands groups to the trainer,
+which turns each completion into one :class:`Sample`.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
+
+from forge_cli.errors import ForgeError
 
 
 class TrajectoryStatus(str, enum.Enum):
@@ -38,6 +41,71 @@ class GroupStatus(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """How one completion was sampled: the gateway writes it, the trainer checks it
+    (``train/batch.py``), the pool stores it as one JSON object (:meth:`as_dict`).
+
+    At the top level, what the engine used (``max_tokens`` … ``top_logprobs``); ``training``,
+    whether the session was opened for training (None: not recorded); ``asked``, the request's own
+    sampling fields exactly as sent (a field in ``asked`` with no top-level counterpart — ``top_k``,
+    penalties — was not applied); ``output_format``, the structured output asked for, if any.
+    A field a saved completion does not record keeps its default here (:meth:`from_dict`).
+    """
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+    n: int = 1
+    top_logprobs: int = 0
+    training: bool | None = None
+    asked: dict[str, Any] = field(default_factory=dict)
+    output_format: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON stores it (``stop``s as lists; no ``output_format`` when none was asked)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["stop"], data["stop_token_ids"] = list(self.stop), list(self.stop_token_ids)
+        if self.output_format is None:
+            del data["output_format"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sampling:
+        """The record a stored JSON object describes: absent keys keep their defaults, unknown keys are
+        ignored, values are kept as they were stored (the trainer refuses those it cannot use)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for name in ("stop", "stop_token_ids"):
+            if isinstance(values.get(name), list):
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class NewCompletion:
+    """One LLM call to record (:meth:`DataPool.append_completion`): a :class:`Completion` before the
+    pool gives it its id and its ``seq``. ``started_at``/``finished_at`` default to the time it is
+    recorded; ``agent`` names which agent of the trajectory made the call (None: not told)."""
+
+    trajectory_id: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]
+    policy_version: int
+    sampling: Sampling = field(default_factory=Sampling)
+    finish_reason: str = "stop"
+    started_at: float | None = None
+    finished_at: float | None = None
+    tool_format: str | None = None
+    parse_errors: list[dict[str, Any]] = field(default_factory=list)
+    request: dict[str, Any] | None = None
+    agent: str | None = None
+
+
+@dataclass(frozen=True)
 class Completion:
     """One LLM call, exactly as the engine saw and sampled it.
 
@@ -57,7 +125,7 @@ class Completion:
     output_ids: list[int]
     output_logprobs: list[float]
     policy_version: int
-    sampling: dict[str, Any] = field(default_factory=dict)
+    sampling: Sampling = field(default_factory=Sampling)
     finish_reason: str = "stop"
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -171,8 +239,6 @@ class Sample:
     policy_version: int = 0
 
     def __post_init__(self) -> None:
-        from forge_cli.errors import ForgeError
-
         n_out = len(self.tokens) - self.prompt_len
         if self.prompt_len < 1:
             raise ForgeError("a sample needs at least one prompt token (the first output token needs a predictor)")

@@ -10,11 +10,12 @@ One completion gives one sample::
     age           = trainer_version - policy_version  # off-policy-ness, measured
 
 A completion is refused (:class:`~forge_cli.errors.ForgeError`, naming its trajectory) unless its
-session was opened for training (``sampling["training"]`` is true and it was sampled with
-``top_p = 1``: the recorded logprobs are then ``log_softmax(logits / T)`` over the whole vocabulary,
-as the trainer computes them), it was sampled at a temperature > 0 (a greedy pick is not a draw of
-the policy), every completion of the batch shares one temperature (the trainer computes with one),
-and it has an advantage. A completion with no output ids gives no sample (it has no loss term).
+session was opened for training (its :class:`~forge_cli.pool.types.Sampling` says ``training`` and
+it was sampled with ``top_p = 1``: the recorded logprobs are then ``log_softmax(logits / T)`` over
+the whole vocabulary, as the trainer computes them), it was sampled at a temperature > 0 (a greedy
+pick is not a draw of the policy), every completion of the batch shares one temperature (the
+trainer computes with one), and it has an advantage. A completion with no output ids gives no
+sample (it has no loss term).
 
 Pure: no torch, no pool access.
 """
@@ -105,17 +106,17 @@ def _name(c: Completion) -> str:
 
 def _check_sampling(c: Completion, temperature: float | None) -> float:
     """The completion's sampling temperature, once it is known to be one the trainer can use."""
-    sampling = c.sampling or {}
-    if sampling.get("training") is not True:
-        why = "was sampled in an ad-hoc session" if sampling.get("training") is False else "has no record of training sampling"
-        asked = sampling["asked"].get("top_p") if isinstance(sampling.get("asked"), dict) else None
+    sampling = c.sampling
+    if sampling.training is not True:
+        why = "was sampled in an ad-hoc session" if sampling.training is False else "has no record of training sampling"
+        asked = sampling.asked.get("top_p") if isinstance(sampling.asked, dict) else None
         extra = f" (top_p = {asked} as asked)" if asked is not None else ""
         raise ForgeError(f"{_name(c)} {why}{extra}, not for training: its logprobs need not be the trainer's; "
                          "open the trajectory's session with training=True")
-    if sampling.get("top_p", 1.0) != 1.0:
-        raise ForgeError(f"{_name(c)} was sampled with top_p = {sampling['top_p']}: its logprobs are not the trainer's "
+    if sampling.top_p != 1.0:
+        raise ForgeError(f"{_name(c)} was sampled with top_p = {sampling.top_p}: its logprobs are not the trainer's "
                          "(a training session samples with top_p = 1)")
-    t = sampling.get("temperature")
+    t = sampling.temperature
     if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
         raise ForgeError(f"{_name(c)} records no usable sampling temperature (got {t!r})")
     if t == 0:

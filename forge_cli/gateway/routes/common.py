@@ -5,11 +5,12 @@ Rendering and tokenising run in a worker thread (a long prompt must not stall ot
 non-streamed call is recorded only once its response body is made (:func:`commit`), so nothing is
 recorded that the client is never answered.
 
-What a completion's ``sampling`` records (:func:`sampling_record`): at the top level, what the
-engine used (``max_tokens``, ``temperature``, ``top_p``, ``stop``, ``stop_token_ids``, ``seed``,
-``n``, ``top_logprobs``); ``training``, whether the session was opened for training; ``asked``, the
-request's own sampling fields exactly as sent (``top_k``, penalties, … included: a field in
-``asked`` with no top-level counterpart was not applied); ``output_format`` when one was asked for.
+What a completion's :class:`~forge_cli.pool.types.Sampling` records (:func:`sampling_record`): at
+the top level, what the engine used (``max_tokens``, ``temperature``, ``top_p``, ``stop``,
+``stop_token_ids``, ``seed``, ``n``, ``top_logprobs``); ``training``, whether the session was
+opened for training; ``asked``, the request's own sampling fields exactly as sent (``top_k``,
+penalties, … included: a field in ``asked`` with no top-level counterpart was not applied);
+``output_format`` when one was asked for.
 A training session samples with ``top_p = 1`` and no ``top_k`` or penalties whatever was asked
 (:func:`training_params`), so that the recorded logprobs are ``log_softmax(logits / T)`` over the
 whole vocabulary, as the trainer computes them.
@@ -37,6 +38,8 @@ from forge_cli.gateway.errors import APIError, describe_validation
 from forge_cli.gateway.middleware import drain
 from forge_cli.gateway.render import Rendered, Tool, Turn, check_fits, parse_output, render_prompt
 from forge_cli.gateway.state import GatewayState, Session
+from forge_cli.gateway.streaming import ContentStream
+from forge_cli.pool.types import Sampling
 from forge_cli.specs import ParsedOutput
 
 DEFAULT_MAX_TOKENS = 1024
@@ -111,15 +114,15 @@ def training_params(params: SamplingParams) -> SamplingParams:
 
 
 def sampling_record(params: SamplingParams, *, training: bool, raw: dict[str, Any] | None,
-                    output_format: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A completion's ``sampling``: what was used (top level), ``training``, what was ``asked``
+                    output_format: dict[str, Any] | None = None) -> Sampling:
+    """A completion's :class:`Sampling`: what was used (top level), ``training``, what was ``asked``
     (the request's sampling fields as sent) and ``output_format`` (see the module's docstring)."""
-    record = params.as_dict()
-    record["training"] = training
-    record["asked"] = {k: raw[k] for k in SAMPLING_FIELDS if raw and raw.get(k) is not None}
-    if output_format is not None:  # recorded as asked, whether or not the engine could enforce it
-        record["output_format"] = output_format
-    return record
+    return Sampling(
+        max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p, stop=params.stop,
+        stop_token_ids=params.stop_token_ids, seed=params.seed, n=params.n, top_logprobs=params.top_logprobs,
+        training=training, asked={k: raw[k] for k in SAMPLING_FIELDS if raw and raw.get(k) is not None},
+        output_format=output_format,  # recorded as asked, whether or not the engine could enforce it
+    )
 
 
 async def session_of(request: Request) -> Session:
@@ -277,8 +280,6 @@ async def stream(request: Request, p: Prepared) -> AsyncIterator[tuple[str, Any]
     """Generate one sample as it is made: ``("text", piece)`` events of safe content, then
     ``("done", Generated)`` (already recorded), whose parsed content equals everything streamed
     plus what :meth:`ContentStream.rest` adds (sent as a last text event before ``done``)."""
-    from forge_cli.gateway.streaming import ContentStream
-
     state = state_of(request)
     content = ContentStream(state.tokenizer, p.fmt if p.tools else None, p.params.stop)
     started = time.time()
