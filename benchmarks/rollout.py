@@ -35,7 +35,8 @@ POLICIES = ["tool-call", "tool-call-truncate", "tool-call-discard-tool-output", 
 async def throughput(model: Path, runs: Path, levels: list[int], executors: list[str], max_tokens: int) -> list[dict]:
     from forge_cli.config import load_config
     from forge_cli.gateway.server import serve_gateway
-    from forge_cli.rollout.driver import RolloutRequest, rollout
+    from forge_cli.rollout.records import RolloutRequest
+    from forge_cli.rollout.driver import rollout
 
     config = load_config(env={}, overrides={
         "model.path": str(model), "model.engine.type": "vllm", "model.max_model_len": 2048, "gateway.port": 0,
@@ -68,7 +69,8 @@ async def throughput(model: Path, runs: Path, levels: list[int], executors: list
 async def sharing(model: Path, runs: Path, groups: int) -> list[dict]:
     from forge_cli.config import load_config
     from forge_cli.gateway.server import serve_gateway
-    from forge_cli.rollout.driver import RolloutRequest, rollout
+    from forge_cli.rollout.records import RolloutRequest
+    from forge_cli.rollout.driver import rollout
 
     config = load_config(env={}, overrides={
         "model.path": str(model), "model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.demo_policies:kv_search",

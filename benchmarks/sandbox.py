@@ -145,7 +145,8 @@ async def agents(names: list[str], sandbox: str, trajectories: int, parallel: in
     from forge_cli.config import load_config
     from forge_cli.gateway.server import serve_gateway
     from forge_cli.plugins import get_registry
-    from forge_cli.rollout.driver import RolloutRequest, rollout
+    from forge_cli.rollout.records import RolloutRequest
+    from forge_cli.rollout.driver import rollout
 
     rows = []
     for name in names:

@@ -15,6 +15,9 @@ from typing import Any, Optional
 import typer
 from typer.core import TyperGroup
 
+from forge_cli import __version__, plugins
+from forge_cli.config import load_config, parse_set_flags
+from forge_cli.console import error
 from forge_cli.errors import ForgeError
 
 COMMAND_MODULES = ("version", "doctor", "config", "plugins", "scaffold", "pool", "model", "gateway", "rollout", "train", "report", "runs", "sandbox")
@@ -25,7 +28,6 @@ class ForgeGroup(TyperGroup):
     file the user named that cannot be read or written (an ``OSError`` that names its file)."""
 
     def invoke(self, ctx: Any) -> Any:
-        from forge_cli.console import error
 
         try:
             return super().invoke(ctx)
@@ -41,7 +43,6 @@ class ForgeGroup(TyperGroup):
 
 def _print_version(value: bool) -> None:
     if value:
-        from forge_cli import __version__
 
         print(f"forge {__version__}")
         raise typer.Exit()
@@ -58,7 +59,6 @@ class State:
     def config(self) -> Any:
         """The resolved :class:`~forge_cli.config.ForgeConfig` (loaded once)."""
         if self._config is None:
-            from forge_cli.config import load_config
 
             self._config = load_config(self.config_path, overrides=self.overrides)
         return self._config
@@ -93,8 +93,6 @@ def build_app() -> typer.Typer:
         ),
         version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
     ) -> None:
-        from forge_cli import plugins
-        from forge_cli.config import parse_set_flags
 
         plugins.flush_warnings()  # plugins that failed to import, once per invocation
         global _state
@@ -103,7 +101,6 @@ def build_app() -> typer.Typer:
     for name in COMMAND_MODULES:
         importlib.import_module(f"forge_cli.commands.{name}").register(app)
 
-    from forge_cli import plugins
 
     pm, registry = plugins.get_manager_uncollected()
     plugins.add_commands(pm, registry, app)

@@ -19,8 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from forge_cli import __version__
+from forge_cli.builtin.sandboxes import docker_check
 from forge_cli.sandbox import probe, quota, seccomp
+from forge_cli.sandbox.bwrap import unavailable
 from forge_cli.sandbox.cgroup import ExecCgroup
+from forge_cli.sandbox.docker import DEFAULT_IMAGE, engine_host
 from forge_cli.sandbox.local import LocalSandbox
 
 PROBE_TIMEOUT_S = 180
@@ -77,7 +81,6 @@ def _sqlite_check() -> Check:
 
 
 def _bwrap_check() -> Check:
-    from forge_cli.sandbox.bwrap import unavailable
 
     why = unavailable()
     if why is not None:
@@ -159,8 +162,6 @@ def _node_check() -> Check:
 
 
 def _docker_check() -> Check:
-    from forge_cli.builtin.sandboxes import docker_check
-    from forge_cli.sandbox.docker import DEFAULT_IMAGE, engine_host
 
     why = docker_check()
     return Check("docker engine", why is None, why or f"{engine_host()}; image {DEFAULT_IMAGE} built", False)
@@ -190,7 +191,6 @@ def _plugin_check(registry: Any) -> Check:
 def run_checks(config: Any, registry: Any, quick: bool = False) -> list[Check]:
     """Every check, in table order. Import probes run concurrently."""
     py_ok = sys.version_info >= (3, 11)
-    from forge_cli import __version__
 
     torch_extra = (
         "print(torch.__version__, '| build:', 'cuda ' + torch.version.cuda if torch.version.cuda else 'cpu',"

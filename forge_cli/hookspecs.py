@@ -74,7 +74,7 @@ def register_tasks(register: Callable[["TaskSuite"], None]) -> None:
     ``"train"`` or ``"heldout"`` split (the same seed gives the same tasks; the splits never share
     a task); ``verifier.verify(task, workdir, transcript)`` returns an ``Outcome``;
     ``tools(task, workdir)`` are the tools a white-box loop gets. A JSONL file of tasks becomes a
-    suite with :func:`forge_cli.tasks.load_user_suite`.
+    suite with :func:`forge_cli.tasks.user.load_user_suite`.
     """
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from forge_cli.errors import ForgeError
-from forge_cli.paths import agents_dir, forge_home
+from forge_cli.paths import agents_dir, data_dir, forge_home
 from forge_cli.specs import InstallRecipe, ScaffoldSpec
 
 MARKER = ".forge-install.json"
@@ -90,7 +90,6 @@ def runner_script(recipe: InstallRecipe) -> Path | None:
     agent is (both sandboxes mount ``$FORGE_HOME/agents``)."""
     if recipe.manager != "pip":
         return None
-    from forge_cli.paths import data_dir
 
     script = data_dir("scaffolds") / "runners" / f"{recipe.bin}.py"
     return script if script.is_file() else None

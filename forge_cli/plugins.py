@@ -27,8 +27,9 @@ from typing import Any, Callable, Iterable
 
 import pluggy
 
-from forge_cli import hookspecs
+from forge_cli import __version__, hookspecs
 from forge_cli.configs.common import validate_options
+from forge_cli.console import warn
 from forge_cli.errors import ForgeError
 from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat
 from forge_cli.tasks.types import TaskSuite
@@ -172,7 +173,6 @@ def load_plugins(extra: Iterable[tuple[str, Any]] = ()) -> tuple[pluggy.PluginMa
     pm = pluggy.PluginManager("forge")
     pm.add_hookspecs(hookspecs)
     registry = Registry()
-    from forge_cli import __version__
 
     def add(name: str, obj: Any, version: str, builtin: bool) -> None:
         try:
@@ -318,7 +318,6 @@ def flush_warnings() -> None:
     """Print (once each) the warnings gathered so far, one yellow line per plugin problem."""
     if _Loaded.registry is None:
         return
-    from forge_cli.console import warn
 
     for message in _Loaded.registry.warnings[_Loaded.printed :]:
         warn(message)

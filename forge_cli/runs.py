@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from forge_cli.config import ForgeConfig, describe_config_error, upgrade_saved, write_resolved
 from forge_cli.errors import ForgeError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,58}")  # ≤ 59: "run_" + the name is a PostgreSQL schema (≤ 63)
@@ -39,7 +40,6 @@ def new_run(config: Any, name: str | None = None, *, exist_ok: bool = False) -> 
     ``exist_ok`` continues an existing run (its config.json is rewritten); otherwise a non-empty
     folder of that name is an error.
     """
-    from forge_cli.config import write_resolved
 
     name = check_run_name(name or config.run.name or time.strftime("%Y%m%d-%H%M%S"))
     run_dir = Path(config.run.dir) / name
@@ -75,7 +75,6 @@ def run_config(config: Any, run_dir: Path) -> Any:
     """The run's own resolved configuration if it wrote one, else the current one."""
     from pydantic import ValidationError
 
-    from forge_cli.config import ForgeConfig, describe_config_error, upgrade_saved
 
     saved = run_dir / "config.json"
     if not saved.is_file():
@@ -163,7 +162,6 @@ def claim_run(config: Any, name: str | None = None) -> RunLock:
     (a :class:`ForgeError` naming the holder) before it changes anything. The lock's ``created``
     says whether the folder was new or empty.
     """
-    from forge_cli.config import write_resolved
 
     name = check_run_name(name or config.run.name or time.strftime("%Y%m%d-%H%M%S"))
     run_dir = Path(config.run.dir) / name

@@ -7,6 +7,7 @@ duplicates, and records which plugin each came from.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import string
 import sys
@@ -17,23 +18,80 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel
 
 from forge_cli.errors import ForgeError
+from forge_cli.names import check_name
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
-
 ScaffoldKind = Literal["white", "black"]
 # The wire API a scaffold speaks to the gateway.
 AgentApi = Literal["openai-chat", "openai-responses", "anthropic-messages"]
 
 
-def check_name(kind: str, name: object) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise ForgeError(f"{kind} name {name!r} is not valid: use lowercase letters, digits, '-' or '_'")
-    return name
+
+# ``loop = "package.module:attribute"``
+LOOP_REF = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+# ``launch.answer``: where a black-box agent's final answer is read (forge_cli.rollout.blackbox reads it)
+ANSWER_RULES = ("stdout", "last-line", "file:NAME")
+# ``context_policy``: each policy's name -> the kind of scaffold that may use it (forge_cli.rollout.context
+# holds their code under the same names)
+CONTEXT_POLICY_KINDS: dict[str, ScaffoldKind] = {
+    "none": "white", "truncate": "white", "discard-tool-output": "white", "summarize": "white", "keep-last-k": "white",
+    "agent": "black",
+}
+# other accepted spellings: the policy is called by its table name everywhere else (events too)
+CONTEXT_POLICY_ALIASES: dict[str, str] = {"full": "none"}
+
+
+def check_loop_ref(ref: object) -> None:
+    """Registration-time check of a ``loop`` value: a callable, or ``module:attr`` whose module exists."""
+    if callable(ref) and not isinstance(ref, str):
+        return
+    if not isinstance(ref, str) or not LOOP_REF.match(ref):
+        raise ForgeError(f"loop {ref!r} is not a 'package.module:attribute' reference")
+    module = ref.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise ForgeError(f"loop {ref!r}: module {module!r} cannot be found ({type(exc).__name__}: {exc})") from None
+    if found is None:
+        raise ForgeError(f"loop {ref!r}: no module named {module!r}")
+
+
+def check_answer_rule(scaffold: str, rule: str) -> None:
+    """A ForgeError unless ``rule`` is one of :data:`ANSWER_RULES` (``file:`` with a relative name)."""
+    if rule in ("stdout", "last-line"):
+        return
+    if isinstance(rule, str) and rule.startswith("file:"):
+        name = rule[len("file:"):]
+        if name and not name.startswith("/") and ".." not in Path(name).parts:
+            return
+    raise ForgeError(
+        f"scaffold '{scaffold}': launch.answer {rule!r} is not one of 'stdout', 'last-line', "
+        "'file:NAME' (NAME relative to the working folder)"
+    )
+
+
+def context_policy_name(name: str) -> str:
+    """The table name of a context policy (``full`` is ``none``); a ForgeError listing the known ones."""
+    table = CONTEXT_POLICY_ALIASES.get(name, name)
+    if table not in CONTEXT_POLICY_KINDS:
+        known = ", ".join([*CONTEXT_POLICY_KINDS, *(f"{a} (= {n})" for a, n in CONTEXT_POLICY_ALIASES.items())])
+        raise ForgeError(f"no context policy named {name!r} (known: {known})")
+    return table
+
+
+def check_context_policy(scaffold: str, kind: str, name: str) -> None:
+    """A scaffold's policy must be in the table and fit its kind (``agent`` for black-box only)."""
+    try:
+        table = context_policy_name(name)
+    except ForgeError as exc:
+        raise ForgeError(f"scaffold '{scaffold}': {exc}") from None
+    if CONTEXT_POLICY_KINDS[table] != kind:
+        allowed = ", ".join(n for n, k in CONTEXT_POLICY_KINDS.items() if k == kind)
+        raise ForgeError(f"scaffold '{scaffold}': context policy {name!r} is not for {kind}-box scaffolds (use {allowed})")
 
 
 @dataclass(frozen=True)
@@ -140,20 +198,14 @@ class ScaffoldSpec:
         if self.loop is not None:
             if self.kind == "black":
                 raise ForgeError(f"scaffold '{self.name}': a black-box scaffold is launched; it has no loop")
-            from forge_cli.rollout.loop import check_loop_ref
-
             try:
                 check_loop_ref(self.loop)
             except ForgeError as exc:
                 raise ForgeError(f"scaffold '{self.name}': {exc}") from None
-        from forge_cli.rollout.context import check_context_policy
-
         check_context_policy(self.name, self.kind, self.context_policy)
         if self.kind == "black" and (self.install is None or self.launch is None):
             raise ForgeError(f"scaffold '{self.name}': a black-box scaffold needs an install recipe and a launch")
         if self.launch is not None:
-            from forge_cli.rollout.blackbox import check_answer_rule
-
             check_answer_rule(self.name, self.launch.answer)
         if self.options is not None and not (isinstance(self.options, type) and issubclass(self.options, BaseModel)):
             raise ForgeError(f"scaffold '{self.name}': options must be a pydantic model class")
@@ -215,6 +267,24 @@ class ParsedOutput:
     content: str
     calls: list[ToolCall]
     errors: list[ParseError] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the model may call: its name, description and JSON-schema ``parameters`` (the OpenAI
+    function schema), ``freeform`` when it takes raw text instead of JSON arguments, and ``run``,
+    the task's code that answers a call (sync or async; None where the tool is only described, as
+    the gateway sees an agent's tools)."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    run: "Callable[[Any], Any] | None" = None
+    freeform: bool = False
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
 
 
 class ToolFormat:

@@ -73,7 +73,8 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path, mcp: list
     from forge_cli.config import load_config
     from forge_cli.engine.hf import score
     from forge_cli.gateway.server import serve_gateway
-    from forge_cli.rollout.driver import RolloutRequest, rollout
+    from forge_cli.rollout.records import RolloutRequest
+    from forge_cli.rollout.driver import rollout
     from forge_cli.tasks.agent_policies import NPM_AGENT_POLICIES
 
     config = load_config(env={}, overrides={

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from forge_cli.config import load_config
-from forge_cli.rollout.driver import RolloutRequest, rollout
+from forge_cli.rollout.records import RolloutRequest
+from forge_cli.rollout.driver import rollout
 from tests.docker_support import docker_engine, sandbox_containers  # noqa: F401  (a fixture)
 
 POLICIES = {"mini-swe-agent": "mini_swe_agent", "aider": "aider", "openai-agents": "openai_agents",
@@ -248,7 +249,7 @@ def test_aider_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
 def test_scaffold_show_measures_the_first_prompt_once(cli, tiny_model, tmp_path, installed_agent):
     from forge_cli.rollout import first_prompt
     from forge_cli.rollout.blackbox import run_blackbox
-    from forge_cli.rollout.driver import resolve_suite
+    from forge_cli.tasks.suites import resolve_suite
     from forge_cli.plugins import get_registry
     from tests.test_blackbox import Live
 

@@ -323,7 +323,7 @@ def test_an_agent_inside_bubblewrap_reaches_the_gateway_through_its_unix_socket(
     import uvicorn
 
     from forge_cli.gateway.app import create_app
-    from forge_cli.sandbox.base import GatewayAccess
+    from forge_cli.sandbox.contract import GatewayAccess
     from forge_cli.sandbox.local import LocalSandbox
 
     sock = Path(tempfile.mkdtemp()) / "gateway.sock"

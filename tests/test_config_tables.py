@@ -74,6 +74,16 @@ def test_config_names_and_implementation_tables_agree():
     assert list(TRAIN_ENGINE_CONFIGS) == list(TRAIN_ENGINES)
 
 
+def test_context_policy_names_and_kinds_agree_with_their_code():
+    """The contracts layer validates a scaffold's policy by name and kind; the rollout layer's table
+    holds the same names, each for the same kind of scaffold."""
+    from forge_cli.rollout.context import CONTEXT_POLICIES
+    from forge_cli.specs import CONTEXT_POLICY_ALIASES, CONTEXT_POLICY_KINDS
+
+    assert {name: policy.kind for name, policy in CONTEXT_POLICIES.items()} == CONTEXT_POLICY_KINDS
+    assert set(CONTEXT_POLICY_ALIASES.values()) <= set(CONTEXT_POLICIES)
+
+
 def test_the_scripted_engine_without_a_policy_is_a_clear_error(tiny_model):
     from forge_cli.engine import make_engine
 

@@ -441,7 +441,7 @@ async def unblocked(read: Any, fifo: Path, within: float = 20.0) -> Any:
 
 def test_planted_fifos_sparse_files_and_links_are_refused_by_the_host(arena, tmp_path):
     from forge_cli.rollout.blackbox import _answer
-    from forge_cli.sandbox.base import ExecResult
+    from forge_cli.sandbox.contract import ExecResult
     from forge_cli.tasks.types import Task, Transcript
     from forge_cli.tasks.workdir import FilesMatch
 

@@ -297,7 +297,8 @@ def test_in_a_container_the_servers_run_from_their_own_venv(tiny_model, tmp_path
 def mcp_rollout(tiny_model, tmp_path, more, *, groups):
     from forge_cli.config import load_config
     from forge_cli.pool import DataPool
-    from forge_cli.rollout.driver import RolloutRequest, rollout
+    from forge_cli.rollout.records import RolloutRequest
+    from forge_cli.rollout.driver import rollout
 
     config = load_config(env={}, overrides={
         "model.path": str(tiny_model), "model.engine.type": "scripted", "model.engine.policy": f"{__name__}:files_over_mcp",

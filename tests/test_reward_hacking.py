@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from forge_cli.sandbox.base import ExecResult
-from forge_cli.tasks import task_suite
+from forge_cli.sandbox.contract import ExecResult
+from forge_cli.tasks.suites import task_suite
 from forge_cli.tasks.types import Transcript, verify_outcome
 from tests.docker_support import docker_engine, sandbox_spec  # noqa: F401  (docker_engine: a fixture)
 

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from forge_cli.config import load_config
 from forge_cli.errors import ForgeError
 from forge_cli.rollout import driver, stream
-from forge_cli.rollout.driver import RolloutRequest, rollout
+from forge_cli.rollout.records import RolloutRequest
+from forge_cli.rollout.driver import rollout
 from forge_cli.rollout.stream import CHUNK, TaskStream, check_mix, parse_mix
-from forge_cli.tasks import task_suite
+from forge_cli.tasks.suites import task_suite
 from forge_cli.tasks.types import Outcome, Task, TaskSuite
 from tests.test_rollout_driver import hanging, scripted_config
 from tests.waiting import until

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from forge_cli.sandbox import quota
-from forge_cli.sandbox.base import GatewayAccess
+from forge_cli.sandbox.contract import GatewayAccess
 from forge_cli.sandbox.docker import DockerOptions, DockerSandbox
 from tests.docker_support import docker_engine, sandbox_containers  # noqa: F401  (a fixture)
 from tests.unix_http import serve_loopback, serve_unix, stop

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from forge_cli.sandbox.base import GatewayAccess
+from forge_cli.sandbox.contract import GatewayAccess
 from forge_cli.sandbox.bwrap import unavailable
 from forge_cli.sandbox.cgroup import ExecCgroup
 from forge_cli.sandbox.local import LocalSandbox

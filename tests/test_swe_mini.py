@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
-from forge_cli.tasks import task_suite
+from forge_cli.tasks.suites import task_suite
 from forge_cli.tasks.swe_mini import UnitTests, unittest_command
 from forge_cli.tasks.swe_units import UNITS, plant, render, repair
 from forge_cli.tasks.types import SandboxVerifier, Transcript, verify_outcome

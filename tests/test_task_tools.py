@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
-from forge_cli.tasks import task_suite
+from forge_cli.tasks.suites import task_suite
 from forge_cli.tasks.calculator import CalculatorError, calculate, evaluate, format_number
 from forge_cli.tasks.types import Task, Transcript
 from forge_cli.tasks.workdir import FilesMatch, confine, file_tools, normalise_file, seed_workdir

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from forge_cli.errors import ForgeError
-from forge_cli.tasks import load_user_suite, task_suite
+from forge_cli.tasks.suites import task_suite
+from forge_cli.tasks.user import load_user_suite
 from forge_cli.tasks.types import Outcome, TaskSuite, Transcript
 
 CHECKS = '''
@@ -175,7 +176,7 @@ def test_files_that_cannot_be_suites(tmp_path):
 PLUGIN = '''
 from pathlib import Path
 from forge_cli import hookimpl
-from forge_cli.tasks import load_user_suite
+from forge_cli.tasks.user import load_user_suite
 from forge_cli.tasks.answers import ExactMatch
 from forge_cli.tasks.types import Task, TaskSuite
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
-from forge_cli.tasks import task_suite
+from forge_cli.tasks.suites import task_suite
 from forge_cli.tasks.answers import ExactMatch, NumericMatch, extract_number, normalise
 from forge_cli.tasks.types import Outcome, Task, TaskSuite, Transcript
 

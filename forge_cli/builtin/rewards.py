@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Callable
 
 from forge_cli import hookimpl
+from forge_cli.rewards.components import completion_time_reward, outcome_reward, process_reward
 from forge_cli.specs import RewardSpec
 
 
 @hookimpl
 def register_rewards(register: Callable[[RewardSpec], None]) -> None:
-    from forge_cli.rewards.components import completion_time_reward, outcome_reward, process_reward
 
     register(RewardSpec("outcome", "The task verifier's score (0 when not verified).", outcome_reward))
     register(RewardSpec(

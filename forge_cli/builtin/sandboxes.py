@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli import hookimpl
+from forge_cli.paths import agents_dir
+from forge_cli.sandbox.docker import DockerOptions, DockerSandbox, image_problem
+from forge_cli.sandbox.local import LocalSandbox
 from forge_cli.specs import SandboxSpec
-
-if TYPE_CHECKING:
-    from forge_cli.sandbox.docker import DockerSandbox
-    from forge_cli.sandbox.local import LocalSandbox
 
 
 class LocalOptions(BaseModel):
@@ -48,9 +47,7 @@ def local_check() -> str | None:
 def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "LocalSandbox":
     """A :class:`~forge_cli.sandbox.local.LocalSandbox` on ``workdir`` with ``[sandboxes.local]``'s limits
     (``gateway``, a :class:`~forge_cli.sandbox.base.GatewayAccess`, is what a bubblewrap sandbox forwards)."""
-    from forge_cli.sandbox.local import LocalSandbox
 
-    from forge_cli.paths import agents_dir
 
     opts = options if isinstance(options, LocalOptions) else LocalOptions(**(options or {}))
     mib = {k: (v * 2**20 if v is not None else None) for k, v in
@@ -64,7 +61,6 @@ def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "Loca
 def docker_check() -> str | None:
     """Usable when a Docker engine answers (``$DOCKER_HOST``, the system socket, or the one
     ``scripts/docker-engine.sh`` starts) and the sandbox image is built."""
-    from forge_cli.sandbox.docker import image_problem
 
     return image_problem()
 
@@ -72,14 +68,12 @@ def docker_check() -> str | None:
 def open_docker(workdir: Path, options: Any = None, gateway: Any = None) -> "DockerSandbox":
     """A :class:`~forge_cli.sandbox.docker.DockerSandbox` on ``workdir`` with ``[sandboxes.docker]``'s
     image and limits; ``gateway`` is reached inside at ``http://127.0.0.1:PORT``."""
-    from forge_cli.sandbox.docker import DockerOptions, DockerSandbox
 
     opts = options if isinstance(options, DockerOptions) else DockerOptions(**(options or {}))
     return DockerSandbox(workdir, opts, gateway=gateway)
 
 
 def _docker_options() -> type[BaseModel]:
-    from forge_cli.sandbox.docker import DockerOptions  # light: the SDK is imported only when a sandbox starts
 
     return DockerOptions
 

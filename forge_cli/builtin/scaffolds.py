@@ -26,7 +26,9 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from forge_cli import hookimpl
+from forge_cli.builtin.tool_formats import BUILTIN_FORMATS
 from forge_cli.paths import data_dir
+from forge_cli.rollout.agent_mcp import supports_mcp, unsupported
 from forge_cli.rollout.context import CONTEXT_POLICIES, context_policy, with_policy_options
 from forge_cli.rollout.families import FAMILIES, Family, ToolLoopOptions
 from forge_cli.rollout.mcp_tools import with_mcp_option
@@ -50,7 +52,6 @@ class AgentOptions(BaseModel):
 
 def _black_options(spec: ScaffoldSpec) -> type[BaseModel]:
     """A black-box agent's options: ``mcp`` for those that take MCP servers, refused (one line) for the others."""
-    from forge_cli.rollout.agent_mcp import supports_mcp, unsupported
 
     options = with_mcp_option(AgentOptions)
     if supports_mcp(spec.name):
@@ -93,7 +94,6 @@ def scaffold_name(family: str, policy: str, tool_format: str) -> str:
 def _formats(family: Family) -> tuple[str, ...]:
     if family.formats is not None:
         return family.formats
-    from forge_cli.builtin.tool_formats import BUILTIN_FORMATS
 
     # the ReAct format is the react family's (text parsed by the loop); the others are function calling.
     # hermes-unlisted is Hermes for a model trained on its tools: only its preset (tool-call-unlisted) uses it

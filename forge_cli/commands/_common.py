@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from forge_cli import plugins
+from forge_cli.cli import get_state
+from forge_cli.config import load_config
+from forge_cli.console import console
 from forge_cli.plugins import Registry
 
 
 def registry() -> Registry:
     """The plugin registry, with any plugin warnings printed once."""
-    from forge_cli import plugins
 
     reg = plugins.get_registry()
     plugins.flush_warnings()
@@ -18,7 +21,6 @@ def registry() -> Registry:
 
 
 def print_json(data: Any) -> None:
-    from forge_cli.console import console
 
     console.print_json(json.dumps(data, default=str))
 
@@ -26,8 +28,6 @@ def print_json(data: Any) -> None:
 def config_with(flags: list[tuple[str, str, Any]]) -> Any:
     """The resolved config with each command flag ``(dotted key, flag name, value)`` that was given
     (``None`` = not given) on top, errors naming the flag the user typed."""
-    from forge_cli.cli import get_state
-    from forge_cli.config import load_config
 
     state = get_state()
     overrides, flag_names = dict(state.overrides), {}

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from forge_cli.cli import get_state
+from forge_cli.commands._common import registry
+from forge_cli.config import find_config_file
+from forge_cli.console import console, err_console
+
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Inspect the resolved configuration (defaults < forge.toml < FORGE_* env < flags).")
@@ -12,10 +17,6 @@ def register(app: typer.Typer) -> None:
     @group.command("show")
     def show() -> None:
         """Print the resolved configuration as JSON, after validating every plugin section."""
-        from forge_cli.cli import get_state
-        from forge_cli.commands._common import registry
-        from forge_cli.config import find_config_file
-        from forge_cli.console import console, err_console
 
         state = get_state()
         config = state.config()

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from forge_cli.cli import get_state
+from forge_cli.commands._common import print_json, registry
+from forge_cli.console import console, err_console, error
+from forge_cli.doctor import run_checks
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -17,10 +22,6 @@ def register(app: typer.Typer) -> None:
         """
         from rich.table import Table
 
-        from forge_cli.cli import get_state
-        from forge_cli.commands._common import print_json, registry
-        from forge_cli.console import console, err_console
-        from forge_cli.doctor import run_checks
 
         config = get_state().config()
         reg = registry()
@@ -45,7 +46,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(names: str) -> typer.Exit:
-    from forge_cli.console import error
 
     error(f"the default loop needs: {names} (run scripts/setup.sh)")
     return typer.Exit(1)

@@ -7,6 +7,10 @@ from typing import Optional
 
 import typer
 
+from forge_cli.commands._common import config_with, engine_flags
+from forge_cli.console import console, err_console
+from forge_cli.gateway.server import serve_gateway
+
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Serve the gateway that agents talk to.", no_args_is_help=True)
@@ -29,7 +33,6 @@ def register(app: typer.Typer) -> None:
         at the same time, on a unix socket (sandboxed agents reach it through that)."""
         import asyncio
 
-        from forge_cli.commands._common import config_with, engine_flags
 
         config = config_with([("gateway.host", "--host", host), ("gateway.port", "--port", port),
                               *engine_flags(model, engine, policy),
@@ -38,7 +41,6 @@ def register(app: typer.Typer) -> None:
         try:
             asyncio.run(_serve_until_stopped(config, run))
         except (KeyboardInterrupt, asyncio.CancelledError):
-            from forge_cli.console import err_console
 
             err_console.print("gateway stopped")
 
@@ -48,8 +50,6 @@ async def _serve_until_stopped(config, run: str | None) -> None:  # noqa: ANN001
     import asyncio
     import signal
 
-    from forge_cli.console import console, err_console
-    from forge_cli.gateway.server import serve_gateway
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
     status = err_console.status("starting the gateway…")

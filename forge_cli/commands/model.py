@@ -7,6 +7,13 @@ from typing import Any, Optional
 
 import typer
 
+from forge_cli.cli import get_state
+from forge_cli.commands._common import config_with
+from forge_cli.console import console, err_console
+from forge_cli.engine.default_model import SIZES, default_model_dir, init_default_model, resolve_model_path
+from forge_cli.errors import ForgeError
+from forge_cli.train.run import warmstart as run_warmstart
+
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Create and inspect the policy model.", no_args_is_help=True)
@@ -20,9 +27,6 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite an existing model."),
     ) -> None:
         """Create the default policy: a small Llama, a locally trained BPE tokenizer and a chat template (HF format)."""
-        from forge_cli.console import console, err_console
-        from forge_cli.engine.default_model import SIZES, default_model_dir, init_default_model
-        from forge_cli.errors import ForgeError
 
         if size not in SIZES:
             raise ForgeError(f"unknown model size {size!r}: choose one of {', '.join(SIZES)}")
@@ -39,9 +43,6 @@ def register(app: typer.Typer) -> None:
         """The model's architecture, size, vocabulary and special tokens."""
         import json
 
-        from forge_cli.cli import get_state
-        from forge_cli.console import console
-        from forge_cli.engine.default_model import resolve_model_path
 
         folder = resolve_model_path(path or get_state().config().model.path)
         config = json.loads((folder / "config.json").read_text())
@@ -64,9 +65,6 @@ def register(app: typer.Typer) -> None:
         real gateway and scaffold), stopped on a measured held-out success rate."""
         import asyncio
 
-        from forge_cli.commands._common import config_with
-        from forge_cli.console import console, err_console
-        from forge_cli.train.run import warmstart as run_warmstart
 
         config = config_with([("model.path", "--model", str(model) if model else None),
                               ("train.warmstart.target_success", "--target", target),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from forge_cli.commands._common import print_json, registry
+from forge_cli.console import console
+
 
 def register(app: typer.Typer) -> None:
     @app.command("plugins")
@@ -13,8 +16,6 @@ def register(app: typer.Typer) -> None:
         """List loaded plugins, their versions, their hooks and what each registered."""
         from rich.table import Table
 
-        from forge_cli.commands._common import print_json, registry
-        from forge_cli.console import console
 
         reg = registry()
         rows = [

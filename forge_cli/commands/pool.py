@@ -10,14 +10,19 @@ from typing import Any, Optional
 
 import typer
 
+from forge_cli.cli import get_state
+from forge_cli.commands._common import print_json
+from forge_cli.console import console, err_console, warn
+from forge_cli.errors import ForgeError
+from forge_cli.pool import NoPool, open_pool
+from forge_cli.pool.scheduler import window_size
+from forge_cli.runs import list_runs, resolve_run, run_config
+
 RUN_HELP = "Run name (under run.dir), or the path of an existing run folder."
 
 
 def _open(run: str) -> tuple[Any, Any, Any]:
     """(pool, run config, run folder) for a run name or path; never creates a pool."""
-    from forge_cli.cli import get_state
-    from forge_cli.pool import open_pool
-    from forge_cli.runs import resolve_run, run_config
 
     config = get_state().config()
     run_dir = resolve_run(config, run)
@@ -28,7 +33,6 @@ def _open(run: str) -> tuple[Any, Any, Any]:
 def _find(trajectory: str, run: str, *, any_run: bool) -> tuple[Any, Any] | None:
     """(the trajectory, its run folder) if that run holds it. Looking through ``any_run``, a run
     that recorded nothing (no pool) holds none; a run named by the user must have a pool."""
-    from forge_cli.pool import NoPool
 
     try:
         pool, _, run_dir = _open(run)
@@ -52,9 +56,6 @@ def register(app: typer.Typer) -> None:
         """Counts by status, the queue head and window, off-policy ages, storage bytes per token."""
         from rich.table import Table
 
-        from forge_cli.commands._common import print_json
-        from forge_cli.console import console
-        from forge_cli.pool.scheduler import window_size
 
         pool, cfg, run_dir = _open(run)
         window = window_size(cfg.pool.scheduler, cfg.pool.max_active_groups)
@@ -92,11 +93,6 @@ def register(app: typer.Typer) -> None:
         """One trajectory: status, rewards, events and every completion."""
         from rich.table import Table
 
-        from forge_cli.cli import get_state
-        from forge_cli.commands._common import print_json
-        from forge_cli.console import console, warn
-        from forge_cli.errors import ForgeError
-        from forge_cli.runs import list_runs
 
         found = _find(trajectory, run, any_run=False) if run else None
         if run is None:
@@ -152,8 +148,6 @@ def register(app: typer.Typer) -> None:
         """Export every trajectory with its group, completions (token ids), events and rewards."""
         import sys
 
-        from forge_cli.console import err_console
-        from forge_cli.errors import ForgeError
 
         if not jsonl:
             raise ForgeError("say --jsonl (the only export format)")

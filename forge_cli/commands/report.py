@@ -7,7 +7,11 @@ from typing import Optional
 
 import typer
 
-from forge_cli.report.render import DEFAULT_DPI
+from forge_cli.cli import get_state
+from forge_cli.commands._common import print_json
+from forge_cli.console import console
+from forge_cli.report.render import DEFAULT_DPI, write_report
+from forge_cli.report.summary import FIELDS_TITLE, as_dict, field_table, table
 
 
 def register(app: typer.Typer) -> None:
@@ -24,11 +28,6 @@ def register(app: typer.Typer) -> None:
         summary.png, summary.json), printed here too."""
         from rich.table import Table
 
-        from forge_cli.cli import get_state
-        from forge_cli.commands._common import print_json
-        from forge_cli.console import console
-        from forge_cli.report.render import write_report
-        from forge_cli.report.summary import FIELDS_TITLE, as_dict, field_table, table
 
         report = write_report(get_state().config(), runs, out=out, dpi=dpi)
         if as_json:

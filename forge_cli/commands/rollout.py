@@ -7,6 +7,12 @@ from typing import Any, Optional
 
 import typer
 
+from forge_cli.commands._common import config_with, engine_flags
+from forge_cli.console import console, err_console
+from forge_cli.rollout.records import request_from_config
+from forge_cli.rollout.driver import rollout
+from forge_cli.rollout.stream import parse_mix
+
 
 def register(app: typer.Typer) -> None:
     @app.command("rollout")
@@ -35,9 +41,6 @@ def register(app: typer.Typer) -> None:
         the run's pool (then `forge pool stats RUN`). Ends with a summary table."""
         import asyncio
 
-        from forge_cli.commands._common import config_with, engine_flags
-        from forge_cli.rollout.driver import request_from_config
-        from forge_cli.rollout.stream import parse_mix
 
         config = config_with([("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
@@ -52,7 +55,6 @@ def register(app: typer.Typer) -> None:
         try:
             summary = asyncio.run(_with_display(config, request, run))
         except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM
-            from forge_cli.console import err_console
 
             err_console.print("rollout interrupted: its unfinished trajectories were failed (interrupted)")
             raise typer.Exit(130) from None
@@ -67,8 +69,6 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
     from rich.live import Live
     from rich.table import Table
 
-    from forge_cli.console import err_console
-    from forge_cli.rollout.driver import rollout
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
 
@@ -90,7 +90,6 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
 def _print_summary(summary: Any) -> None:
     from rich.table import Table
 
-    from forge_cli.console import console
 
     t = Table(title="rollout summary", title_justify="left", show_header=False)
     t.add_column(style="bold")

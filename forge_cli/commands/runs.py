@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import typer
 
+from forge_cli.cli import get_state
+from forge_cli.commands._common import print_json
+from forge_cli.console import console
+from forge_cli.report.status import run_infos
+from forge_cli.report.summary import fmt_duration
+
 
 def register(app: typer.Typer) -> None:
     @app.command("runs")
@@ -17,11 +23,6 @@ def register(app: typer.Typer) -> None:
 
         from rich.table import Table
 
-        from forge_cli.cli import get_state
-        from forge_cli.commands._common import print_json
-        from forge_cli.console import console
-        from forge_cli.report.status import run_infos
-        from forge_cli.report.summary import fmt_duration
 
         config = get_state().config()
         infos = run_infos(config)

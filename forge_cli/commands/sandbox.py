@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from forge_cli.commands._common import print_json
+from forge_cli.console import console, err_console
+from forge_cli.sandbox.docker import clean_leftovers
+from forge_cli.sandbox.images import build_images, engine_status
+
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Build the docker sandbox's images offline; see and clean its containers.", no_args_is_help=True)
@@ -16,8 +21,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The base image (debootstrap --variant=minbase of Debian + docker import; the rootfs is cached under
         FORGE_HOME/cache/sandbox) and every image under sandboxes/images, FROM it. No registry is used."""
-        from forge_cli.console import console, err_console
-        from forge_cli.sandbox.images import build_images
 
         with err_console.status("building the sandbox images…") as status:
             def progress(message: str) -> None:
@@ -34,9 +37,6 @@ def register(app: typer.Typer) -> None:
         """The Docker engine Forge uses, its sandbox images and the sandbox containers it holds."""
         from rich.table import Table
 
-        from forge_cli.commands._common import print_json
-        from forge_cli.console import console
-        from forge_cli.sandbox.docker import engine_status
 
         info = engine_status()
         if as_json:
@@ -62,8 +62,6 @@ def register(app: typer.Typer) -> None:
     @group.command("clean")
     def clean() -> None:
         """Remove the sandbox containers whose process is gone (those of killed runs)."""
-        from forge_cli.console import console
-        from forge_cli.sandbox.docker import clean_leftovers
 
         removed = clean_leftovers()
         console.print(f"removed {len(removed)} leftover container(s)" + (f": {', '.join(removed)}" if removed else ""))

@@ -6,9 +6,19 @@ from typing import Any
 
 import typer
 
+from forge_cli import installer, plugins
+from forge_cli.cli import get_state
+from forge_cli.commands._common import print_json, registry
+from forge_cli.config import find_config_file
+from forge_cli.console import console, err_console, warn
+from forge_cli.errors import ForgeError
+from forge_cli.installer import agent_prefix, installed
+from forge_cli.plugins import _normalise
+from forge_cli.rollout.first_prompt import first_prompt_length
+from forge_cli.rollout.loop import loop_label, loop_status
+
 
 def _installed_label(spec: Any) -> str:
-    from forge_cli.installer import installed
 
     if spec.kind == "white":
         return "built-in"
@@ -28,9 +38,6 @@ def register(app: typer.Typer) -> None:
         """Every registered scaffold: kind, tool format, context policy, source plugin, installed?"""
         from rich.table import Table
 
-        from forge_cli.commands._common import print_json, registry
-        from forge_cli.console import console
-        from forge_cli.errors import ForgeError
 
         if kind not in (None, "white", "black"):
             raise ForgeError(f"--kind must be 'white' or 'black', not {kind!r}")
@@ -76,8 +83,6 @@ def register(app: typer.Typer) -> None:
         from rich.panel import Panel
         from rich.table import Table
 
-        from forge_cli.commands._common import print_json
-        from forge_cli.console import console, err_console
 
         info = _describe(name)
         if measure and "launch" in info:
@@ -114,8 +119,6 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Reinstall even if already installed."),
     ) -> None:
         """Install a black-box agent into FORGE_HOME, or a plugin (path or package) into this environment."""
-        from forge_cli.commands._common import registry
-        from forge_cli.console import console
 
         reg = registry()
         if target in reg.scaffolds:
@@ -132,10 +135,6 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Argument(..., help="An installed black-box scaffold, or a plugin's scaffold or distribution."),
     ) -> None:
         """Remove an installed agent from FORGE_HOME, or uninstall the plugin distribution that registered a scaffold."""
-        from forge_cli import installer, plugins
-        from forge_cli.commands._common import registry
-        from forge_cli.console import console
-        from forge_cli.errors import ForgeError
 
         reg = registry()
         entry = reg.scaffolds.get(target)
@@ -161,10 +160,6 @@ def register(app: typer.Typer) -> None:
 
 def _describe(name: str) -> dict[str, Any]:
     """One scaffold as a dict, with its options resolved from ``forge.toml``."""
-    from forge_cli.cli import get_state
-    from forge_cli.commands._common import registry
-    from forge_cli.config import find_config_file
-    from forge_cli.installer import agent_prefix, installed
 
     reg = registry()
     spec = reg.scaffold(name)
@@ -199,9 +194,6 @@ def _first_prompt(name: str, refresh: bool) -> dict[str, Any]:
     """How long the installed agent's first prompt is on the current model (a measurement or the cache's)."""
     import datetime
 
-    from forge_cli.cli import get_state
-    from forge_cli.errors import ForgeError
-    from forge_cli.rollout.first_prompt import first_prompt_length
 
     try:
         found = first_prompt_length(get_state().config(), name, refresh=refresh)
@@ -216,7 +208,6 @@ def _first_prompt(name: str, refresh: bool) -> dict[str, Any]:
 
 def _loop_line(spec: Any) -> str:
     """Whether a white-box scaffold's loop resolves (this imports the loop's module)."""
-    from forge_cli.rollout.loop import loop_label, loop_status
 
     label, problem = loop_label(spec), loop_status(spec)
     if problem is None:
@@ -225,7 +216,6 @@ def _loop_line(spec: Any) -> str:
 
 
 def _plugin_named(reg: Any, name: str) -> str | None:
-    from forge_cli.plugins import _normalise
 
     for plugin in reg.plugins:
         if _normalise(plugin.split(":")[0]) == _normalise(name):
@@ -236,7 +226,6 @@ def _plugin_named(reg: Any, name: str) -> str | None:
 def _progress(label: str) -> Any:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from forge_cli.console import err_console
 
     return Progress(
         SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(), TextColumn("[dim]{task.fields[line]}"),
@@ -245,8 +234,6 @@ def _progress(label: str) -> Any:
 
 
 def _add_agent(spec: Any, force: bool) -> None:
-    from forge_cli import installer
-    from forge_cli.console import console
 
     if not force and (done := installer.installed(spec)) is not None:
         console.print(f"{spec.name} {done.version} is already installed at {done.prefix}")
@@ -262,10 +249,6 @@ def _add_agent(spec: Any, force: bool) -> None:
 def _add_plugin(target: str, known: list[str]) -> None:
     import difflib
 
-    from forge_cli import installer, plugins
-    from forge_cli.commands._common import registry
-    from forge_cli.console import console, warn
-    from forge_cli.errors import ForgeError
 
     dist = installer.distribution_name(target)
     with _progress(target) as progress:

@@ -7,6 +7,14 @@ from typing import Any, Optional
 
 import typer
 
+from forge_cli.commands._common import config_with
+from forge_cli.console import console, err_console
+from forge_cli.errors import ForgeError
+from forge_cli.rollout.stream import parse_mix
+from forge_cli.train.display import TrainDisplay
+from forge_cli.train.distributed import world
+from forge_cli.train.run import execute, prepare
+
 
 def register(app: typer.Typer) -> None:
     @app.command("train")
@@ -27,10 +35,6 @@ def register(app: typer.Typer) -> None:
         files and checkpoints (forge report RUN plots them)."""
         import asyncio
 
-        from forge_cli.commands._common import config_with
-        from forge_cli.console import err_console
-        from forge_cli.errors import ForgeError
-        from forge_cli.rollout.stream import parse_mix
 
         if steps is not None and steps < 1:
             raise ForgeError(f"--steps must be at least 1, got {steps}")
@@ -42,8 +46,6 @@ def register(app: typer.Typer) -> None:
                               ("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("train.warmstart.when", "--warmstart", warmstart)])
-        from forge_cli.train.distributed import world
-        from forge_cli.train.run import prepare
 
         rank, _ = world()
         prepared = prepare(config, run=run, resume=resume, minutes=minutes) if rank == 0 else None
@@ -54,7 +56,6 @@ def register(app: typer.Typer) -> None:
                               "(continue with forge train --resume RUN; forge runs lists them)")
             raise typer.Exit(130) from None
         if result is not None:
-            from forge_cli.console import console
 
             best = "—" if result.best_heldout_success is None else f"{result.best_heldout_success:.1%}"
             console.print(f"[green]{result.status}[/] at step {result.steps} (policy v{result.policy_version}), best held-out "
@@ -68,9 +69,6 @@ async def _with_display(prepared: Any, *, steps: int | None, live: bool) -> Any:
 
     from rich.live import Live
 
-    from forge_cli.console import err_console
-    from forge_cli.train.display import TrainDisplay
-    from forge_cli.train.run import execute
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
     if prepared is None:  # a DeepSpeed rank > 0: it follows rank 0

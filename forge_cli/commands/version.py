@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from forge_cli import __version__
+from forge_cli.console import console
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -11,7 +14,5 @@ def register(app: typer.Typer) -> None:
         """Print Forge's version and the Python it runs on."""
         import platform
 
-        from forge_cli import __version__
-        from forge_cli.console import console
 
         console.print(f"forge {__version__} (Python {platform.python_version()})", highlight=False)

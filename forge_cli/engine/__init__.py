@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from forge_cli.configs.model import ROLLOUT_ENGINE_CONFIGS, HFEngineConfig, ScriptedEngineConfig, VLLMEngineConfig
+from forge_cli.engine.hf import HFEngine  # heavy: torch, transformers
+from forge_cli.engine.scripted import ScriptedEngine  # heavy: torch, transformers
+from forge_cli.engine.vllm import VLLMEngine  # heavy: vLLM, torch
 from forge_cli.errors import ForgeError
 
 
 def _vllm(config: VLLMEngineConfig, model_path: str | Path, max_model_len: int | None) -> Any:
-    from forge_cli.engine.vllm import VLLMEngine  # heavy: vLLM, torch
 
     return VLLMEngine(model_path, max_model_len=max_model_len, kv_cache_bytes=config.kv_cache_bytes,
                       gpu_memory_utilization=config.gpu_memory_utilization,
@@ -23,13 +25,11 @@ def _vllm(config: VLLMEngineConfig, model_path: str | Path, max_model_len: int |
 
 
 def _hf(config: HFEngineConfig, model_path: str | Path, max_model_len: int | None) -> Any:
-    from forge_cli.engine.hf import HFEngine  # heavy: torch, transformers
 
     return HFEngine(model_path, device=config.device, max_batch=config.max_batch, max_model_len=max_model_len)
 
 
 def _scripted(config: ScriptedEngineConfig, model_path: str | Path, max_model_len: int | None) -> Any:
-    from forge_cli.engine.scripted import ScriptedEngine  # heavy: torch, transformers
 
     if not config.policy:
         raise ForgeError("the scripted engine needs a policy: --policy FILE (rules/turns JSON) or module:function "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, context_limit, first_stop
+from forge_cli.engine.weights import load_into
 from forge_cli.errors import ForgeError
 
 
@@ -125,7 +126,6 @@ class HFEngine(Engine):
             job.abandoned = not job.future.done()
 
     async def _load_weights(self, weights: Any) -> None:
-        from forge_cli.engine.weights import load_into
 
         def load() -> None:
             with self._lock:  # never between two steps of a running batch

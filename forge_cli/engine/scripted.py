@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, context_limit, first_stop
 from forge_cli.engine.hf import load_hf, score
+from forge_cli.engine.weights import load_into
 from forge_cli.errors import ForgeError
 
 Policy = Callable[[dict[str, Any]], str]
@@ -153,7 +154,6 @@ class ScriptedEngine(Engine):
         return GenerationOutput(ids, lps, reason, self.version, why, top_logprobs=tops)
 
     async def _load_weights(self, weights: Any) -> None:
-        from forge_cli.engine.weights import load_into
 
         with self._lock:
             load_into(self.model, weights)

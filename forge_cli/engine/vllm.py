@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, context_limit, first_stop
+from forge_cli.engine.weights import check_fit, folder_shapes, read_weights
 from forge_cli.errors import ForgeError
 
 
@@ -96,7 +97,6 @@ class VLLMEngine(Engine):
         config = AutoConfig.from_pretrained(model_path)
         self.tied = bool(getattr(config, "tie_word_embeddings", False))
         max_model_len = context_limit(max_model_len, getattr(config, "max_position_embeddings", None))
-        from forge_cli.engine.weights import folder_shapes
 
         self._shapes = folder_shapes(model_path)  # what a weight update must match
         if self.tied and "model.embed_tokens.weight" in self._shapes:  # a trainer's state dict names the tied head too
@@ -188,7 +188,6 @@ class VLLMEngine(Engine):
         """
         from safetensors.torch import save_file
 
-        from forge_cli.engine.weights import check_fit, read_weights
 
         weights = read_weights(weights)
         check_fit(self._shapes, weights)  # vLLM would copy what fits and fail on the rest: refuse first

@@ -15,7 +15,7 @@ from typing import Any
 
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.limits import token_floor, utf8_len
-from forge_cli.specs import ParsedOutput, ToolCall, ToolFormat
+from forge_cli.specs import ParsedOutput, ParseError, Tool, ToolCall, ToolFormat
 
 MAX_TOOLS = 512
 
@@ -28,20 +28,6 @@ class Turn:
     content: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     name: str | None = None
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A tool the model may call. ``freeform`` tools take raw text instead of JSON arguments."""
-
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
-    freeform: bool = False
-
-    def schema(self) -> dict[str, Any]:
-        fn: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": self.parameters}
-        return {"type": "function", "function": fn}
 
 
 @dataclass
@@ -134,7 +120,6 @@ def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, 
     parsed = fmt.parse(text)
     known = {t.name for t in tools}
     calls, errors = [], list(parsed.errors)
-    from forge_cli.specs import ParseError
 
     for call in parsed.calls:
         if call.name not in known:

@@ -12,7 +12,9 @@ import json
 import re
 import unicodedata
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
 from forge_cli.configs.rewards import RewardsConfig
+from forge_cli.plugins import get_registry
 from forge_cli.specs import RewardValue
 
 if TYPE_CHECKING:  # registering the built-in components imports no pool
@@ -191,7 +193,6 @@ def process_penalties(
 
 
 def _registry_parse(tool_format: str, text: str) -> Any:
-    from forge_cli.plugins import get_registry
 
     return get_registry().tool_format(tool_format).parse(text)
 

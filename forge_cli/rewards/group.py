@@ -13,13 +13,15 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from forge_cli.errors import ForgeError, one_line
 from forge_cli.configs.rewards import RewardsConfig
+from forge_cli.errors import ForgeError, one_line
+from forge_cli.plugins import get_registry
+from forge_cli.pool.types import CompletionReward
 from forge_cli.rewards.returns import group_advantages, reward_to_go
 from forge_cli.specs import RewardSpec, RewardValue
 
-if TYPE_CHECKING:  # registering the built-in components imports no pool
-    from forge_cli.pool.types import CompletionReward, Trajectory
+if TYPE_CHECKING:
+    from forge_cli.pool.types import Trajectory
 
 if TYPE_CHECKING:
     from forge_cli.pool.store import DataPool
@@ -84,7 +86,6 @@ def _component(spec: RewardSpec, label: str, trajectory: Trajectory, context: di
 
 def _components(registry_rewards: Mapping[str, Any] | None, settings: RewardsConfig) -> list[tuple[str, RewardSpec, str]]:
     if registry_rewards is None:
-        from forge_cli.plugins import get_registry
 
         registry_rewards = get_registry().rewards
     out = []
@@ -179,6 +180,5 @@ def apply_group_rewards(
 
 
 def _completion_reward(*fields: Any) -> "CompletionReward":
-    from forge_cli.pool.types import CompletionReward
 
     return CompletionReward(*fields)

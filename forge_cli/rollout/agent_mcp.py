@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from forge_cli.errors import ForgeError
+from forge_cli.installer import MARKER
+from forge_cli.paths import data_dir
 
 ENV_DIR = ".forge-mcp"  # under $FORGE_HOME/agents: visible read-only in every sandbox
 CONFIG_FILE = ".forge-mcp.json"  # an mcpServers file in the work directory (claude-code, the runners)
@@ -162,7 +164,6 @@ def _build(target: Path, scripts: Path, key: str) -> None:
     import subprocess
     import sysconfig
 
-    from forge_cli.installer import MARKER
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target / "venv")], check=True,
                    capture_output=True)
@@ -181,6 +182,11 @@ def _build(target: Path, scripts: Path, key: str) -> None:
     (target / MARKER).write_text(json.dumps({"requirement": key}))
 
 
+def tools_dir() -> Path:
+    """The MCP servers' scripts as Forge ships them (copied into each sandbox that runs them)."""
+    return data_dir("sandboxes") / "tools"
+
+
 def tools_env(agents_home: Path) -> tuple[Path, Path]:
     """``(python, tools folder)`` of the MCP servers' environment under ``agents_home``, made now if it is
     missing or stale (see the module's docstring)."""
@@ -188,8 +194,6 @@ def tools_env(agents_home: Path) -> tuple[Path, Path]:
     import shutil
     import subprocess
 
-    from forge_cli.installer import MARKER
-    from forge_cli.rollout.mcp_tools import tools_dir
 
     scripts = tools_dir()
     key = _key(scripts)

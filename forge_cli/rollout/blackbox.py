@@ -28,16 +28,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
+from forge_cli import installer
 from forge_cli.errors import ForgeError
+from forge_cli.paths import data_dir
+from forge_cli.rollout import agent_mcp
+from forge_cli.rollout.agent_mcp import check_supported
+from forge_cli.rollout.mcp_tools import server, write_corpus
+from forge_cli.sandbox.local import LocalSandbox
+from forge_cli.tasks.types import Transcript
 
 if TYPE_CHECKING:
     from forge_cli.installer import AgentInstall
-    from forge_cli.sandbox.base import ExecResult, Sandbox
+    from forge_cli.sandbox.contract import ExecResult, Sandbox
     from forge_cli.specs import ScaffoldSpec
-    from forge_cli.tasks.types import Task, Transcript
+    from forge_cli.tasks.types import Task
 
 BlackboxStatus = Literal["completed", "failed", "timed_out"]
-ANSWER_RULES = ("stdout", "last-line", "file:NAME")
 
 
 @dataclass(frozen=True)
@@ -62,29 +68,13 @@ class BlackboxResult:
 
     def transcript(self) -> "Transcript":
         """What the task's verifier gets (:class:`forge_cli.tasks.types.Transcript`)."""
-        from forge_cli.tasks.types import Transcript
 
         return Transcript(answer=self.answer, messages=(), exit_code=self.exit_code, stdout=self.stdout)
-
-
-def check_answer_rule(scaffold: str, rule: str) -> None:
-    """A ForgeError unless ``rule`` is one of :data:`ANSWER_RULES` (``file:`` with a relative name)."""
-    if rule in ("stdout", "last-line"):
-        return
-    if isinstance(rule, str) and rule.startswith("file:"):
-        name = rule[len("file:"):]
-        if name and not name.startswith("/") and ".." not in Path(name).parts:
-            return
-    raise ForgeError(
-        f"scaffold '{scaffold}': launch.answer {rule!r} is not one of 'stdout', 'last-line', "
-        "'file:NAME' (NAME relative to the working folder)"
-    )
 
 
 def find_install(spec: "ScaffoldSpec", agents_home: Path | None = None) -> "AgentInstall":
     """The recorded install of ``spec``'s program, under ``agents_home`` (default ``$FORGE_HOME/agents``);
     a ForgeError naming ``forge scaffold add`` when it is not installed (or its install is stale)."""
-    from forge_cli import installer
 
     if spec.kind != "black" or spec.install is None or spec.launch is None:
         raise ForgeError(f"scaffold '{spec.name}' is not a black-box scaffold with an install recipe and a launch")
@@ -101,7 +91,6 @@ def installed_under(spec: "ScaffoldSpec", agents_home: Path) -> "AgentInstall | 
     """:func:`forge_cli.installer.installed`, for an agents folder other than ``$FORGE_HOME/agents``."""
     import json
 
-    from forge_cli import installer
 
     assert spec.install is not None
     prefix = Path(agents_home) / spec.name
@@ -122,7 +111,6 @@ def launch_values(spec: "ScaffoldSpec", install: "AgentInstall", *, base_url: st
 
     ``$python`` is the python beside a pip agent's program (its own venv's); npm agents have none.
     """
-    from forge_cli.paths import data_dir
 
     base = base_url.rstrip("/")
     values = {
@@ -178,14 +166,12 @@ async def run_blackbox(
     install = find_install(spec, agents_home)
     assert spec.launch is not None
     if mcp:
-        from forge_cli.rollout.agent_mcp import check_supported
 
         check_supported(spec.name, mcp)
     owned = sandbox is None
     if sandbox is None:
         if workdir is None:
             raise ForgeError("run_blackbox: give a workdir (or a sandbox)")
-        from forge_cli.sandbox.local import LocalSandbox
 
         # a plain subprocess: the agent reaches base_url over the host's loopback (no gateway socket is known here)
         sandbox = LocalSandbox(workdir, memory_bytes=memory_bytes, cpu_time_s=cpu_time_s, isolation="none")
@@ -219,8 +205,6 @@ async def _with_mcp(scaffold: str, command: list[str], env: dict[str, str], file
     servers' environment under ``agents_home`` in the work directory (a search corpus written there)."""
     import asyncio
 
-    from forge_cli.rollout import agent_mcp
-    from forge_cli.rollout.mcp_tools import server, write_corpus
 
     python, folder = await asyncio.to_thread(agent_mcp.tools_env, agents_home)
     servers = {}
@@ -233,7 +217,7 @@ async def _with_mcp(scaffold: str, command: list[str], env: dict[str, str], file
 
 
 async def _answer(rule: str, done: "ExecResult", sandbox: "Sandbox") -> str | None:
-    """The final answer under ``rule`` (:data:`ANSWER_RULES`); ``None`` when it is empty or missing."""
+    """The final answer under ``rule`` (:data:`forge_cli.specs.ANSWER_RULES`); ``None`` when it is empty or missing."""
     if rule.startswith("file:"):
         try:
             text = (await sandbox.read_file(rule[len("file:"):])).decode("utf-8", errors="replace")

@@ -1,8 +1,8 @@
 """Context policies: the one table of their names, what each does and the options it takes.
 
 A white-box scaffold names its policy (``context_policy = "keep-last-k"``); :class:`ScaffoldSpec`
-validates the name against :data:`CONTEXT_POLICIES` (or an alias in :data:`ALIASES`: ``full`` is
-``none``) when it is registered. A black-box agent manages its own context: its policy is ``agent``.
+validates the name against :data:`forge_cli.specs.CONTEXT_POLICY_KINDS`, the names of
+:data:`CONTEXT_POLICIES` (or an alias: ``full`` is ``none``), when it is registered. A black-box agent manages its own context: its policy is ``agent``.
 A policy is an explicit action of the loop (DESIGN §7): the loop hands its history to
 :meth:`Episode.managed <forge_cli.rollout.loop.Episode.managed>` before every model call, adopts
 what comes back as its history, and whatever the policy removed is reported as a trajectory event
@@ -40,6 +40,7 @@ from typing import Any, Awaitable, Callable, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from forge_cli.errors import ForgeError
+from forge_cli.specs import context_policy_name
 
 Messages = list[dict[str, Any]]
 # (messages, options) -> (kept messages, event data or None when nothing was removed)
@@ -228,27 +229,11 @@ CONTEXT_POLICIES: dict[str, ContextPolicy] = {
         ContextPolicy("agent", "A black-box agent manages its own context.", "black"),
     )
 }
-# other accepted spellings: the policy is called by its table name everywhere else (events too)
-ALIASES: dict[str, str] = {"full": "none"}
 
 
 def context_policy(name: str) -> ContextPolicy:
-    policy = CONTEXT_POLICIES.get(ALIASES.get(name, name))
-    if policy is None:
-        known = ", ".join([*CONTEXT_POLICIES, *(f"{a} (= {n})" for a, n in ALIASES.items())])
-        raise ForgeError(f"no context policy named {name!r} (known: {known})")
-    return policy
-
-
-def check_context_policy(scaffold: str, kind: str, name: str) -> None:
-    """A scaffold's policy must be in the table and fit its kind (``agent`` for black-box only)."""
-    try:
-        policy = context_policy(name)
-    except ForgeError as exc:
-        raise ForgeError(f"scaffold '{scaffold}': {exc}") from None
-    if policy.kind != kind:
-        allowed = ", ".join(n for n, p in CONTEXT_POLICIES.items() if p.kind == kind)
-        raise ForgeError(f"scaffold '{scaffold}': context policy {name!r} is not for {kind}-box scaffolds (use {allowed})")
+    """The policy called ``name`` (or an alias of it: :data:`forge_cli.specs.CONTEXT_POLICY_ALIASES`)."""
+    return CONTEXT_POLICIES[context_policy_name(name)]
 
 
 def policy_options(name: str, scaffold_options: Any) -> BaseModel | None:

@@ -15,10 +15,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forge_cli.errors import ForgeError
+from forge_cli.plugins import get_registry
+from forge_cli.rollout.blackbox import run_blackbox
+from forge_cli.rollout.loop import run_episode
+from forge_cli.rollout.mcp_tools import episode_tools, mcp_servers
+from forge_cli.sandbox.contract import GatewayAccess
+from forge_cli.tasks.suites import resolve_suite
+from forge_cli.tasks.types import Transcript, verify_outcome
+from forge_cli.tasks.workdir import seed_workdir
 
 if TYPE_CHECKING:
     from forge_cli.specs import ScaffoldSpec
-    from forge_cli.tasks.types import Outcome, Task, TaskSuite, Transcript
+    from forge_cli.tasks.types import Outcome, Task, TaskSuite
 
 
 @dataclass(frozen=True)
@@ -50,12 +58,9 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
     machine): ``(Transcript, events, Outcome)``. ``spec`` and ``suite`` default to the ones the
     registry of this process names. A black-box program that runs over its budget raises
     :class:`AgentTimedOut`; one that fails otherwise a :class:`ForgeError` with its reason."""
-    from forge_cli.tasks.workdir import seed_workdir
 
     registry = None
     if spec is None or suite is None:
-        from forge_cli.plugins import get_registry
-        from forge_cli.rollout.driver import resolve_suite
 
         registry = get_registry()
         spec = spec or registry.scaffold(job.scaffold)
@@ -63,12 +68,8 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
     workdir = Path(job.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if spec.kind == "white":
-        from forge_cli.rollout.loop import run_episode
-        from forge_cli.rollout.mcp_tools import episode_tools
-        from forge_cli.tasks.types import Transcript
 
         if registry is None:
-            from forge_cli.plugins import get_registry
 
             registry = get_registry()
         seed_workdir(job.task, workdir)  # task.files, confined to the workdir
@@ -79,10 +80,8 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
                                        options=job.options, model=job.model, tools=tools)
         transcript, events = Transcript(answer=result.answer), result.events
     else:
-        from forge_cli.rollout.blackbox import run_blackbox
 
         if registry is None:
-            from forge_cli.plugins import get_registry
 
             registry = get_registry()
         sandbox = open_sandbox(registry, job, workdir, sandbox_options)  # [sandboxes.NAME]'s options
@@ -103,7 +102,6 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
 
 async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Transcript", sandbox: Any = None) -> "Outcome":
     """The suite's verifier on the work (in ``sandbox`` when it runs programs), within VERIFY_TIMEOUT_S."""
-    from forge_cli.tasks.types import verify_outcome
 
     try:
         return await asyncio.wait_for(verify_outcome(suite.verifier, job.task, workdir, transcript, sandbox),
@@ -115,7 +113,6 @@ async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Tran
 def launch_options(job: Job) -> dict[str, Any]:
     """What a black-box scaffold's own options (``[scaffolds.NAME]``: ``timeout_s``, ``extra_args``,
     ``env``, ``mcp``) change in its launch: the budget is the shorter of the trajectory's and the scaffold's."""
-    from forge_cli.rollout.mcp_tools import mcp_servers
 
     timeout = job.options.get("timeout_s")
     return {"timeout_s": min(job.timeout_s, float(timeout)) if timeout else job.timeout_s,
@@ -128,7 +125,6 @@ def open_sandbox(registry: Any, job: Job, workdir: Path, options: Any = None) ->
     at the port of ``job.base_url`` through ``job.gateway_socket`` when the sandbox isolates the network."""
     from urllib.parse import urlsplit
 
-    from forge_cli.sandbox.base import GatewayAccess
 
     entry = registry.sandboxes.get(job.sandbox)
     if entry is None or entry.value.open is None:

@@ -23,7 +23,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from forge_cli.engine.default_model import resolve_model_path
+from forge_cli.engine.scripted import FilePolicy, ScriptedEngine
 from forge_cli.errors import ForgeError
+from forge_cli.gateway.server import serve_gateway
+from forge_cli.paths import forge_home
+from forge_cli.plugins import get_registry
+from forge_cli.rollout.blackbox import find_install, run_blackbox
+from forge_cli.tasks.suites import resolve_suite
 
 CACHE_FILE = "first-prompts.json"
 MEASURE_TASK = ("swe-mini", "train", 0)  # suite, split, seed: its first task's prompt is what the agent is given
@@ -50,7 +57,6 @@ class FirstPrompt:
 
 
 def cache_path() -> Path:
-    from forge_cli.paths import forge_home
 
     return forge_home() / "cache" / CACHE_FILE
 
@@ -102,9 +108,6 @@ def first_prompt_length(config: Any, name: str, *, refresh: bool = False, timeou
 
 
 def _key(config: Any, name: str) -> tuple[str, Any, Path]:
-    from forge_cli.engine.default_model import resolve_model_path
-    from forge_cli.plugins import get_registry
-    from forge_cli.rollout.blackbox import find_install
 
     spec = get_registry().scaffold(name)
     install = find_install(spec)  # not black-box, or not installed: a ForgeError saying so
@@ -122,11 +125,6 @@ def _read_cache() -> dict[str, Any]:
 
 async def _measure(config: Any, name: str, install: Any, model_path: Path, timeout_s: float) -> int:
     """Launch the agent against a scripted gateway of its own; the first completion's prompt length."""
-    from forge_cli.engine.scripted import FilePolicy, ScriptedEngine
-    from forge_cli.gateway.server import serve_gateway
-    from forge_cli.plugins import get_registry
-    from forge_cli.rollout.blackbox import run_blackbox
-    from forge_cli.rollout.driver import resolve_suite
 
     registry = get_registry()
     suite_name, split, seed = MEASURE_TASK

@@ -28,37 +28,22 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
+from forge_cli.configs.common import validate_options
 from forge_cli.errors import ForgeError
-from forge_cli.rollout.context import Messages, context_policy, policy_options
+from forge_cli.plugins import get_registry
+from forge_cli.pool.types import Event
+from forge_cli.rollout.context import GatewayCalls, Messages, context_policy, policy_options
+from forge_cli.specs import Tool
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
     from forge_cli.plugins import Registry
-    from forge_cli.pool.types import Event
     from forge_cli.specs import ScaffoldSpec
-
-LOOP_REF = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A tool the task offers: its OpenAI function schema and how to run it (sync or async)."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    run: Callable[[Any], "str | Awaitable[str]"]
-
-    def schema(self) -> dict[str, Any]:
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
-
 
 @dataclass
 class Episode:
@@ -100,7 +85,6 @@ class Episode:
 
     def report(self, kind: str, **data: Any) -> Event:
         """Record something that happened (a context-management action, a tool error) as a trajectory event."""
-        from forge_cli.pool.types import Event
 
         event = Event(kind=kind, at=time.time(), data=data)
         self.events.append(event)
@@ -127,7 +111,6 @@ class Episode:
         ``summarize`` ask the gateway for token counts, ``summarize`` for a summary, as ``agent``);
         ``tools``: the schemas the next call sends (counted with the prompt). A removal is reported as
         a ``context.<policy>`` event (with ``agent`` when one is named)."""
-        from forge_cli.rollout.context import GatewayCalls
 
         policy = context_policy(self.context_policy)
         if self._policy_client is None and policy.apply is None:
@@ -167,21 +150,6 @@ class EpisodeResult:
 
     answer: str | None
     events: list[Event]
-
-
-def check_loop_ref(ref: object) -> None:
-    """Registration-time check of a ``loop`` value: a callable, or ``module:attr`` whose module exists."""
-    if callable(ref) and not isinstance(ref, str):
-        return
-    if not isinstance(ref, str) or not LOOP_REF.match(ref):
-        raise ForgeError(f"loop {ref!r} is not a 'package.module:attribute' reference")
-    module = ref.partition(":")[0]
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as exc:
-        raise ForgeError(f"loop {ref!r}: module {module!r} cannot be found ({type(exc).__name__}: {exc})") from None
-    if found is None:
-        raise ForgeError(f"loop {ref!r}: no module named {module!r}")
 
 
 def resolve_loop(spec: "ScaffoldSpec") -> Callable[["Episode"], Awaitable[str | None]]:
@@ -248,13 +216,11 @@ async def run_episode(
     propagate: the caller fails the trajectory.
     """
     if registry is None:
-        from forge_cli.plugins import get_registry
 
         registry = get_registry()
     spec = registry.scaffold(scaffold) if isinstance(scaffold, str) else scaffold
     run = resolve_loop(spec)
     if options is None or isinstance(options, Mapping):
-        from forge_cli.configs.common import validate_options
 
         validated = validate_options(spec.options, dict(options or {}), f"{source} [scaffolds.{spec.name}]")
     elif spec.options is not None and not isinstance(options, spec.options):

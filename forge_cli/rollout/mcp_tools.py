@@ -47,11 +47,14 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Literal, Sequenc
 from pydantic import BaseModel, Field, create_model
 
 from forge_cli.errors import ForgeError
-from forge_cli.rollout.loop import Tool
+from forge_cli.paths import agents_dir
+from forge_cli.rollout.agent_mcp import tools_dir, tools_env
 from forge_cli.sandbox.base import OutputTail
+from forge_cli.specs import Tool
+from forge_cli.tasks import kvsearch
 
 if TYPE_CHECKING:
-    from forge_cli.sandbox.base import Sandbox
+    from forge_cli.sandbox.contract import Sandbox
     from forge_cli.tasks.types import Task, TaskSuite
 
 START_TIMEOUT_S = 120.0  # importing the SDK on a loaded machine takes a while
@@ -106,15 +109,8 @@ def server(name: str) -> McpServer:
     return SERVERS[name]
 
 
-def tools_dir() -> Path:
-    from forge_cli.paths import data_dir
-
-    return data_dir("sandboxes") / "tools"
-
-
 async def write_corpus(sandbox: "Sandbox", task: "Task | None") -> str:
     """Write ``task``'s search corpus into the sandbox; the folder to search, relative to the work directory."""
-    from forge_cli.tasks import kvsearch
 
     if task is None or task.suite != kvsearch.NAME:
         return "."
@@ -281,8 +277,6 @@ async def mcp_tools(names: Sequence[str], sandbox: "Sandbox", *, task: "Task | N
             else:  # the servers' own venv under FORGE_HOME/agents, which the sandbox sees read-only
                 import asyncio
 
-                from forge_cli.paths import agents_dir
-                from forge_cli.rollout.agent_mcp import tools_env
 
                 env_python, env_tools = await asyncio.to_thread(tools_env, agents_dir())
                 python, folder = str(env_python), str(env_tools)

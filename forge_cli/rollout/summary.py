@@ -9,15 +9,16 @@ from pathlib import Path
 from statistics import fmean
 from typing import TYPE_CHECKING, Any, Sequence
 
+from forge_cli.train.prefix_tree import unique_tokens  # the trainer's own trie: what it will compute
+
 if TYPE_CHECKING:
-    from forge_cli.rollout.driver import RolloutRequest, TrajectoryResult
+    from forge_cli.rollout.records import RolloutRequest, TrajectoryResult
 
 
 def prefix_share(sequences: Sequence[Sequence[int]]) -> float | None:
     """tokens / unique tokens of their trie (1.0: nothing shared); ``None`` for no tokens."""
     from types import SimpleNamespace
 
-    from forge_cli.train.prefix_tree import unique_tokens  # the trainer's own trie: what it will compute
 
     total = sum(len(s) for s in sequences)
     return total / unique_tokens([SimpleNamespace(tokens=list(s)) for s in sequences]) if total else None

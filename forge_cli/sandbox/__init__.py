@@ -18,6 +18,6 @@ Importing this package is cheap (the standard library only).
 
 from __future__ import annotations
 
-from forge_cli.sandbox.base import ExecResult, Sandbox
+from forge_cli.sandbox.contract import ExecResult, Sandbox
 
 __all__ = ["ExecResult", "Sandbox"]

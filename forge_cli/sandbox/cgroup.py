@@ -24,13 +24,14 @@ import time
 import uuid
 from pathlib import Path
 
+from forge_cli.sandbox.base import owner_of
+
 ROOT = Path("/sys/fs/cgroup")
 PREFIX = "forge-sandbox-"
 
 
 def _owner_tag(pid: int | None = None) -> str:
     """``PID-START`` of a process (this one by default); ``PID-?`` if it is gone."""
-    from forge_cli.sandbox.base import owner_of
 
     pid = os.getpid() if pid is None else pid
     owner = owner_of(pid)

@@ -37,11 +37,20 @@ from typing import Any, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.errors import ForgeError
-from forge_cli.sandbox import quota, seccomp
+from forge_cli.paths import agents_dir
+from forge_cli.sandbox import forward, quota, seccomp
 from forge_cli.sandbox.base import (
-    DISK_WORDS, ExecResult, GatewayAccess, OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, owner_alive,
-    owner_of, sweep_folders,
+    DISK_WORDS,
+    OutputTail,
+    WorkdirFiles,
+    exec_argv,
+    exec_result,
+    make_folder,
+    owner_alive,
+    owner_of,
+    sweep_folders,
 )
+from forge_cli.sandbox.contract import ExecResult, GatewayAccess
 from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, hand_over, remove_tree
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
@@ -119,30 +128,6 @@ def image_problem(image: str = DEFAULT_IMAGE, timeout_s: float = 3.0) -> str | N
     finally:
         client.close()
     return None
-
-
-def engine_status() -> dict[str, Any]:
-    """What ``forge sandbox status`` shows: the engine (host, version), Forge's images and its sandbox containers."""
-    from forge_cli.sandbox.images import BASE_IMAGE, image_folders
-
-    client = connect(5)
-    try:
-        version = client.version()
-        images = {}
-        for tag in [BASE_IMAGE, *image_folders()]:
-            try:
-                image = client.images.get(tag)
-                images[tag] = {"id": image.short_id, "size_mb": round(image.attrs.get("Size", 0) / 2**20)}
-            except Exception:
-                images[tag] = None
-        containers = [
-            {"name": c.name, "status": c.status, "run": c.labels.get(RUN_LABEL, ""),
-             "owner_alive": owner_alive(c.labels.get(OWNER_LABEL, ""))}
-            for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
-        ]
-    finally:
-        client.close()
-    return {"host": engine_host(), "version": version.get("Version"), "images": images, "containers": containers}
 
 
 def clean_leftovers() -> list[str]:
@@ -268,7 +253,6 @@ class DockerSandbox(WorkdirFiles):
             if self.uid != 0:
                 chown_tree(self._workdir, self.uid, self.gid)
             mounts = [Mount(str(self._workdir), str(self._workdir), type="bind", read_only=False)]
-            from forge_cli.paths import agents_dir
 
             if agents_dir().is_dir():
                 agents = str(agents_dir().resolve())
@@ -277,7 +261,6 @@ class DockerSandbox(WorkdirFiles):
                     mounts.append(Mount(str(prefix), str(prefix), type="bind", read_only=True))
             main = ["sh", "-c", f"touch {READY_FILE}; exec cat >/dev/null"]
             if self.gateway is not None:
-                from forge_cli.sandbox import forward
 
                 if not Path(self.gateway.socket).exists():
                     raise ForgeError(f"docker sandbox: the gateway's socket {self.gateway.socket} does not exist")

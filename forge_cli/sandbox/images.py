@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from forge_cli.errors import ForgeError
 from forge_cli.paths import data_dir, forge_home
+from forge_cli.sandbox.docker import LABEL, OWNER_LABEL, RUN_LABEL, connect, engine_host, owner_alive
 
 BASE_IMAGE = "forge-base:latest"
 BASE_SUITE = "bookworm"
@@ -177,7 +178,6 @@ def build_folder(client: Any, tag: str, folder: Path, *, force: bool = False,
 
 def build_images(*, force: bool = False, only_base: bool = False, progress: Progress = lambda _: None) -> list[BuiltImage]:
     """The base image, then every image under ``sandboxes/images`` (see the module's docstring)."""
-    from forge_cli.sandbox.docker import connect
 
     client = connect()
     try:
@@ -188,3 +188,25 @@ def build_images(*, force: bool = False, only_base: bool = False, progress: Prog
         return done
     finally:
         client.close()
+
+
+def engine_status() -> dict[str, Any]:
+    """What ``forge sandbox status`` shows: the engine (host, version), Forge's images and its sandbox containers."""
+    client = connect(5)
+    try:
+        version = client.version()
+        images = {}
+        for tag in [BASE_IMAGE, *image_folders()]:
+            try:
+                image = client.images.get(tag)
+                images[tag] = {"id": image.short_id, "size_mb": round(image.attrs.get("Size", 0) / 2**20)}
+            except Exception:
+                images[tag] = None
+        containers = [
+            {"name": c.name, "status": c.status, "run": c.labels.get(RUN_LABEL, ""),
+             "owner_alive": owner_alive(c.labels.get(OWNER_LABEL, ""))}
+            for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+        ]
+    finally:
+        client.close()
+    return {"host": engine_host(), "version": version.get("Version"), "images": images, "containers": containers}

@@ -72,9 +72,8 @@ from typing import Mapping, Sequence
 
 from forge_cli.errors import ForgeError
 from forge_cli.sandbox import bwrap, launch, quota, seccomp
-from forge_cli.sandbox.base import (
-    ExecResult, GatewayAccess, OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, sweep_folders,
-)
+from forge_cli.sandbox.base import OutputTail, WorkdirFiles, exec_argv, exec_result, make_folder, sweep_folders
+from forge_cli.sandbox.contract import ExecResult, GatewayAccess
 from forge_cli.sandbox.cgroup import ExecCgroup, sweep_stale
 from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, hand_over, read_regular, remove_tree
 from forge_cli.sandbox.processes import MARKER_VAR, kill, kill_all, marked_pids, signal_tree

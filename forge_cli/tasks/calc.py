@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.rollout.loop import Tool
+from forge_cli.specs import Tool
 from forge_cli.tasks.answers import NumericMatch
 from forge_cli.tasks.calculator import calculate
 from forge_cli.tasks.splits import Draft, draw

@@ -14,6 +14,9 @@ import random
 import re
 from typing import Any
 
+from forge_cli.errors import ForgeError
+from forge_cli.tasks.swe_units import repair
+
 
 def _call(name: str, **arguments: Any) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
@@ -182,7 +185,6 @@ def swe_mini(context: dict[str, Any]) -> str:
     """Fix a swe-mini repository with the suite's tools: read the modules the failing tests point at
     (through ``api.py`` when a test goes through it), ``edit_file`` each planted bug away (it knows
     the catalogue's bug patterns, :func:`forge_cli.tasks.swe_units.repair`), run the tests, answer."""
-    from forge_cli.tasks.swe_units import repair
 
     messages = context.get("messages") or []
     prompt = _user(messages)
@@ -233,7 +235,6 @@ def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0) -> 
     """The scripted engine's ``policy`` reference that writes traces for the suites of ``weights``
     (a mix gets :func:`by_tools`), with ``slips`` for the calc teacher; a ForgeError if a suite has
     no demo policy."""
-    from forge_cli.errors import ForgeError
 
     missing = [name for name in weights if name not in DEMO_POLICIES]
     if missing:

@@ -39,17 +39,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from forge_cli.errors import ForgeError
+from forge_cli.sandbox.hostfiles import write_regular
+from forge_cli.sandbox.local import LocalSandbox
+from forge_cli.specs import Tool
 from forge_cli.tasks import swe_checks, swe_units
 from forge_cli.tasks.splits import Draft, draw
-from forge_cli.sandbox.hostfiles import write_regular
 from forge_cli.tasks.swe_checks import api_source, caller_expression, exec_source, expression
-from forge_cli.tasks.workdir import confine, file_tools, read_text
 from forge_cli.tasks.swe_units import UNITS, Unit
 from forge_cli.tasks.types import Outcome, Split, Task, TaskSuite, Transcript
+from forge_cli.tasks.workdir import confine, file_tools, read_text
 
 if TYPE_CHECKING:
-    from forge_cli.rollout.loop import Tool
-    from forge_cli.sandbox.base import ExecResult, Sandbox
+    from forge_cli.sandbox.contract import ExecResult, Sandbox
 
 NAME = "swe-mini"
 PACKAGES = ("textkit", "numtools", "ledger", "toolbox", "minilib", "datautil", "strops", "calcpack", "utilbox", "corelib")
@@ -342,7 +343,6 @@ class UnitTests:
 
     def verify(self, task: Task, workdir: Path, transcript: Transcript) -> Outcome:
         """:meth:`verify_in` in a local sandbox opened on ``workdir`` (for callers without a sandbox)."""
-        from forge_cli.sandbox.local import LocalSandbox
 
         async def run() -> Outcome:
             async with LocalSandbox(workdir) as sandbox:
@@ -386,7 +386,6 @@ RUN = {"type": "object", "properties": {}}
 
 def tools(task: Task, workdir: Path) -> Sequence["Tool"]:
     """``read_file``, ``write_file``, ``list_files``, ``edit_file`` and ``run_tests`` in ``workdir``."""
-    from forge_cli.rollout.loop import Tool
 
     def edit_file(arguments: Any) -> str:
         if not isinstance(arguments, dict):
@@ -408,7 +407,6 @@ def tools(task: Task, workdir: Path) -> Sequence["Tool"]:
         return f"replaced {count} occurrence{'s' if count > 1 else ''} in {arguments.get('path')}"
 
     async def run_tests(arguments: Any) -> str:
-        from forge_cli.sandbox.local import LocalSandbox
 
         modules = (task.answer or {}).get("test_modules") or []
         async with LocalSandbox(workdir) as sandbox:

@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
+from forge_cli.errors import ForgeError
+from forge_cli.specs import check_name
+
 if TYPE_CHECKING:
-    from forge_cli.rollout.loop import Tool
-    from forge_cli.sandbox.base import Sandbox
+    from forge_cli.sandbox.contract import Sandbox
+    from forge_cli.specs import Tool
 
 Split = Literal["train", "heldout"]
 
@@ -104,8 +107,6 @@ class TaskSuite:
     tools: Callable[[Task, Path], Sequence["Tool"]] = lambda task, workdir: ()
 
     def validate(self) -> None:
-        from forge_cli.errors import ForgeError
-        from forge_cli.specs import check_name
 
         check_name("task suite", self.name)
         if not callable(self.make) or not callable(self.tools):

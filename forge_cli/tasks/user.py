@@ -24,8 +24,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from forge_cli.errors import ForgeError
+from forge_cli.specs import check_name
+from forge_cli.tasks.answers import ExactMatch
 from forge_cli.tasks.splits import SPLITS, Draft, check_request, rng_for, split_of
 from forge_cli.tasks.types import Outcome, Split, Task, TaskSuite, Transcript, Verifier
+from forge_cli.tasks.workdir import tools
 
 REF = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 FIELDS = {"id", "prompt", "answer", "files", "difficulty", "split"}
@@ -146,8 +149,6 @@ def load_user_suite(path: str | Path, verifier_ref: str | None = None, name: str
     ``file_tools`` gives white-box loops ``read_file``/``write_file``/``list_files`` in the work
     directory; by default they are given when some task has ``files``.
     """
-    from forge_cli.specs import check_name
-    from forge_cli.tasks.answers import ExactMatch
 
     path = Path(path)
     default = re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-")
@@ -169,7 +170,6 @@ def load_user_suite(path: str | Path, verifier_ref: str | None = None, name: str
 
     with_files = file_tools if file_tools is not None else any(draft.files for draft, _ in rows)
     if with_files:
-        from forge_cli.tasks.workdir import tools
 
         return TaskSuite(name=suite_name, description=description or f"{len(rows)} tasks from {path.name}",
                          make=make, verifier=verifier, tools=tools)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from forge_cli.errors import ForgeError
-from forge_cli.rollout.loop import Tool
+from forge_cli.specs import Tool
 from forge_cli.sandbox.hostfiles import MAX_READ_BYTES, read_regular, write_regular
 from forge_cli.tasks.types import Outcome, Task, Transcript
 

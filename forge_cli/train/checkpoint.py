@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from forge_cli.engine.weights import load_into
 from forge_cli.errors import ForgeError
 
 
@@ -73,7 +74,6 @@ def load_checkpoint(root: Path, model: Any, optimizer: Any, scheduler: Any = Non
     if not pointer.is_file():
         return None
     folder = root / pointer.read_text().strip()
-    from forge_cli.engine.weights import load_into
 
     try:
         if model is not None:

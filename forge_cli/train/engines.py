@@ -22,8 +22,9 @@ from typing import Any, Sequence
 
 import torch
 
-from forge_cli.errors import ForgeError
 from forge_cli.configs.train import TRAIN_ENGINE_CONFIGS
+from forge_cli.errors import ForgeError
+from forge_cli.paths import forge_home
 from forge_cli.pool.types import Sample
 from forge_cli.train.step import StepStats, policy_loss_backward, train_step
 
@@ -87,7 +88,6 @@ def init_distributed() -> bool:
     """Join the launcher's process group (NCCL on CUDA, gloo on CPU) unless this process is in one
     already; True if it joined here. Without a launcher it is a group of one (RANK 0, WORLD_SIZE 1).
     On CUDA each process takes the GPU of its ``LOCAL_RANK`` first, so that collectives run there."""
-    from forge_cli.paths import forge_home
 
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(forge_home() / "torch_extensions"))
     alone = "WORLD_SIZE" not in os.environ and "MASTER_PORT" not in os.environ

@@ -24,8 +24,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from forge_cli.engine.default_model import MARKER
+from forge_cli.engine.default_model import MARKER, resolve_model_path
+from forge_cli.engine.hf import load_hf
+from forge_cli.engine.weights import load_into
 from forge_cli.errors import ForgeError
+from forge_cli.train.distributed import world
+from forge_cli.train.metrics import read_state
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model")
@@ -38,13 +42,10 @@ def trainer_model(config: Any, run_dir: Path, resume: bool) -> Any:
     """The trainer's own copy of the policy (the engine holds another), in train mode — a resumed
     run's with the latest checkpoint's weights, loaded before the train engine wraps it (DeepSpeed
     copies them to every rank and into its own master weights at ``initialize``)."""
-    from forge_cli.engine.default_model import resolve_model_path
-    from forge_cli.engine.hf import load_hf
 
     model, _ = load_hf(resolve_model_path(config.model.path))
     pointer = Path(run_dir) / "checkpoints" / "latest"
     if resume and pointer.is_file():
-        from forge_cli.engine.weights import load_into
 
         folder = pointer.parent / pointer.read_text().strip() / "model"
         try:
@@ -67,7 +68,6 @@ async def restore(gw: Any, trainer: Any, model: Any, resume: bool) -> tuple[int,
     """Bring the run to its latest checkpoint (see the module's docstring); returns (step, policy
     version, best held-out success so far). A fresh run returns (0, the engine's version, None)."""
     from forge_cli.train.checkpoint import load_checkpoint
-    from forge_cli.train.metrics import read_state
 
     root = gw.run_dir / "checkpoints"
     if not resume:
@@ -102,10 +102,8 @@ async def save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, 
 
 
 def _save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, version: int) -> Path:
-    from forge_cli.engine.default_model import resolve_model_path
     from forge_cli.train.checkpoint import TrainerState, save_checkpoint
 
-    from forge_cli.train.distributed import world
 
     # with several trainer processes rank 0's optimizer holds only its own partition: its moments
     # are not kept (a resumed run starts them afresh), rather than kept wrong

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from forge_cli.plugins import get_registry
 from forge_cli.rollout.context import OBSERVATION_PREFIX
 from forge_cli.rollout.loop import Episode
 
@@ -15,7 +16,6 @@ _FINAL_RE = re.compile(r"Final Answer:\s*(.*)", re.DOTALL)
 
 
 def _format(episode: Episode) -> Any:
-    from forge_cli.plugins import get_registry
 
     return get_registry().tool_format(episode.tool_format)
 

@@ -1,0 +1,80 @@
+"""The rollout's own records: what to roll out (:class:`RolloutRequest`, from ``[rollout]`` by
+:func:`request_from_config`) and one finished trajectory as the summary counts it
+(:class:`TrajectoryResult`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """What to roll out: ``groups`` tasks of ``suite``'s ``split`` (or of ``mix``'s suites), ``n``
+    trajectories each.
+
+    ``groups=None`` is an unbounded stream (only with a consumer, ``forge train``: it runs until the
+    caller cancels it); ``first_group`` is the stream's first group index (a resumed run passes the
+    number of groups its pool already has, so it goes on with new tasks); ``mix`` maps suite names
+    to weights (empty: ``suite`` alone) and each group's suite is drawn by weight from ``seed``.
+    """
+
+    scaffold: str
+    suite: str  # a registered suite's name, or a JSONL file of tasks (with ``verifier``)
+    verifier: str | None = None
+    split: str = "train"
+    groups: int | None = 4
+    n: int = 8
+    concurrency: int = 8
+    trajectory_timeout_s: float = 600.0
+    max_tokens_per_trajectory: int | None = None
+    seed: int = 0
+    executor: str = "local"  # a name in forge_cli.rollout.executors.EXECUTORS
+    ray_address: str | None = None
+    gateway_url: str | None = None  # a running `forge gateway serve` instead of an in-process one
+    admin_key: str | None = field(default=None, repr=False)
+    first_group: int = 0
+    mix: dict[str, float] = field(default_factory=dict)
+    evaluation: bool = False  # a held-out evaluation's groups: recorded, never trained on (forge train)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Suite → weight: the mix, or ``suite`` alone."""
+        return dict(self.mix) if self.mix else {self.suite: 1.0}
+
+    @property
+    def label(self) -> str:
+        """What the tasks are, for a title: ``calc`` or ``calc=2, qa=1``."""
+        return ", ".join(f"{k}={w:g}" for k, w in self.mix.items()) if self.mix else self.suite
+
+
+def request_from_config(config: Any, **overrides: Any) -> RolloutRequest:
+    """The request ``[rollout]`` (with ``train.group_size`` and ``run.seed``) describes; ``overrides``
+    replace fields (``groups=None, first_group=k`` for forge train, ``gateway_url``, …)."""
+    r = config.rollout
+    fields: dict[str, Any] = dict(
+        scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups, n=config.train.group_size,
+        concurrency=r.concurrency, trajectory_timeout_s=r.trajectory_timeout_s,
+        max_tokens_per_trajectory=r.max_tokens_per_trajectory, seed=config.run.seed, executor=r.executor,
+        ray_address=r.ray_address, mix=dict(r.mix))
+    return RolloutRequest(**(fields | overrides))
+
+
+@dataclass(frozen=True)
+class TrajectoryResult:
+    """One finished trajectory, as the summary counts it."""
+
+    trajectory_id: str
+    group_id: str
+    task_id: str
+    status: str  # completed | failed | timed_out
+    score: float | None
+    reason: str
+    wall_s: float
+    events: int
+    rewards: dict[str, float] = field(default_factory=dict)
+    suite: str = ""  # the key of its task's suite in the request's weights
+
+    @property
+    def solved(self) -> bool:
+        return self.score is not None and self.score >= 1.0

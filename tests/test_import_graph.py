@@ -1,0 +1,228 @@
+"""The house's shape, held by a test: Forge's modules import one way (docs/DESIGN.md §1, "Layers").
+
+The graph is built with ``ast`` from every ``import`` in ``forge_cli/``, wherever it is written:
+at the top of a module, inside a function, under ``if TYPE_CHECKING``. It must have no cycle; no
+module may import one of a higher layer; and an import inside a function is only for a module that
+is heavy to import (one that loads, itself or through what it imports at its top, a library of
+:data:`HEAVY`), so that the graph a reader or a linter sees at the top of each file is the graph.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "forge_cli"
+
+# From the ground up (docs/DESIGN.md §1). A module is in the layer of its longest matching prefix.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("forge_cli", "forge_cli.errors", "forge_cli.paths", "forge_cli.console", "forge_cli.names",
+              "forge_cli.unions", "forge_cli.configs.common")),
+    ("configuration", ("forge_cli.configs", "forge_cli.config")),
+    ("contracts", ("forge_cli.specs", "forge_cli.hookspecs", "forge_cli.records", "forge_cli.pool.types",
+                   "forge_cli.tasks.types", "forge_cli.sandbox.contract", "forge_cli.plugins")),
+    ("parts", ("forge_cli.engine", "forge_cli.pool", "forge_cli.toolformats", "forge_cli.tasks", "forge_cli.sandbox",
+               "forge_cli.rewards", "forge_cli.installer", "forge_cli.runs")),
+    ("run context", ("forge_cli.run",)),
+    ("services", ("forge_cli.gateway", "forge_cli.rollout", "forge_cli.train", "forge_cli.report")),
+    ("composition and face", ("forge_cli.builtin", "forge_cli.doctor", "forge_cli.commands", "forge_cli.cli",
+                              "forge_cli.__main__")),
+]
+
+# Libraries that are slow to import or come with an optional extra (pyproject.toml): a module that
+# needs one is imported inside the function that uses it, never at the top of a light module.
+HEAVY = {
+    "torch", "vllm", "transformers", "deepspeed", "ray", "safetensors", "tokenizers", "numpy", "matplotlib",
+    "tensorboard", "fastapi", "uvicorn", "starlette", "httpx", "prometheus_client", "psycopg", "docker", "mcp",
+    "pyseccomp", "openai", "anthropic", "jinja2",
+}
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    top: set[str] = field(default_factory=set)        # Forge modules imported when this one is imported
+    lazy: set[str] = field(default_factory=set)       # inside a function
+    typing: set[str] = field(default_factory=set)     # under ``if TYPE_CHECKING``
+    third_party_top: set[str] = field(default_factory=set)
+
+    @property
+    def edges(self) -> set[str]:
+        return self.top | self.lazy | self.typing
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _targets(node: ast.Import | ast.ImportFrom, here: str, is_package: bool, known: dict[str, Path]) -> tuple[set[str], set[str]]:
+    """(Forge modules, third-party top-level names) an import statement names. ``from pkg import
+    sub`` names the submodule, not the package."""
+    forge, other = set(), set()
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+        for name in names:
+            (forge if name.split(".")[0] == "forge_cli" else other).add(name if name.split(".")[0] == "forge_cli" else name.split(".")[0])
+        return {n for n in forge if n in known}, other
+    if node.level:
+        base = here.split(".") if is_package else here.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        module = ".".join(base + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    if module.split(".")[0] != "forge_cli":
+        return set(), {module.split(".")[0]}
+    plain_names = False
+    for alias in node.names:
+        sub = f"{module}.{alias.name}"
+        if sub in known:
+            forge.add(sub)
+        else:
+            plain_names = True
+    if plain_names and module in known:
+        forge.add(module)
+    return forge, other
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def build_graph() -> dict[str, Module]:
+    known = _modules()
+    graph = {name: Module(name, path) for name, path in known.items()}
+    for name, module in graph.items():
+        tree = ast.parse(module.path.read_text(), str(module.path))
+        is_package = module.path.name == "__init__.py"
+
+        def visit(node: ast.AST, where: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    forge, other = _targets(child, name, is_package, known)
+                    forge.discard(name)
+                    getattr(module, where).update(forge)
+                    if where == "top":
+                        module.third_party_top.update(other)
+                    continue
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    visit(child, "lazy")
+                elif isinstance(child, ast.If) and _is_type_checking(child.test) and where == "top":
+                    for stmt in child.body:
+                        visit(ast.Module(body=[stmt], type_ignores=[]), "typing")
+                    for stmt in child.orelse:
+                        visit(ast.Module(body=[stmt], type_ignores=[]), "top")
+                else:
+                    visit(child, where)
+
+        visit(tree, "top")
+    return graph
+
+
+def layer_of(name: str) -> int:
+    best, best_len = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    assert best is not None, f"{name} is in no layer: add it to LAYERS (and to DESIGN.md's table)"
+    return best
+
+
+def heavy_modules(graph: dict[str, Module]) -> set[str]:
+    """Forge modules whose import loads a HEAVY library (at their top, or through a Forge module
+    they import at their top, or through the packages that contain them)."""
+    heavy = {name for name, m in graph.items() if m.third_party_top & HEAVY}
+    changed = True
+    while changed:
+        changed = False
+        for name, module in graph.items():
+            if name in heavy:
+                continue
+            parents = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+            if (module.top | parents) & heavy:
+                heavy.add(name)
+                changed = True
+    return heavy
+
+
+def find_cycle(graph: dict[str, Module]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node].edges):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = dfs(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for name in sorted(graph):
+        if name not in state:
+            found = dfs(name)
+            if found:
+                return found
+    return None
+
+
+GRAPH = build_graph()
+
+
+def test_the_graph_is_read():
+    """The graph sees top-level, function-level and TYPE_CHECKING imports (a guard on the reader)."""
+    assert len(GRAPH) > 100
+    assert "forge_cli.errors" in GRAPH["forge_cli.config"].top
+    assert any(m.lazy for m in GRAPH.values()) and any(m.typing for m in GRAPH.values())
+    assert {"forge_cli.train.step", "forge_cli.gateway.app"} <= heavy_modules(GRAPH)
+    assert "forge_cli.config" not in heavy_modules(GRAPH)
+
+
+def test_no_import_cycle():
+    cycle = find_cycle(GRAPH)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_module_imports_a_higher_layer():
+    wrong = []
+    for name, module in sorted(GRAPH.items()):
+        for target in sorted(module.edges):
+            if layer_of(target) > layer_of(name):
+                wrong.append(f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_package_holding_a_lower_layer_imports_nothing_from_outside_it():
+    """``forge_cli.tasks`` holds ``tasks.types`` (a contract the plugin host imports): were its
+    ``__init__`` to import the plugin host, importing the host would run it half-made. A package
+    whose modules are of several layers imports only its own modules in its ``__init__``."""
+    wrong = []
+    for name, module in sorted(GRAPH.items()):
+        if module.path.name != "__init__.py":
+            continue
+        inside = [m for m in GRAPH if m.startswith(name + ".")]
+        if len({layer_of(m) for m in inside} | {layer_of(name)}) == 1:
+            continue
+        wrong += [f"{name}/__init__.py imports {t}" for t in sorted(module.edges) if not t.startswith(name + ".")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_imports_inside_functions_are_only_of_heavy_modules():
+    heavy = heavy_modules(GRAPH)
+    light = [f"{name} imports {target} inside a function" for name, module in sorted(GRAPH.items())
+             for target in sorted(module.lazy - heavy)]
+    assert not light, "\n".join(light)
