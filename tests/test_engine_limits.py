@@ -9,6 +9,7 @@ import pytest
 
 from forge_cli.engine.base import SamplingParams, context_limit
 from forge_cli.errors import ForgeError
+from tests.waiting import until
 
 
 def make(kind: str, model, **kw):
@@ -76,31 +77,39 @@ def test_unreadable_weight_paths_are_forge_errors(tiny_model, kind, tmp_path):
     assert asyncio.run(run()).output_ids
 
 
-def test_busy_seconds_count_the_time_a_request_is_in_flight(tiny_model):
+def test_busy_seconds_count_the_time_a_request_is_in_flight(tiny_model, monkeypatch):
     """The engine-idle fraction's clock: it runs while at least one request is in flight (overlapping
-    requests count once) and stands still while none is."""
-    import time
+    requests count once) and stands still while none is. The engine's clock is a stand-in the test moves."""
+    from types import SimpleNamespace
+
+    from forge_cli.engine import base
+
+    now = [1000.0]
+    monkeypatch.setattr(base, "time", SimpleNamespace(monotonic=lambda: now[0]))
 
     async def run():
         engine = make("scripted", tiny_model)
         assert engine.busy_seconds() == 0.0
         release = asyncio.Event()
         original = engine._generate
+        entered: list[int] = []
 
         async def slow(*args, **kwargs):
+            entered.append(1)
             await release.wait()
             return await original(*args, **kwargs)
 
         engine._generate = slow
         params = SamplingParams(max_tokens=2, temperature=0)
-        started = time.monotonic()
         calls = [asyncio.ensure_future(engine.generate([5, 6, 7], params)) for _ in range(3)]
-        await asyncio.sleep(0.3)
-        assert 0.25 <= engine.busy_seconds() <= time.monotonic() - started  # running, counted once
+        await until(lambda: len(entered) == 3, what="the three requests in flight")
+        now[0] += 0.3
+        assert engine.busy_seconds() == pytest.approx(0.3)  # running, counted once
         release.set()
         await asyncio.gather(*calls)
         busy = engine.busy_seconds()
-        await asyncio.sleep(0.2)
+        assert busy == pytest.approx(0.3)
+        now[0] += 0.2
         assert engine.busy_seconds() == busy  # idle: the clock stands
         await engine.close()
 

@@ -9,6 +9,7 @@ import pytest
 from forge_cli.engine.base import SamplingParams
 from forge_cli.engine.hf import HFEngine, load_hf, token_logprobs
 from forge_cli.errors import ForgeError
+from tests.waiting import until
 
 
 def test_hf_engine_batched_logprobs_match_a_plain_forward(tiny_model):
@@ -96,14 +97,24 @@ def test_top_logprobs_bounds():
 def test_hf_engine_streams_ids_as_they_are_sampled(tiny_model, monkeypatch):
     """Ids arrive while sampling runs (not all at the end), add up to the final output, and equal an
     unstreamed generation with the same seed; a second request batched alongside is unaffected."""
-    import time
+    import threading
 
     from forge_cli.engine import hf
 
     real_sample = hf._sample
-    # each step takes a few ms, as a real model's would: the tiny one could finish before the
-    # consumer first wakes, and the test would then see one chunk however the engine streams
-    monkeypatch.setattr(hf, "_sample", lambda *a: time.sleep(0.005) or real_sample(*a))
+    # the streamed request's sampler in lockstep with its reader: its next id is sampled only once the
+    # reader has the ones before (an engine that sent everything at the end would never get there)
+    delivered = threading.Semaphore(0)
+    gated = {"on": True, "sampled": 0}
+
+    def sample(logits, params, gen):
+        if params.seed == 7 and gated["on"]:
+            if gated["sampled"]:
+                assert delivered.acquire(timeout=120), "an id was not streamed before the next was sampled"
+            gated["sampled"] += 1
+        return real_sample(logits, params, gen)
+
+    monkeypatch.setattr(hf, "_sample", sample)
     model, tok = load_hf(tiny_model)
 
     async def run():
@@ -118,11 +129,14 @@ def test_hf_engine_streams_ids_as_they_are_sampled(tiny_model, monkeypatch):
                 if isinstance(item, list):
                     chunks.append(item)
                     arrivals.append(asyncio.get_running_loop().time())
+                    for _ in item:
+                        delivered.release()
                 else:
                     final = item
 
         other = engine.generate(prompt, SamplingParams(max_tokens=16, temperature=0.9, seed=8))
         _, [beside] = await asyncio.gather(consume(), other)
+        gated["on"] = False  # the unstreamed run of the same seed goes at its own pace
         [plain] = await engine.generate(prompt, params)
         await engine.close()
         return prompt, chunks, final, plain, beside, arrivals
@@ -137,14 +151,27 @@ def test_hf_engine_streams_ids_as_they_are_sampled(tiny_model, monkeypatch):
 def test_hf_engine_stops_sampling_for_a_caller_that_went_away(tiny_model, monkeypatch):
     """A client that disconnects mid-stream (or a cancelled request) frees the batch: its rows stop
     instead of running to max_tokens while every later request waits behind them."""
-    from forge_cli.engine import hf
+    import threading
 
-    import time
+    from forge_cli.engine import hf
 
     sampled = []
     real_sample = hf._sample
-    # a few ms per step, as a real model's: the 0.1 s below then holds ~20 steps on any machine
-    monkeypatch.setattr(hf, "_sample", lambda *a: sampled.append(1) or time.sleep(0.005) or real_sample(*a))
+    # the sampler waits at two moments for the caller to go away, so the abandoned rows are seen
+    # mid-generation on any machine: the stream's 2nd id until its client has closed it, the
+    # unstreamed request's first id until it is cancelled
+    closed, started, given_up = threading.Event(), threading.Event(), threading.Event()
+
+    def sample(*a):
+        sampled.append(1)
+        if len(sampled) == 2:
+            assert closed.wait(120), "the stream was never closed"
+        elif len(sampled) == 3:
+            started.set()
+            assert given_up.wait(120), "the request was never cancelled"
+        return real_sample(*a)
+
+    monkeypatch.setattr(hf, "_sample", sample)
     model, tok = load_hf(tiny_model)
     prompt = tok.encode("<|im_start|>user\nwrite a very long essay<|im_end|>\n<|im_start|>assistant\n")
     long = SamplingParams(max_tokens=400, temperature=1.0, seed=1)
@@ -152,12 +179,19 @@ def test_hf_engine_stops_sampling_for_a_caller_that_went_away(tiny_model, monkey
     async def run():
         engine = HFEngine(tiny_model)
         engine.eos_token_id = None  # nothing ends the long request early but its caller leaving
-        stream = engine.generate_stream(prompt, long)
-        await stream.__anext__()  # the first id: sampling is under way
-        await stream.aclose()  # the client disconnects
-        cancelled = asyncio.ensure_future(engine.generate(prompt, long))
-        await asyncio.sleep(0.1)
-        cancelled.cancel()  # an unstreamed request whose caller gives up
+        try:
+            stream = engine.generate_stream(prompt, long)
+            await stream.__anext__()  # the first id: sampling is under way
+            await stream.aclose()  # the client disconnects
+            closed.set()
+            cancelled = asyncio.ensure_future(engine.generate(prompt, long))
+            await until(started.is_set, what="the second request's sampling to start")
+            cancelled.cancel()  # an unstreamed request whose caller gives up
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+        finally:
+            closed.set()
+            given_up.set()
         await engine.generate(prompt, SamplingParams(max_tokens=2))
         await engine.close()
 

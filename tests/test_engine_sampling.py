@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from forge_cli.engine.base import MIN_TEMPERATURE, SamplingParams
 from forge_cli.engine.hf import HFEngine, load_hf, token_logprobs
 from forge_cli.errors import ForgeError
+from tests.waiting import until
 
 PROMPT = "<|im_start|>user\nname three colours<|im_end|>\n<|im_start|>assistant\n"
 
@@ -65,20 +66,22 @@ def test_tiny_temperatures_and_top_p_sample_safely_beside_normal_requests(tiny_m
 def test_a_request_whose_sampling_fails_fails_alone(tiny_model, monkeypatch):
     """Whatever one request's sampling raises fails that request; the others batched with it finish,
     streamed or not."""
-    import time
+    import threading
 
     from forge_cli.engine import hf
 
     real = hf._sample
     calls: dict[int | None, int] = {}
     batches: list[set[int | None]] = []
+    holding, release = threading.Event(), threading.Event()
 
     def sample(logits, params, gen):
         calls[params.seed] = calls.get(params.seed, 0) + 1
         if params.seed == 666 and calls[params.seed] == 3:  # mid-generation, after two ids
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-        if params.seed == 1:
-            time.sleep(0.02)  # the first request holds the worker while the others queue up
+        if params.seed == 1 and calls[1] == 1:  # the first request holds the worker while the others queue up
+            holding.set()
+            assert release.wait(120), "the test never let the first request go on"
         return real(logits, params, gen)
 
     real_run = hf.HFEngine._run
@@ -91,19 +94,24 @@ def test_a_request_whose_sampling_fails_fails_alone(tiny_model, monkeypatch):
         engine = HFEngine(tiny_model)
         engine.eos_token_id = None  # every row runs to max_tokens: the bad one fails while the rest go on
         first = asyncio.ensure_future(engine.generate(prompt, SamplingParams(max_tokens=4, seed=1)))
-        await asyncio.sleep(0.03)
+        try:
+            await until(holding.is_set, what="the first request to hold the worker")
 
-        async def streamed(seed):
-            return [item async for item in engine.generate_stream(prompt, SamplingParams(max_tokens=8, seed=seed))]
+            async def streamed(seed):
+                return [item async for item in engine.generate_stream(prompt, SamplingParams(max_tokens=8, seed=seed))]
 
-        results = await asyncio.gather(
-            engine.generate(prompt, SamplingParams(max_tokens=8, seed=10)),
-            engine.generate(prompt, SamplingParams(max_tokens=8, seed=666)),
-            engine.generate(prompt, SamplingParams(max_tokens=8, seed=11, n=2)),
-            streamed(12),
-            engine.generate(prompt, SamplingParams(max_tokens=8, seed=13)),
-            return_exceptions=True,
-        )
+            others = asyncio.gather(
+                engine.generate(prompt, SamplingParams(max_tokens=8, seed=10)),
+                engine.generate(prompt, SamplingParams(max_tokens=8, seed=666)),
+                engine.generate(prompt, SamplingParams(max_tokens=8, seed=11, n=2)),
+                streamed(12),
+                engine.generate(prompt, SamplingParams(max_tokens=8, seed=13)),
+                return_exceptions=True,
+            )
+            await until(lambda: engine._jobs.qsize() == 5, what="the five requests queued behind the first")
+        finally:
+            release.set()
+        results = await others
         await first
         await engine.close()
         return results

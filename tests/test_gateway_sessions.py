@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import httpx
 import openai
@@ -15,6 +14,7 @@ from forge_cli.engine.hf import HFEngine
 from forge_cli.gateway.state import GatewayState
 from forge_cli.pool import DataPool
 from tests.conftest import LiveGateway, tool_formats
+from tests.waiting import wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -132,11 +132,14 @@ def test_unknown_endpoint_is_404_json(loopback):
     assert r.status_code == 404 and r.json()["error"]["message"].startswith("no endpoint")
 
 
-def test_pause_resume_and_weight_update_lose_nothing(loopback, tmp_path):
+def test_pause_resume_and_weight_update_lose_nothing(loopback, tmp_path, monkeypatch):
     live, pool = loopback
     admin = {"Authorization": "Bearer admin-secret"}
     assert httpx.post(f"{live.url}/admin/pause", headers=admin).json()["paused"] is True
     results: list = []
+    arrived: list[int] = []  # requests that reached the engine (and wait at its pause)
+    engine, generate = live.state.engine, live.state.engine.generate
+    monkeypatch.setattr(engine, "generate", lambda *a, **kw: arrived.append(1) or generate(*a, **kw))
 
     def call(i: int) -> None:
         r = httpx.post(f"{live.url}/v1/chat/completions", headers={"Authorization": f"Bearer p{i}"},
@@ -146,7 +149,7 @@ def test_pause_resume_and_weight_update_lose_nothing(loopback, tmp_path):
     threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    wait_until(lambda: len(arrived) == 8, what="the 8 requests to reach the paused engine")
     assert results == []  # they wait while paused
     # new weights while paused: a perturbed copy of the model's own
     import torch
