@@ -57,7 +57,7 @@ def serve(port: int, model: Path, pool_path: Path) -> None:
     from forge_cli import plugins
     from forge_cli.gateway.app import create_app
     from forge_cli.gateway.state import GatewayState
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     tok = AutoTokenizer.from_pretrained(model)
     formats = {n: e.value for n, e in plugins.get_registry().tool_formats.items()}

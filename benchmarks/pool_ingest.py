@@ -31,7 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from forge_cli.pool import DataPool, NewCompletion  # noqa: E402
+from forge_cli.pool.store import DataPool
+from forge_cli.pool.types import NewCompletion  # noqa: E402
 
 PROMPT, OUTPUT, TURNS = 8192, 256, 8
 

@@ -58,7 +58,7 @@ def settings(model: Path, runs: Path, scheduler: str, args: argparse.Namespace) 
 
 
 def summarise(scheduler: str, run: Path, minutes: float) -> dict[str, Any]:
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     steps = [json.loads(raw) for raw in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [s for s in steps if s["kind"] == "step"]

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.waiting import wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Property tests draw fresh random inputs on every run; CI (``.ci/run``) sets
@@ -103,7 +105,7 @@ def pool_spec(request, tmp_path):
 
 
 def open_spec(spec, **kw):
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     if spec[0] == "sqlite":
         return DataPool.sqlite(spec[1], **kw)
@@ -169,7 +171,6 @@ class LiveGateway:
     def __init__(self, state, app=None) -> None:
         import socket
         import threading
-        import time
 
         import uvicorn
 
@@ -183,10 +184,8 @@ class LiveGateway:
         self.server = uvicorn.Server(uvicorn.Config(app or create_app(state), host="127.0.0.1", port=self.port, log_level="critical"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.02)
+        wait_until(lambda: self.server.started or not self.thread.is_alive(), what="the gateway to start")
+        assert self.server.started, "the gateway did not start"
 
     def openai(self, key: str = "test-key", **kw):
         from openai import OpenAI

@@ -17,7 +17,8 @@ import random
 import sys
 import time
 
-from forge_cli.pool import DataPool, NewCompletion
+from forge_cli.pool.store import DataPool
+from forge_cli.pool.types import NewCompletion
 
 
 def digest(prompt_ids, output_ids, logprobs) -> str:

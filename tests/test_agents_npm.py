@@ -89,10 +89,10 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path, mcp: list
         async with serve_gateway(config, "r") as gw:
             gw.state.record_requests = True  # the seam: keep each request, to render it again here
             summary = await rollout(config, request, gateway=gw)
-            return summary, gw.engine, gw.pool.groups()
+            return summary, gw.run.engine, gw.pool.groups()
 
     summary, engine, groups = asyncio.run(go())
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     try:

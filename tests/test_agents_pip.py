@@ -179,7 +179,7 @@ def test_forge_train_on_smolagents_in_bubblewrap(cli, tiny_model, tmp_path, inst
     """``forge train --scaffold smolagents --task swe-mini``: the whole loop on a black-box agent. Its trajectories
     (smolagents in bubblewrap, the scripted policy, the verifier in the sandbox) reach the trainer through the same
     pool, scheduler and prefix tree as a white-box scaffold's; each step's weights go into the engine."""
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     installed_agent("smolagents")
     sets = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.agent_policies:smolagents",

@@ -17,12 +17,13 @@ from forge_cli import installer, plugins
 from forge_cli.engine.scripted import FilePolicy, ScriptedEngine
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.state import GatewayState
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 from forge_cli.rollout.blackbox import BlackboxResult, run_blackbox
 from forge_cli.specs import InstallRecipe, LaunchSpec, ScaffoldSpec
 from forge_cli.tasks.types import Task, Transcript
 from tests.conftest import LiveGateway, tool_formats
 from tests.test_sandbox_local import wait_dead
+from tests.waiting import wait_until
 
 AGENT = '''
 import json, os, subprocess, sys, time
@@ -194,7 +195,9 @@ def test_a_hanging_agent_is_timed_out_and_leaves_no_process(gateway, tmp_path):
     took = time.monotonic() - start
     assert result.status == "timed_out", result
     assert result.reason == "timed out after 8 s of wall time; its processes were killed"
-    assert 8 <= took < 8 + 1 + 2  # the deadline, the SIGTERM grace, a margin
+    # not before the deadline (a slower machine only adds to it); that it was the deadline that ended it
+    # and not the program's own 300 s is the status and the reason (benchmarks/sandbox.py times closes)
+    assert took >= 8
     pids = json.loads((tmp_path / "work" / "pids.json").read_text())
     assert wait_dead(pids) == []
     assert len(gateway.completions(session)) == 1
@@ -330,10 +333,8 @@ def test_an_agent_inside_bubblewrap_reaches_the_gateway_through_its_unix_socket(
     server = uvicorn.Server(uvicorn.Config(create_app(gateway.live.state), uds=str(sock), log_level="critical"))
     thread = __import__("threading").Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the unix-socket gateway did not start"
-        time.sleep(0.02)
+    wait_until(lambda: server.started or not thread.is_alive(), what="the unix-socket gateway to start")
+    assert server.started, "the unix-socket gateway did not start"
     try:
         spec = toy_spec(tmp_path, "ok")
         fake_install(spec)

@@ -14,7 +14,7 @@ import torch
 
 from forge_cli.engine.hf import load_hf, token_logprobs
 from forge_cli.gateway.state import GatewayState
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 from forge_cli.pool.types import Sample
 from forge_cli.train.step import train_step
 from tests.conftest import LiveGateway, tool_formats

@@ -11,7 +11,7 @@ import pytest
 
 from forge_cli.engine.scripted import ScriptedEngine
 from forge_cli.gateway.state import GatewayState
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 from tests.conftest import LiveGateway, tool_formats
 
 MSG = [{"role": "user", "content": "hi"}]

@@ -14,7 +14,7 @@ import pytest
 
 from forge_cli.engine.scripted import ScriptedEngine
 from forge_cli.gateway.state import GatewayState
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 from tests.conftest import LiveGateway, tool_formats
 
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run a shell command.",

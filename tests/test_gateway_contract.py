@@ -17,7 +17,7 @@ from forge_cli.gateway.protocol.responses import ResponsesRequest
 from forge_cli.gateway.routes.admin import FinishSession, LoadWeights, NewSession
 from forge_cli.gateway.routes.completions import CompletionRequest
 from forge_cli.gateway.state import GatewayState
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 from tests.conftest import LiveGateway, tool_formats
 
 MSG = [{"role": "user", "content": "hi"}]

@@ -21,7 +21,7 @@ from forge_cli.gateway.app import create_app
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.limits import token_floor
 from forge_cli.gateway.state import GatewayState
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 from tests.conftest import LiveGateway, tool_formats
 
 MSG = [{"role": "user", "content": "hi"}]

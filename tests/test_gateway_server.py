@@ -11,6 +11,7 @@ import sys
 import httpx
 import pytest
 
+from forge_cli.records.session import SessionRequest
 from forge_cli.config import load_config
 from forge_cli.errors import ForgeError
 
@@ -31,7 +32,7 @@ def test_serve_open_session_record_and_tear_down(tmp_path, tiny_model):
 
     async def main():
         async with serve_gateway(config, "r1") as gw:
-            info = await gw.open_session(task_id="t1", scaffold="mine")
+            info = await gw.open_session(SessionRequest(task_id="t1", scaffold="mine"))
             async with httpx.AsyncClient(base_url=info.base_url, timeout=60) as client:
                 r = await client.post("/chat/completions", json=PING, headers={"Authorization": f"Bearer {info.api_key}"})
                 assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "pong"
@@ -130,7 +131,7 @@ def test_a_second_gateway_on_one_run_is_refused(tmp_path, tiny_model):
 
 DIE_WHILE_RUNNING = """
 import os, sys
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 pool = DataPool.sqlite(sys.argv[1])
 group = pool.submit_group("t", 2, "x")
 for t in group.trajectories:
@@ -203,11 +204,11 @@ def test_body_limits_come_from_the_config(tmp_path, tiny_model):
 
 
 def test_a_replica_that_fails_to_start_leaves_none_running(tmp_path, tiny_model, monkeypatch):
-    import forge_cli.engine as engines
+    import forge_cli.run as run_context
     from forge_cli.gateway.server import serve_gateway
 
     config = _config(tmp_path, tiny_model, **{"model.replicas": 3})
-    built, closed, real = [], [], engines.make_engine
+    built, closed, real = [], [], run_context.make_engine
 
     def make(*args, **kw):
         if len(built) == 2:
@@ -217,7 +218,7 @@ def test_a_replica_that_fails_to_start_leaves_none_running(tmp_path, tiny_model,
         built.append(engine)
         return engine
 
-    monkeypatch.setattr(engines, "make_engine", make)
+    monkeypatch.setattr(run_context, "make_engine", make)  # the run context builds the replicas
 
     async def main():
         async with serve_gateway(config, "replicas"):
@@ -237,7 +238,7 @@ def test_in_process_callers_get_forge_errors_and_ended_sessions_are_dropped(tmp_
     async def main():
         async with serve_gateway(config, "errs") as gw:
             with pytest.raises(ForgeError, match="no tool format named 'nope'"):
-                await gw.open_session(tool_format="nope")
+                await gw.open_session(SessionRequest(tool_format="nope"))
             info = await gw.open_session()
             gw.pool.fail_trajectory(info.trajectory_id, "timed out elsewhere")
             with pytest.raises(ForgeError, match="failed"):

@@ -8,10 +8,11 @@ import json
 import httpx
 import pytest
 
+from forge_cli.records.session import SessionRequest
 from forge_cli.engine.scripted import ScriptedEngine
 from forge_cli.gateway.app import create_app
 from forge_cli.gateway.state import GatewayState
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 from tests.conftest import tool_formats
 
 PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
@@ -122,7 +123,7 @@ def test_a_token_budget_cuts_max_tokens_then_refuses(engine, tmp_path):
     state = GatewayState(engine, engine.tokenizer, tool_formats(), pool=pool, auth="strict", admin_key="admin")
 
     async def main():
-        session = await state.create_session(token_budget=5)
+        session = await state.create_session(SessionRequest(token_budget=5))
         headers = {"Authorization": f"Bearer {session.api_key}"}
         used = []
         async with _client(state) as client:

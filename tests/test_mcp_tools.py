@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from forge_cli.records.session import SessionRequest
 from forge_cli import plugins
 from forge_cli.errors import ForgeError
 from forge_cli.rollout.loop import Episode
@@ -234,7 +235,7 @@ def files_over_mcp(context: dict[str, Any]) -> str:
 def test_a_white_box_scaffold_solves_files_tasks_with_only_tools_served_over_mcp_from_a_sandbox(tiny_model, tmp_path):
     from forge_cli.engine.scripted import ScriptedEngine
     from forge_cli.gateway.state import GatewayState
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
     from forge_cli.rollout.loop import run_episode
     from forge_cli.tasks.files import files_suite
     from forge_cli.tasks.types import Transcript
@@ -256,7 +257,8 @@ def test_a_white_box_scaffold_solves_files_tasks_with_only_tools_served_over_mcp
         workdir = tmp_path / "work" / task.id
         workdir.mkdir(parents=True)
         seed_workdir(task, workdir)
-        session = await state.create_session(task_id=task.id, scaffold=spec.name, tool_format=spec.tool_format, training=True)
+        session = await state.create_session(SessionRequest(task_id=task.id, scaffold=spec.name, tool_format=spec.tool_format,
+                                                                  training=True))
         async with episode_tools(options, suite, task, workdir, lambda: LocalSandbox(workdir)) as tools:
             result = await run_episode(spec, base_url=f"{live.url}/v1", api_key=session.api_key, prompt=task.prompt,
                                        options=options, tools=tools, registry=registry)
@@ -296,7 +298,7 @@ def test_in_a_container_the_servers_run_from_their_own_venv(tiny_model, tmp_path
 
 def mcp_rollout(tiny_model, tmp_path, more, *, groups):
     from forge_cli.config import load_config
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
     from forge_cli.rollout.records import RolloutRequest
     from forge_cli.rollout.driver import rollout
 

@@ -9,7 +9,8 @@ import random
 import pytest
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool import DataPool, Event, GroupStatus, NewCompletion, PoolFull, Sampling, TrajectoryStatus
+from forge_cli.pool.store import DataPool, PoolFull
+from forge_cli.pool.types import Event, GroupStatus, NewCompletion, Sampling, TrajectoryStatus
 from tests.conftest import open_spec
 
 

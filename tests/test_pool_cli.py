@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from forge_cli.config import load_config
-from forge_cli.pool import NewCompletion, open_pool
+from forge_cli.pool.store import open_pool
+from forge_cli.pool.types import NewCompletion
 from forge_cli.runs import new_run
 
 

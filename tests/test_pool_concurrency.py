@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from forge_cli.pool import GroupStatus, NewCompletion
+from forge_cli.pool.types import GroupStatus, NewCompletion
 from tests.conftest import ROOT, open_spec
 from tests.pool_workers import digest
 

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool import TrajectoryStatus, owners
+from forge_cli.pool import owners
+from forge_cli.pool.types import TrajectoryStatus
 from tests.conftest import ROOT, open_spec
 
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool import CompletionReward, NewCompletion, TrajectoryStatus
+from forge_cli.pool.types import CompletionReward, NewCompletion, TrajectoryStatus
 from tests.conftest import open_spec
 
 V3_COLUMNS = ("agent", "reward", "reward_to_go", "advantage", "reward_components")

@@ -12,7 +12,8 @@ import pytest
 from forge_cli import plugins
 from forge_cli.config import load_config
 from forge_cli.rollout import driver
-from forge_cli.rollout.driver import RolloutRequest, rollout
+from forge_cli.rollout.records import RolloutRequest
+from forge_cli.rollout.driver import rollout
 from forge_cli.tasks.types import Outcome, Task, TaskSuite
 from tests.waiting import until
 
@@ -102,7 +103,7 @@ def test_groups_run_verified_and_recorded(setup, tmp_path):
     seen = []
     request = RolloutRequest(scaffold="one-call", suite="inline", groups=3, n=2, concurrency=3)
     summary = asyncio.run(rollout(config, request, run="r", on_progress=lambda p: seen.append((p.running, p.finished))))
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     groups = pool.groups()
@@ -132,7 +133,7 @@ def test_crashing_and_hanging_scaffolds_end_their_trajectories_and_the_rollout_g
     config = setup(["two plus two, then crash", "two plus two, then hang", "two plus two"])
     request = RolloutRequest(scaffold="one-call", suite="inline", groups=3, n=1, trajectory_timeout_s=2.0)
     summary = asyncio.run(rollout(config, request, run="r"))
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     by_task = {g.task_id: pool.trajectory(g.trajectories[0].id) for g in pool.groups()}
@@ -157,7 +158,7 @@ def test_a_cancelled_rollout_leaves_nothing_running(setup, tmp_path):
             await task
 
     asyncio.run(main())
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     trajectories = [pool.trajectory(t.id) for g in pool.groups() for t in g.trajectories]
@@ -197,7 +198,7 @@ def test_a_hanging_black_box_agent_is_timed_out_not_failed(fake_dist, setup, tmp
     summary = asyncio.run(rollout(config, RolloutRequest(scaffold="sleeper", suite="inline", groups=1, n=2,
                                                          trajectory_timeout_s=1.5), run="r"))
     assert summary.by_status == {"timed_out": 2}
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     assert all(pool.trajectory(t.id).status == "timed_out" for g in pool.groups() for t in g.trajectories)
@@ -241,7 +242,7 @@ def test_agents_that_break_their_sandboxs_limits_fail_with_the_reason_and_the_ro
     import os
     from pathlib import Path
 
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
     from forge_cli.sandbox.local import MARKER_VAR
     from tests.test_blackbox import fake_install
 
@@ -334,7 +335,7 @@ def test_a_trajectory_cannot_sample_past_its_token_budget(setup, tmp_path):
     seen = []
     request = RolloutRequest(scaffold="one-call", suite="inline", groups=1, n=1, max_tokens_per_trajectory=1)
     summary = asyncio.run(rollout(config, request, run="r", on_progress=lambda p: seen.append(p.output_tokens)))
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     (trajectory,) = [pool.trajectory(t.id) for g in pool.groups() for t in g.trajectories]

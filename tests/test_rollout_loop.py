@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from forge_cli.records.session import SessionRequest
 from forge_cli import plugins
 from forge_cli.errors import ForgeError
 from forge_cli.rollout import context
@@ -52,7 +53,7 @@ def test_example_scaffold_runs_an_episode_through_the_gateway(example, tiny_mode
     from forge_cli.config import load_config
     from forge_cli.engine.scripted import ScriptedEngine
     from forge_cli.gateway.state import GatewayState
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     (tmp_path / "forge.toml").write_text(
         '[scaffolds.example-sexpr]\npersona = "You are Quill, a terse archivist."\nkeep_last = 1\nmax_turns = 5\n'
@@ -74,7 +75,7 @@ def test_example_scaffold_runs_an_episode_through_the_gateway(example, tiny_mode
     spec = example.scaffold("example-sexpr")
     try:
         async def episode():
-            session = await state.create_session(task_id="sum", scaffold=spec.name, tool_format=spec.tool_format)
+            session = await state.create_session(SessionRequest(task_id="sum", scaffold=spec.name, tool_format=spec.tool_format))
             result = await run_episode("example-sexpr", base_url=f"{live.url}/v1", api_key=session.api_key,
                                        prompt="What are the values of first and second?", options=raw_options,
                                        tools=tools, registry=example, source=str(tmp_path / "forge.toml"))
@@ -267,7 +268,8 @@ def test_registering_the_example_imports_neither_its_loop_nor_the_openai_client(
         "pm, reg = plugins.load_plugins(extra=[('example', forge_scaffold_example)])\n"
         "plugins.collect(pm, reg)\n"
         "assert reg.scaffolds['example-sexpr'].plugin == 'example', reg.warnings\n"
-        "print(','.join(m for m in ('forge_scaffold_example.loop', 'openai', 'forge_cli.pool', 'torch') if m in sys.modules))\n"
+        # the pool's records (forge_cli.pool.types) are contracts the host reads; its store is not
+        "print(','.join(m for m in ('forge_scaffold_example.loop', 'openai', 'forge_cli.pool.store', 'torch') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""

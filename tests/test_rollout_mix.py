@@ -172,7 +172,7 @@ def test_a_mixed_rollout_keeps_each_suites_verifier_and_tools_and_counts_per_sui
                              first_group=3)
     seen = []
     summary = asyncio.run(rollout(config, request, run="r", on_progress=lambda p: seen.append(p)))
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
     groups = sorted(pool.groups(), key=lambda g: g.queue_index)
@@ -221,7 +221,7 @@ def consume_nothing(config, request, monkeypatch, settled):
     holds (``refused``: how many submissions the pool's bound has refused so far); the pool's groups and
     trajectories, read back."""
     from forge_cli.gateway.server import serve_gateway
-    from forge_cli.pool import PoolFull
+    from forge_cli.pool.store import PoolFull
     from forge_cli.pool.scheduler import Scheduler
 
     refused: list[str] = []

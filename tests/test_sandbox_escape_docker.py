@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from forge_cli.records.session import SessionRequest
 from forge_cli.sandbox import quota
 from forge_cli.sandbox.contract import GatewayAccess
 from forge_cli.sandbox.docker import DockerOptions, DockerSandbox
@@ -171,7 +172,7 @@ def test_a_fork_bomb_is_contained_and_killed(tmp_path):
     done = run(_in(tmp_path, bomb, options=DockerOptions(pids=64), timeout_s=30))
     assert not done.ok and done.processes_exceeded, done
     assert "limit of 64 processes" in done.reason and "container was removed" in done.reason
-    assert done.wall_s < 30
+    assert not done.timed_out  # its process limit ended it, not its 30 s deadline
 
 
 def test_a_memory_hog_is_killed_on_the_containers_memory_limit(tmp_path):
@@ -206,7 +207,7 @@ def test_a_runaway_loop_is_killed_at_its_deadline_or_its_cpu_time(tmp_path):
     loop = "while True:\n    pass"
     wall = run(_in(tmp_path, loop, timeout_s=2))
     cpu = run(_in(tmp_path, loop, timeout_s=60, cpu_time_s=1))
-    assert wall.timed_out and "timed out after 2 s" in wall.reason and wall.wall_s < 15
+    assert wall.timed_out and "timed out after 2 s" in wall.reason
     assert cpu.cpu_exceeded and "CPU-time limit of 1 s" in cpu.reason, cpu
 
 
@@ -224,7 +225,7 @@ def test_a_real_gateway_records_the_calls_an_agent_makes_from_inside(tmp_path, t
 
     async def main():
         async with serve_gateway(config, "docker-agent") as gw:
-            info = await gw.open_session(task_id="t1", scaffold="inside")
+            info = await gw.open_session(SessionRequest(task_id="t1", scaffold="inside"))
             port = int(gw.url.rsplit(":", 1)[1])
             agent = f"""
 import json, os, urllib.request

@@ -5,12 +5,12 @@ loopback (a server of the test's own on the host's 127.0.0.1, and the gateway st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import sys
 import tempfile
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from forge_cli.sandbox.bwrap import unavailable
 from forge_cli.sandbox.cgroup import ExecCgroup
 from forge_cli.sandbox.local import LocalSandbox
 from tests.unix_http import serve_unix, stop
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no bubblewrap sandbox here: {unavailable()}")
 PY = sys.executable
@@ -76,9 +77,8 @@ def box(tmp_path):
         return asyncio.run(go())
 
     yield run
-    deadline = time.monotonic() + 3
-    while processes_with(token) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: processes_with(token) == [], what="the sandboxed processes to be gone")
     assert processes_with(token) == []
     new_mounts = set(Path("/proc/self/mountinfo").read_text().splitlines()) - set(mounts_before.splitlines())
     assert [m for m in new_mounts if str(tmp_path) in m or "bwrap" in m] == []
@@ -181,7 +181,6 @@ def test_the_hosts_home_and_forge_home_are_not_readable(box, tmp_path):
 
 @needs_cgroup
 def test_a_fork_bomb_is_contained_and_killed(box):
-    start = time.monotonic()
     done = box("""
         import os, time
         while True:
@@ -192,7 +191,7 @@ def test_a_fork_bomb_is_contained_and_killed(box):
     """, timeout_s=60, processes=64)
     assert done.processes_exceeded and not done.ok, done
     assert done.reason == "reached its limit of 64 processes (a fork failed); its processes were killed"
-    assert time.monotonic() - start < 20
+    assert not done.timed_out  # its process limit ended it, not its 60 s deadline
 
 
 @needs_cgroup
@@ -271,8 +270,8 @@ def test_a_disk_filler_is_stopped(box, tmp_path):
 
 def test_a_runaway_loop_is_killed_by_cpu_time_and_a_sleeper_by_wall_time(box):
     spin = box("while True: pass", timeout_s=60, cpu_time_s=1)
+    # its 1 s of CPU, however busy this machine is, not its 60 s deadline (not timed_out)
     assert spin.cpu_exceeded and not spin.timed_out and spin.exit_code in (-24, -9), spin
-    assert spin.wall_s < 55  # its 1 s of CPU, however busy this machine is, well before its 60 s deadline
     sleeper = box("""
         import signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -280,4 +279,4 @@ def test_a_runaway_loop_is_killed_by_cpu_time_and_a_sleeper_by_wall_time(box):
         time.sleep(300)
     """, timeout_s=4, grace_s=0.5)
     assert sleeper.timed_out and sleeper.stdout == "ignoring SIGTERM\n", sleeper
-    assert sleeper.exit_code == -9 and sleeper.wall_s < 10  # SIGTERM at the deadline, SIGKILL after the grace
+    assert sleeper.exit_code == -9  # SIGTERM at the deadline (ignored), SIGKILL after the grace

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ from forge_cli.errors import ForgeError
 from forge_cli.sandbox import ExecResult, Sandbox
 from forge_cli.sandbox.bwrap import unavailable
 from forge_cli.sandbox.local import MARKER_VAR, LocalSandbox
+from tests.waiting import until, wait_until
 
 PY = sys.executable
 # The tests below that see no process ids run in both modes: a plain subprocess and bubblewrap.
@@ -56,11 +58,12 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def wait_dead(pids: list[int], within: float = 3.0) -> list[int]:
-    """The ``pids`` still alive after ``within`` seconds (killed then, so a failing test leaves none)."""
-    deadline = time.monotonic() + within
-    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.02)
+def wait_dead(pids: list[int], within: float = 60.0) -> list[int]:
+    """The ``pids`` still alive once they have all died or ``within`` seconds (a safety net) have passed
+    (killed then, so a failing test leaves none)."""
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not [p for p in pids if alive(p)], what=f"processes {pids} to die", timeout=within)
+    left = [p for p in pids if alive(p)]
     for pid in left:
         os.kill(pid, 9)
     return left
@@ -154,10 +157,10 @@ def test_a_hanging_program_is_killed_at_its_deadline_with_all_it_started(tmp_pat
     start = time.monotonic()
     done = run(go())
     took = time.monotonic() - start
-    assert done.timed_out and not done.ok and done.exit_code == -9, done
+    assert done.timed_out and not done.ok and done.exit_code == -9, done  # SIGKILLed: its SIGTERM was ignored
     assert done.reason == "timed out after 1.5 s of wall time; its processes were killed"
     assert done.stdout == "started\n"
-    assert 1.5 <= took < 1.5 + 0.5 + 1.5
+    assert took >= 1.5  # not before its deadline (a slower machine only adds to it)
     pids = json.loads((work / "pids.json").read_text())
     assert wait_dead(pids) == []
 
@@ -190,8 +193,7 @@ def test_cancelling_an_exec_kills_its_processes(tmp_path):
     async def go():
         box = LocalSandbox(work)
         task = asyncio.create_task(box.exec([PY, str(prog)], timeout_s=60))
-        while not (work / "pid").exists():  # it runs
-            await asyncio.sleep(0.02)
+        await until(lambda: _read(work / "pid"), what="the program to write its pid")  # it runs
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -214,8 +216,7 @@ def test_close_kills_what_still_runs(tmp_path):
     async def go():
         box = LocalSandbox(work)
         task = asyncio.create_task(box.exec([PY, str(prog)], timeout_s=60))
-        while not (work / "pid").exists():
-            await asyncio.sleep(0.02)
+        await until(lambda: _read(work / "pid"), what="the program to write its pid")
         await box.close()
         done = await asyncio.wait_for(task, 10)
         return done, int((work / "pid").read_text())
@@ -262,8 +263,7 @@ def test_cpu_time_limit(tmp_path, mode):
 
     done = run(go())
     assert done.cpu_exceeded and not done.timed_out and done.exit_code in (-24, -9)
-    assert "CPU-time limit of 1 s" in done.reason
-    assert done.wall_s < 10
+    assert "CPU-time limit of 1 s" in done.reason  # its CPU, not the 30 s deadline (not timed_out)
 
 
 @both
@@ -377,23 +377,20 @@ def test_what_a_sigkilled_owner_left_is_swept_by_the_next_process(tmp_path, isol
                              cwd=Path(__file__).resolve().parent.parent)
     root = Path(owner.stdout.readline().strip())
     needle = f"PWD={workdir}".encode()
-    deadline, sleepers = time.monotonic() + 30, []
-    while not sleepers and time.monotonic() < deadline:
-        sleepers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _environ_has(int(p), needle)
-                    and _read(Path(f"/proc/{p}/cmdline")).startswith(b"sleep\0")]
-        time.sleep(0.05)
-    assert sleepers, "the owner's program never started"
+    sleepers = wait_until(lambda: [int(p) for p in os.listdir("/proc") if p.isdigit() and _environ_has(int(p), needle)
+                                   and _read(Path(f"/proc/{p}/cmdline")).startswith(b"sleep\0")],
+                          what="the owner's program to start")
     groups = {line.rsplit("/", 1)[-1] for line in Path(f"/proc/{sleepers[0]}/cgroup").read_text().splitlines()
               if "/forge-sandbox-" in line}
     assert groups and all(g.startswith(f"forge-sandbox-{owner.pid}-") for g in groups)  # named after its owner
     owner.send_signal(signal.SIGKILL)
     owner.wait(timeout=30)
     if isolation == "bwrap":
-        assert wait_dead(sleepers, within=5.0) == []  # --die-with-parent
+        assert wait_dead(sleepers) == []  # --die-with-parent
     else:
         assert all(alive(p) for p in sleepers)  # nothing of the dead owner's stops it...
     local.sweep_leftovers()  # ... until the next process sweeps (another one on this machine may be first)
-    assert wait_dead(sleepers, within=5.0) == [] and not root.exists()
+    assert wait_dead(sleepers) == [] and not root.exists()
     from forge_cli.sandbox.cgroup import _hierarchies
 
     left = [folder / g for _, folder in _hierarchies() for g in groups if (folder / g).exists()]
@@ -405,7 +402,7 @@ def _environ_has(pid: int, needle: bytes) -> bool:
 
 
 def _read(path: Path) -> bytes:
-    """A /proc file's bytes, or none if its process has gone meanwhile."""
+    """A file's bytes, or none if it is not there (a /proc file's process has gone meanwhile)."""
     try:
         return path.read_bytes()
     except OSError:

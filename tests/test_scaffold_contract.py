@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from forge_cli.records.session import SessionRequest
 from forge_cli import plugins
 from forge_cli.rollout import context
 from forge_cli.rollout.families import plan_execute, react
@@ -152,7 +153,7 @@ class Agent:
 def gateway(tiny_model, tmp_path_factory):
     from forge_cli.engine.scripted import ScriptedEngine
     from forge_cli.gateway.state import GatewayState
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     import torch
 
@@ -189,7 +190,7 @@ def run_one(gateway, spec, task, tools, options):
     live, state, engine, pool, agent, formats = gateway
 
     async def episode():
-        session = await state.create_session(task_id=task.id, scaffold=spec.name, tool_format=spec.tool_format)
+        session = await state.create_session(SessionRequest(task_id=task.id, scaffold=spec.name, tool_format=spec.tool_format))
         formats[session.id] = spec.tool_format
         result = await run_episode(spec, base_url=f"{live.url}/v1", api_key=session.api_key, prompt=task.prompt,
                                    options=options, tools=tools, registry=plugins.get_registry())

@@ -364,7 +364,7 @@ def test_only_the_head_times_out(active, max_groups, window, now, on_timeout, mi
 
 def test_the_pool_applies_a_discarded_take_without_timing_out_the_next_group(pool_spec):
     """DataPool.take_batch on the regression case: nothing consumed, nothing timed out."""
-    from forge_cli.pool import GroupStatus, TrajectoryStatus
+    from forge_cli.pool.types import GroupStatus, TrajectoryStatus
     from tests.conftest import open_spec
 
     now = [1000.0]
@@ -396,7 +396,7 @@ def test_the_staleness_cap_on_a_real_pool(pool_spec):
     (S + 1)·P groups before any step; a step's groups count until its version is published; then a head
     that is S versions old lets in only one step's worth."""
     from forge_cli.config import load_config
-    from forge_cli.pool import PoolFull
+    from forge_cli.pool.store import PoolFull
     from forge_cli.pool.scheduler import Scheduler
     from tests.conftest import open_spec
 

@@ -39,7 +39,7 @@ def timeline(run: Path) -> dict[int, StepMetrics]:
 
 @pytest.mark.slow
 def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
     from forge_cli.train.loop import train_loop
 
     config = load_config(env={}, overrides={**SCRIPTED, "model.path": str(tiny_model), "run.dir": str(tmp_path / "runs"),
@@ -131,7 +131,7 @@ STEPS = 12
 def check_resumed(run: Path, before: dict[int, StepMetrics], kept: int) -> None:
     """The run's history after a resume: every step once, the checkpointed part as it was, no group
     trained twice, the pool's consumed groups exactly the trained ones, nothing recorded lost."""
-    from forge_cli.pool import DataPool
+    from forge_cli.pool.store import DataPool
 
     after = timeline(run)
     assert sorted(after) == list(range(1, STEPS + 1))

@@ -11,10 +11,11 @@ import json
 import httpx
 import pytest
 
+from forge_cli.records.session import SessionRequest
 from forge_cli.engine.hf import HFEngine, load_hf
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.state import GatewayState
-from forge_cli.pool import DataPool
+from forge_cli.pool.store import DataPool
 from forge_cli.train.batch import build_samples
 from tests.conftest import LiveGateway, tool_formats
 
@@ -157,7 +158,7 @@ def test_training_must_be_a_boolean(gateway):
 
 
 def test_in_process_sessions_open_for_training_or_ad_hoc(tmp_path, tiny_model):
-    """``Gateway.open_session(training=True)``: what a driver or ``forge train`` calls, on a composed gateway."""
+    """``Gateway.open_session(SessionRequest(training=True))``: what a driver or ``forge train`` calls, on a composed gateway."""
     from forge_cli.config import load_config
     from forge_cli.gateway.server import serve_gateway
 
@@ -171,7 +172,7 @@ def test_in_process_sessions_open_for_training_or_ad_hoc(tmp_path, tiny_model):
         async with serve_gateway(config, "r") as gw:
             seen = {}
             for training in (True, False):
-                info = await gw.open_session(task_id="t", training=training)
+                info = await gw.open_session(SessionRequest(task_id="t", training=training))
                 async with httpx.AsyncClient(base_url=info.base_url, timeout=60) as client:
                     r = await client.post("/chat/completions", json={"messages": MESSAGES, "top_p": 0.5},
                                           headers={"Authorization": f"Bearer {info.api_key}"})

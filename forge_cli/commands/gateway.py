@@ -9,7 +9,6 @@ import typer
 
 from forge_cli.commands._common import config_with, engine_flags
 from forge_cli.console import console, err_console
-from forge_cli.gateway.server import serve_gateway
 
 
 def register(app: typer.Typer) -> None:
@@ -51,13 +50,15 @@ async def _serve_until_stopped(config, run: str | None) -> None:  # noqa: ANN001
     import signal
 
 
+    from forge_cli.gateway.server import serve_gateway  # heavy: FastAPI, uvicorn
+
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
     status = err_console.status("starting the gateway…")
     status.start()
     try:
         async with serve_gateway(config, run, on_starting=status.update) as gw:
             status.stop()
-            console.print(f"[bold green]Forge gateway[/] {gw.url}/v1  engine {gw.engine.name}  auth {gw.auth}  run {gw.run_dir}")
+            console.print(f"[bold green]Forge gateway[/] {gw.url}/v1  engine {gw.run.engine.name}  auth {gw.auth}  run {gw.run_dir}")
             if gw.unix_path is not None:
                 console.print(f"unix socket: {gw.unix_path}", highlight=False)
             if gw.interrupted:

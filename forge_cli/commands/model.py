@@ -12,7 +12,6 @@ from forge_cli.commands._common import config_with
 from forge_cli.console import console, err_console
 from forge_cli.engine.default_model import SIZES, default_model_dir, init_default_model, resolve_model_path
 from forge_cli.errors import ForgeError
-from forge_cli.train.run import warmstart as run_warmstart
 
 
 def register(app: typer.Typer) -> None:
@@ -76,6 +75,8 @@ def register(app: typer.Typer) -> None:
                                   f"{event.heldout_success:.1%}")
             elif kind == "status":
                 err_console.print(str(event.get("status")))
+
+        from forge_cli.train.run import warmstart as run_warmstart  # heavy: the gateway, the trainer
 
         result, folder = asyncio.run(run_warmstart(config, out=out, run=run, on_event=on_event))
         rate = "—" if result.heldout_success is None else f"{result.heldout_success:.1%}"

@@ -14,7 +14,7 @@ from forge_cli.cli import get_state
 from forge_cli.commands._common import print_json
 from forge_cli.console import console, err_console, warn
 from forge_cli.errors import ForgeError
-from forge_cli.pool import NoPool, open_pool
+from forge_cli.pool.store import NoPool, open_pool
 from forge_cli.pool.scheduler import window_size
 from forge_cli.runs import list_runs, resolve_run, run_config
 

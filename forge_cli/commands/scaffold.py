@@ -14,7 +14,6 @@ from forge_cli.console import console, err_console, warn
 from forge_cli.errors import ForgeError
 from forge_cli.installer import agent_prefix, installed
 from forge_cli.plugins import _normalise
-from forge_cli.rollout.first_prompt import first_prompt_length
 from forge_cli.rollout.loop import loop_label, loop_status
 
 
@@ -194,6 +193,8 @@ def _first_prompt(name: str, refresh: bool) -> dict[str, Any]:
     """How long the installed agent's first prompt is on the current model (a measurement or the cache's)."""
     import datetime
 
+
+    from forge_cli.rollout.first_prompt import first_prompt_length  # heavy: the gateway
 
     try:
         found = first_prompt_length(get_state().config(), name, refresh=refresh)

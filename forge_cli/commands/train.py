@@ -13,7 +13,6 @@ from forge_cli.errors import ForgeError
 from forge_cli.rollout.stream import parse_mix
 from forge_cli.train.display import TrainDisplay
 from forge_cli.train.distributed import world
-from forge_cli.train.run import execute, prepare
 
 
 def register(app: typer.Typer) -> None:
@@ -47,6 +46,8 @@ def register(app: typer.Typer) -> None:
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("train.warmstart.when", "--warmstart", warmstart)])
 
+        from forge_cli.train.run import prepare  # heavy: the gateway, the trainer
+
         rank, _ = world()
         prepared = prepare(config, run=run, resume=resume, minutes=minutes) if rank == 0 else None
         try:
@@ -69,6 +70,8 @@ async def _with_display(prepared: Any, *, steps: int | None, live: bool) -> Any:
 
     from rich.live import Live
 
+
+    from forge_cli.train.run import execute  # heavy: the gateway, the trainer
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
     if prepared is None:  # a DeepSpeed rank > 0: it follows rank 0

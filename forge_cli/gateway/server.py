@@ -1,15 +1,16 @@
-"""The gateway as a library call: :func:`serve_gateway` composes engines, router, pool, state and
-uvicorn (TCP and a unix socket) on the caller's event loop, and tears them all down.
+"""The gateway as a library call: :func:`serve_gateway` serves a run (:class:`forge_cli.run.Run`:
+its folder, pool and engine) over HTTP — TCP and a unix socket — on the caller's event loop.
 
 ``forge gateway serve`` is a thin caller of it; so are the rollout driver and ``forge train``,
 which open trajectory sessions in-process (:meth:`Gateway.open_session`) — no HTTP to
-themselves for that.
+themselves for that. The run is not the server's: :func:`forge_cli.run.open_run` composes it, and
+the trainer reaches the engine and the pool through the run, never through the gateway.
 
-Order at start: the run folder and its lock (one gateway per run), the listeners *bound but not
-listening* (a port in use fails in milliseconds, not after minutes of engine start), the tool
-format, the engine(s), the pool (trajectories a dead process left ``running`` are failed as
-"interrupted"), and only then ``listen()``: a client that connects before the engine is ready is
-refused at once instead of queueing, and ``/health`` answers only when the gateway can serve.
+Order at start: the run (its folder and lock, then the listeners *bound but not listening* — a
+port in use fails in milliseconds, not after minutes of engine start —, the engine(s), the pool),
+the tool format checked before all of it, and only then ``listen()``: a client that connects
+before the engine is ready is refused at once instead of queueing, and ``/health`` answers only
+when the gateway can serve.
 """
 
 from __future__ import annotations
@@ -17,40 +18,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from forge_cli.errors import ForgeError
+from forge_cli.gateway.errors import APIError
+from forge_cli.gateway.listen import open_listeners, socket_path
+from forge_cli.gateway.state import GatewayState
+from forge_cli.gateway.token_text import output_text
+from forge_cli.plugins import get_registry
+from forge_cli.records.session import SessionInfo, SessionRequest
+from forge_cli.run import Run, open_run
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 SHUTDOWN_GRACE_S = 5.0  # in-flight calls get this long to finish when the gateway stops
 
 
-@dataclass(frozen=True)
-class SessionInfo:
-    """A trajectory's session, as an agent is pointed at it."""
-
-    id: str
-    api_key: str
-    base_url: str  # http://HOST:PORT/s/<session>/v1: the key alone works too, on /v1
-    trajectory_id: str | None
-    tool_format: str
-
-
 @dataclass
 class Gateway:
-    """A running gateway. ``url`` is ``http://HOST:PORT`` (agents use ``url + "/v1"``)."""
+    """A running gateway over a run. ``url`` is ``http://HOST:PORT`` (agents use ``url + "/v1"``).
+    It offers what a rollout driver needs of a gateway (:class:`forge_cli.rollout.remote.DriverGateway`);
+    ``run_dir`` and ``pool`` are the run's, named as the driver reads them."""
 
     state: Any  # GatewayState
-    engine: Any
-    pool: Any
-    run_dir: Path
+    run: Run
     url: str
     unix_path: Path | None
     auth: str
-    interrupted: int  # trajectories a dead process had left running, failed at start
     _server: Any = None
     _task: asyncio.Task | None = None
 
@@ -58,16 +53,22 @@ class Gateway:
     def admin_key(self) -> str:
         return self.state.admin_key
 
-    async def open_session(self, *, task_id: str = "adhoc", scaffold: str = "external", tool_format: str | None = None,
-                           trajectory_id: str | None = None, training: bool = False,
-                           token_budget: int | None = None) -> SessionInfo:
-        """Open a trajectory's session in-process (what ``POST /admin/sessions`` does over HTTP).
-        ``training``: sampled as the trainer computes logprobs (top_p = 1, no top_k, no penalties);
-        otherwise ad hoc, its completions marked not for training. ``token_budget``: output tokens the
-        trajectory may sample in all (each call's max_tokens is cut to what is left; then a 409)."""
+    @property
+    def run_dir(self) -> Path:
+        return self.run.dir
+
+    @property
+    def pool(self) -> Any:
+        return self.run.pool
+
+    @property
+    def interrupted(self) -> int:
+        return self.run.interrupted
+
+    async def open_session(self, request: SessionRequest = SessionRequest()) -> SessionInfo:
+        """Open a trajectory's session in-process (what ``POST /admin/sessions`` does over HTTP)."""
         with _as_forge_error():
-            session = await self.state.create_session(task_id=task_id, scaffold=scaffold, tool_format=tool_format,
-                                                      trajectory_id=trajectory_id, training=training, token_budget=token_budget)
+            session = await self.state.create_session(request)
         return SessionInfo(session.id, session.api_key, f"{self.url}/s/{session.id}/v1", session.trajectory_id,
                            session.tool_format or self.state.default_tool_format)
 
@@ -92,7 +93,7 @@ class Gateway:
 
     def output_text(self, output_ids: list[int]) -> str:
         """A completion's output as the gateway parsed it: special tokens kept, the closing EOS dropped."""
-        return output_text(self.state.tokenizer, self.engine.eos_token_id, output_ids)
+        return output_text(self.state.tokenizer, self.run.engine.eos_token_id, output_ids)
 
     async def wait(self) -> None:
         """Until the server stops (``stop()``, or uvicorn's own exit)."""
@@ -111,23 +112,6 @@ def auth_mode(config: Any) -> str:
     return ("loopback" if config.gateway.host in LOOPBACK else "strict") if mode == "auto" else mode
 
 
-async def build_engine(config: Any, model_path: Path, stack: contextlib.AsyncExitStack) -> Any:
-    """``model.replicas`` engines of ``[model.engine]``, behind the router when there are several;
-    each is closed by ``stack``, so a replica that fails to start leaves none of the others running."""
-    from forge_cli.engine import make_engine
-
-    engines = []
-    for _ in range(config.model.replicas):
-        engine = make_engine(config.model.engine, model_path, max_model_len=config.model.max_model_len)
-        stack.push_async_callback(engine.close)
-        engines.append(engine)
-    if len(engines) == 1:
-        return engines[0]
-    from forge_cli.engine.router import Router
-
-    return Router(engines, policy=config.model.routing)
-
-
 @contextlib.asynccontextmanager
 async def serve_gateway(
     config: Any,
@@ -137,52 +121,47 @@ async def serve_gateway(
     tool_formats: dict[str, Any] | None = None,
     on_starting: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Gateway]:
-    """Serve the gateway for the run named ``run`` (created if new; default: a timestamped one).
+    """Open the run named ``run`` (:func:`forge_cli.run.open_run`) and serve it.
 
-    ``engine``: an engine already built (``forge train`` shares its engine with the trainer);
-    default: built from ``[model.engine]``. ``tool_formats``: default, every registered one.
-    ``on_starting(message)`` is told what is being started (the CLI shows a spinner).
-    A start that fails leaves no run folder behind unless the run already held records.
+    ``engine``: an engine already built; default: built from ``[model.engine]``. ``tool_formats``:
+    default, every registered one. ``on_starting(message)`` is told what is being started.
     """
-    import uvicorn
+    tool_formats = registered_formats() if tool_formats is None else tool_formats
+    check_tool_format(config, tool_formats)  # before minutes of engine start
+    listeners: list[Any] = []
 
-    from forge_cli.engine.default_model import resolve_model_path
-    from forge_cli.gateway.app import create_app
-    from forge_cli.gateway.listen import open_listeners, socket_path
-    from forge_cli.gateway.state import GatewayState
-    from forge_cli.pool import open_pool
-    from forge_cli.runs import claim_run
-
-    if tool_formats is None:
-        from forge_cli.plugins import get_registry
-
-        tool_formats = {name: entry.value for name, entry in get_registry().tool_formats.items()}
-    if config.model.tool_format not in tool_formats:  # before minutes of engine start
-        raise ForgeError(f"no tool format named {config.model.tool_format!r} (registered: {', '.join(sorted(tool_formats))})")
-    model_path = resolve_model_path(config.model.path) if engine is None else None
-    mode = auth_mode(config)
-    lock = claim_run(config, run)  # one server per run: refused here, before anything is changed
-    run_dir, started = lock.run_dir, False
-
-    def forget_failed_start() -> None:  # still under the lock: nobody else can be starting on it
-        if not started and lock.created:
-            shutil.rmtree(run_dir, ignore_errors=True)  # a start that failed on a new run leaves nothing behind
-
-    async with contextlib.AsyncExitStack() as stack:
-        stack.callback(lock.release)
-        stack.callback(forget_failed_start)
+    def bind(run_dir: Path, stack: contextlib.AsyncExitStack) -> None:
         unix_path = socket_path(config.gateway.socket, run_dir)
-        listeners = open_listeners(config.gateway.host, config.gateway.port, unix_path, listen=False)
-        stack.callback(_close_listeners, listeners, unix_path)
-        if engine is None:
-            if on_starting is not None:
-                on_starting(f"starting {config.model.replicas} {config.model.engine.type} engine(s) on {model_path}…")
-            engine = await build_engine(config, model_path, stack)
-        pool = open_pool(config.pool.url, run_dir)
-        stack.callback(pool.close)
-        interrupted = pool.fail_interrupted()
-        state = GatewayState(engine, engine.tokenizer, tool_formats, pool=pool, default_tool_format=config.model.tool_format,
-                             model_name=getattr(model_path, "name", None) or "forge", auth=mode,
+        listeners.extend(open_listeners(config.gateway.host, config.gateway.port, unix_path, listen=False))
+        stack.callback(_close_listeners, list(listeners), unix_path)
+
+    async with open_run(config, run, engine=engine, on_starting=on_starting, prepare=bind) as the_run:
+        async with serve(config, the_run, listeners, tool_formats) as gw:
+            yield gw
+
+
+def registered_formats() -> dict[str, Any]:
+    """Every registered tool format, by name."""
+    return {name: entry.value for name, entry in get_registry().tool_formats.items()}
+
+
+def check_tool_format(config: Any, tool_formats: dict[str, Any]) -> None:
+    if config.model.tool_format not in tool_formats:
+        raise ForgeError(f"no tool format named {config.model.tool_format!r} (registered: {', '.join(sorted(tool_formats))})")
+
+
+@contextlib.asynccontextmanager
+async def serve(config: Any, run: Run, listeners: list[Any], tool_formats: dict[str, Any]) -> AsyncIterator[Gateway]:
+    """Serve ``run`` on ``listeners`` (bound, not listening) until the block exits."""
+    import uvicorn  # heavy: the HTTP server
+
+    from forge_cli.gateway.app import create_app  # heavy: FastAPI
+
+    mode = auth_mode(config)
+    unix_path = socket_path(config.gateway.socket, run.dir)
+    async with contextlib.AsyncExitStack() as stack:
+        state = GatewayState(run.engine, run.engine.tokenizer, tool_formats, pool=run.pool,
+                             default_tool_format=config.model.tool_format, model_name=run.model_name, auth=mode,
                              admin_key="forge-admin-" + secrets.token_urlsafe(16))
         stack.callback(state.close)
         app = create_app(state, max_body_bytes=config.gateway.max_body_bytes, body_timeout_s=config.gateway.body_timeout_s)
@@ -198,22 +177,13 @@ async def serve_gateway(
             await asyncio.sleep(0.01)
         port = listeners[0].getsockname()[1]  # gateway.port = 0 picks a free one
         host = config.gateway.host if ":" not in config.gateway.host else f"[{config.gateway.host}]"
-        started = True
-        yield Gateway(state, engine, pool, run_dir, f"http://{host}:{port}", unix_path, mode, interrupted, server, task)
-
-
-def output_text(tokenizer: Any, eos_token_id: int | None, output_ids: list[int]) -> str:
-    ids = list(output_ids)
-    if ids and ids[-1] == eos_token_id:
-        ids = ids[:-1]
-    return tokenizer.decode(ids, skip_special_tokens=False)
+        run.mark_started()
+        yield Gateway(state, run, f"http://{host}:{port}", unix_path, mode, server, task)
 
 
 @contextlib.contextmanager
 def _as_forge_error() -> Any:
     """In-process callers get the library's error, not the HTTP one."""
-    from forge_cli.gateway.errors import APIError
-
     try:
         yield
     except APIError as exc:

@@ -20,9 +20,11 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from forge_cli.engine.base import Engine, GenerationOutput
+from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.metrics import Metrics
 from forge_cli.pool.types import NewCompletion, Sampling
+from forge_cli.records.session import SessionRequest
 from forge_cli.specs import ToolFormat
 
 MAX_ENDED = 65536  # ended sessions whose key and id are kept to answer 409 (a few MB at most)
@@ -59,11 +61,9 @@ class GatewayState:
         adhoc_timeout_s: float = 3600.0,
     ) -> None:
         if default_tool_format not in tool_formats:
-            from forge_cli.errors import ForgeError
 
             raise ForgeError(f"no tool format named {default_tool_format!r} (registered: {', '.join(sorted(tool_formats))})")
         if auth not in ("loopback", "strict"):
-            from forge_cli.errors import ForgeError
 
             raise ForgeError(f"auth must be 'loopback' or 'strict', not {auth!r}")
         self.engine = engine
@@ -87,15 +87,13 @@ class GatewayState:
 
     # ---- sessions ---------------------------------------------------------------------------------
 
-    async def create_session(
-        self, *, task_id: str = "adhoc", scaffold: str = "external", tool_format: str | None = None,
-        trajectory_id: str | None = None, api_key: str | None = None, training: bool = False,
-        token_budget: int | None = None,
-    ) -> Session:
-        """Open a session (one trajectory: its own, new in the pool, unless ``trajectory_id`` names a
-        driver's). ``training``: its calls are sampled as the trainer computes logprobs (top_p = 1,
-        no top_k, no penalties, whatever the agent asks); otherwise they are ad hoc and every
-        completion is marked ``sampling["training"] = False``, which the trainer refuses."""
+    async def create_session(self, request: SessionRequest, *, api_key: str | None = None) -> Session:
+        """Open a session (one trajectory: its own, new in the pool, unless ``request.trajectory_id``
+        names a driver's). ``request.training``: its calls are sampled as the trainer computes logprobs
+        (top_p = 1, no top_k, no penalties, whatever the agent asks); otherwise they are ad hoc and
+        every completion is marked ``sampling.training = False``, which the trainer refuses."""
+        task_id, scaffold, tool_format = request.task_id, request.scaffold, request.tool_format
+        trajectory_id, training, token_budget = request.trajectory_id, request.training, request.token_budget
         if tool_format is not None and tool_format not in self.tool_formats:
             raise APIError(400, f"tool_format: no tool format named {tool_format!r} (registered: {', '.join(sorted(self.tool_formats))})", param="tool_format")
         if trajectory_id is None and self.pool is not None:
@@ -144,13 +142,12 @@ class GatewayState:
         async with self._lock:  # two first requests with one new key make one session
             if api_key in self.by_key:
                 return self.sessions[self.by_key[api_key]]
-            return await self.create_session(api_key=api_key)
+            return await self.create_session(SessionRequest(), api_key=api_key)
 
     async def finish_session(self, session_id: str, *, status: str = "completed", rewards: dict[str, float] | None = None,
                              error: str | None = None) -> Session:
         """End a session's trajectory (``completed`` or ``failed``, with its reward components) and
         forget the session: its key then answers 409, and its history is freed."""
-        from forge_cli.errors import ForgeError
 
         session = self.sessions.get(session_id)
         if session is None or session.trajectory_id is None or self.pool is None:
@@ -251,7 +248,6 @@ class GatewayState:
         if self.pool is None or session.trajectory_id is None:
             return
         finished = time.time()
-        from forge_cli.errors import ForgeError
 
         for out, errors in zip(outputs, parse_errors):
             try:

@@ -1,4 +1,5 @@
-"""How one token is shown in a logprobs entry: its text, its own bytes, a JSON-safe logprob."""
+"""How tokens are shown: one token in a logprobs entry (its text, its own bytes, a JSON-safe logprob),
+and a completion's output as text."""
 
 from __future__ import annotations
 
@@ -42,3 +43,11 @@ def token_bytes(tokenizer: Any, token_id: int, text: str) -> bytes:
         if piece and all(ch in decoder for ch in piece):
             return bytes(decoder[ch] for ch in piece)
     return text.encode()
+
+
+def output_text(tokenizer: Any, eos_token_id: int | None, output_ids: list[int]) -> str:
+    """A completion's output as the gateway parsed it: special tokens kept, the closing EOS dropped."""
+    ids = list(output_ids)
+    if ids and ids[-1] == eos_token_id:
+        ids = ids[:-1]
+    return tokenizer.decode(ids, skip_special_tokens=False)

@@ -1,23 +1,6 @@
-"""The data pool: durable storage of trajectories and the schedulers that feed the trainer."""
+"""The data pool: durable storage of trajectories (:mod:`.store`), the records it holds
+(:mod:`.types`, the contracts layer), and the schedulers that feed the trainer (:mod:`.scheduler`).
 
-from __future__ import annotations
-
-from forge_cli.pool.store import DataPool, NoPool, PoolFull, open_pool
-from forge_cli.pool.types import (
-    Batch,
-    Completion,
-    CompletionReward,
-    Event,
-    Group,
-    GroupStatus,
-    NewCompletion,
-    Sample,
-    Sampling,
-    Trajectory,
-    TrajectoryStatus,
-)
-
-__all__ = [
-    "Batch", "Completion", "CompletionReward", "DataPool", "Event", "Group", "GroupStatus", "NewCompletion", "NoPool", "PoolFull",
-    "Sample", "Sampling", "Trajectory", "TrajectoryStatus", "open_pool",
-]
+This ``__init__`` imports nothing: ``pool.types`` is a contract the plugin host and the rewards
+read, and importing it must not bring the store with it.
+"""

@@ -16,7 +16,9 @@ from typing import Any
 
 from forge_cli.errors import ForgeError
 from forge_cli.report.metrics import read_metrics
+from forge_cli.report.plots import draw_all, save, summary_figure
 from forge_cli.report.summary import Summary, as_dict, markdown, summarize, table
+from forge_cli.runs import resolve_run
 
 DEFAULT_DPI = 110
 
@@ -41,8 +43,6 @@ def default_out(run_dirs: list[Path]) -> Path:
 def write_report(config: Any, runs: list[str], *, out: Path | None = None, dpi: int = DEFAULT_DPI) -> Report:
     """Read each run (a name under ``run.dir`` or a run folder's path), write its plots — the runs
     overlaid when there are several — and the summary into ``out`` (default :func:`default_out`)."""
-    from forge_cli.report.plots import draw_all, save, summary_figure
-    from forge_cli.runs import resolve_run
 
     if not runs:
         raise ForgeError("name at least one run to report on (forge runs lists them)")

@@ -20,13 +20,23 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from forge_cli.configs.common import validate_options
 from forge_cli.errors import ForgeError
+from forge_cli.plugins import get_registry
+from forge_cli.pool.store import PoolFull
+from forge_cli.pool.scheduler import Scheduler
+from forge_cli.records.session import SessionRequest
+from forge_cli.rewards.group import _components, apply_group_rewards
+from forge_cli.rollout.blackbox import find_install
+from forge_cli.rollout.executors import AgentTimedOut, Job, make_executor
+from forge_cli.rollout.loop import resolve_loop
 from forge_cli.rollout.records import RolloutRequest, TrajectoryResult
+from forge_cli.rollout.stream import TaskStream, check_mix
+from forge_cli.rollout.summary import summarize
 from forge_cli.tasks.suites import resolve_suite
 
 if TYPE_CHECKING:
-    from forge_cli.gateway.server import Gateway
-    from forge_cli.rollout.stream import TaskStream
+    from forge_cli.rollout.remote import DriverGateway
     from forge_cli.rollout.summary import RolloutSummary
     from forge_cli.specs import ScaffoldSpec
     from forge_cli.tasks.types import Outcome, Task, TaskSuite
@@ -70,13 +80,12 @@ class Progress:
         suite.solved += result.solved
 
 
-class _Run:
+class _Rollout:
     """One rollout's state: the gateway, the pool, the chosen scaffold and suites, its workdirs."""
 
-    def __init__(self, gw: "Gateway", config: Any, request: RolloutRequest, spec: "ScaffoldSpec",
+    def __init__(self, gw: "DriverGateway", config: Any, request: RolloutRequest, spec: "ScaffoldSpec",
                  suites: dict[str, "TaskSuite"], progress: Progress, on_progress: Callable[[Progress], None] | None,
                  consumer: bool = False) -> None:
-        from forge_cli.pool.scheduler import Scheduler
 
         self.gw, self.pool, self.config, self.request = gw, gw.pool, config, request
         self.spec, self.suites, self.progress, self.on_progress = spec, suites, progress, on_progress
@@ -98,7 +107,6 @@ class _Run:
         self.pending: set[str] = set()  # groups submitted whose rewards are not written yet
         self.guard = threading.Lock()  # a submit and the interrupt never interleave
         self.closed = False  # interrupted: nothing more is submitted
-        from forge_cli.rollout.executors import make_executor
 
         self.executors: dict[str, Any] = {}
         try:
@@ -142,7 +150,6 @@ class _Run:
 
     async def admit(self, task: "Task") -> Any:
         """The task's group, submitted once admission lets it in."""
-        from forge_cli.pool import PoolFull
 
         while True:
             try:
@@ -186,7 +193,6 @@ class _Run:
         per completion), written in one transaction; then the scheduler may hand the group out."""
         from dataclasses import replace
 
-        from forge_cli.rewards.group import apply_group_rewards
 
         outcomes = {r.trajectory_id: outcome for r, outcome in ended if outcome is not None}
         texts = {t.id: [self.gw.output_text(c.output_ids) for c in t.completions] for t in self.pool.group(group_id).trajectories}
@@ -204,7 +210,6 @@ class _Run:
 
     async def trajectory(self, key: str, task: "Task", group_id: str,
                          trajectory_id: str) -> tuple[TrajectoryResult, "Outcome | None"]:
-        from forge_cli.rollout.executors import AgentTimedOut
 
         async with self.slots:
             started = time.monotonic()
@@ -213,9 +218,9 @@ class _Run:
             self.tell()
             try:
                 await asyncio.to_thread(self.pool.start_trajectory, trajectory_id)
-                session = await self.gw.open_session(task_id=task.id, scaffold=self.spec.name, trajectory_id=trajectory_id,
-                                                      tool_format=self.spec.tool_format, training=True,
-                                                      token_budget=self.request.max_tokens_per_trajectory)
+                session = await self.gw.open_session(SessionRequest(
+                    task_id=task.id, scaffold=self.spec.name, trajectory_id=trajectory_id, tool_format=self.spec.tool_format,
+                    training=True, token_budget=self.request.max_tokens_per_trajectory))
                 # a black-box program is killed at the budget by its sandbox; this is the backstop
                 budget = self.request.trajectory_timeout_s + (0 if self.spec.kind == "white" else 15)
                 _, events, outcome = await asyncio.wait_for(self.run_scaffold(key, task, trajectory_id, session),
@@ -239,7 +244,6 @@ class _Run:
 
     async def run_scaffold(self, key: str, task: "Task", trajectory_id: str, session: Any) -> tuple[Any, list[Any], "Outcome"]:
         """Run the scaffold in the trajectory's session on the executor, and verify: ``(Transcript, events, Outcome)``."""
-        from forge_cli.rollout.executors import Job
 
         job = Job(scaffold=self.spec.name, suite=key, verifier=self.request.verifier, task=task,
                   workdir=str(self.gw.run_dir / "work" / trajectory_id), base_url=session.base_url, api_key=session.api_key,
@@ -293,7 +297,7 @@ class _Run:
         return failed
 
 
-async def rollout(config: Any, request: RolloutRequest, *, run: str | None = None, gateway: "Gateway | None" = None,
+async def rollout(config: Any, request: RolloutRequest, *, run: str | None = None, gateway: "DriverGateway | None" = None,
                   on_progress: Callable[[Progress], None] | None = None, consumer: bool = False) -> "RolloutSummary":
     """Roll ``request`` out and return its summary. ``gateway``: a running in-process gateway to use
     (default: ``request.gateway_url``'s running gateway, recording into the run ``run``; else one is
@@ -301,9 +305,6 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     (``forge train``), so admission is the scheduler's bound over groups not yet trained on (the
     pool's ``max_active_groups``, and a staleness cap's), and ``request.groups`` may be None: then
     the rollout runs until it is cancelled (and fails what it started as "interrupted")."""
-    from forge_cli.plugins import get_registry
-    from forge_cli.rollout.stream import TaskStream, check_mix
-    from forge_cli.rollout.summary import summarize
 
     registry = get_registry()
     spec = registry.scaffold(request.scaffold)
@@ -331,7 +332,7 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
         async with serve_gateway(config, run) as gw:
             return await rollout(config, request, gateway=gw, on_progress=on_progress, consumer=consumer)
     progress = Progress(total=request.groups * request.n if request.groups is not None else None)
-    state = _Run(gateway, config, request, spec, suites, progress, on_progress, consumer)
+    state = _Rollout(gateway, config, request, spec, suites, progress, on_progress, consumer)
     started = time.monotonic()
     try:
         async with asyncio.TaskGroup() as groups:  # a group that fails cancels the others: nothing runs on unseen
@@ -350,18 +351,14 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
     """What would fail every trajectory alike fails the rollout now, before anything is recorded:
     a loop that does not resolve or options it refuses, an agent not installed, reward weights
     naming no component, a Ray cluster that could not reach a loopback gateway."""
-    from forge_cli.configs.common import validate_options
     from forge_cli.gateway.server import LOOPBACK
-    from forge_cli.rewards.group import _components
 
     # every scaffold's section (a black-box agent asked for mcp it cannot take, too)
     validate_options(spec.options, config.scaffolds.get(spec.name, {}), f"[scaffolds.{spec.name}]")
     if spec.kind == "white":
-        from forge_cli.rollout.loop import resolve_loop
 
         resolve_loop(spec)
     else:
-        from forge_cli.rollout.blackbox import find_install
 
         find_install(spec)
     check_sandbox(registry, sandbox_of(config, spec.name))

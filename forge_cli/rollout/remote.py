@@ -11,12 +11,37 @@ forget it when the driver ends the trajectory (``DELETE /admin/sessions/ID``), t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import httpx
+
+from forge_cli.engine.default_model import resolve_model_path
 from forge_cli.errors import ForgeError
+from forge_cli.gateway.token_text import output_text
+from forge_cli.pool.store import open_pool
+from forge_cli.records.session import SessionInfo, SessionRequest
+from forge_cli.runs import resolve_run
+
+
+class DriverGateway(Protocol):
+    """What the rollout driver needs of a gateway: the in-process one
+    (:class:`forge_cli.gateway.server.Gateway`) and :class:`RemoteGateway` both offer it."""
+
+    url: str
+    run_dir: Path  # the run it records into
+    pool: Any  # that run's pool
+    model_name: str
+
+    async def open_session(self, request: SessionRequest) -> SessionInfo: ...
+
+    async def close_session(self, session_id: str) -> int: ...
+
+    def output_text(self, output_ids: list[int]) -> str: ...
 
 
 class RemoteGateway:
+    """A ``forge gateway serve`` elsewhere, as a :class:`DriverGateway`."""
+
     def __init__(self, url: str, admin_key: str, run_dir: Path, pool: Any, tokenizer: Any, eos_token_id: int | None,
                  model_name: str, client: Any) -> None:
         self.url, self.admin_key, self.run_dir, self.pool = url.rstrip("/"), admin_key, run_dir, pool
@@ -24,12 +49,6 @@ class RemoteGateway:
 
     @classmethod
     async def connect(cls, config: Any, url: str, admin_key: str, run: str | None) -> "RemoteGateway":
-        import httpx
-
-        from forge_cli.engine.default_model import resolve_model_path
-        from forge_cli.pool import open_pool
-        from forge_cli.runs import resolve_run
-
         if not run:
             raise ForgeError("--gateway URL needs --run NAME: the run the gateway records into (its pool is the driver's too)")
         if not admin_key:
@@ -45,19 +64,16 @@ class RemoteGateway:
             await client.aclose()
             raise ForgeError(f"the gateway at {url} refused the admin key")
         run_dir = resolve_run(config, run)
-        from transformers import AutoTokenizer  # the same model folder as the server's: the reward texts are decoded here
+        from transformers import (
+            AutoTokenizer,  # the same model folder as the server's: the reward texts are decoded here
+        )
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(config.model.path))
         pool = open_pool(config.pool.url, run_dir, create=False)
         return cls(url, admin_key, run_dir, pool, tokenizer, tokenizer.eos_token_id, models.json()["data"][0]["id"], client)
 
-    async def open_session(self, *, task_id: str, scaffold: str, trajectory_id: str, tool_format: str | None = None,
-                           training: bool = False, token_budget: int | None = None) -> Any:
-        from forge_cli.gateway.server import SessionInfo
-
-        body = {"task_id": task_id, "scaffold": scaffold, "trajectory_id": trajectory_id, "tool_format": tool_format,
-                "training": training, "token_budget": token_budget}
-        r = await self.client.post("/admin/sessions", json={k: v for k, v in body.items() if v is not None})
+    async def open_session(self, request: SessionRequest = SessionRequest()) -> SessionInfo:
+        r = await self.client.post("/admin/sessions", json=request.model_dump(exclude_none=True))
         if r.status_code != 200:
             raise ForgeError(f"the gateway refused a session: {r.status_code} {r.text[:300]}")
         data = r.json()
@@ -68,8 +84,6 @@ class RemoteGateway:
         return r.json().get("output_tokens", 0) if r.status_code == 200 else 0
 
     def output_text(self, output_ids: list[int]) -> str:
-        from forge_cli.gateway.server import output_text
-
         return output_text(self.tokenizer, self.eos_token_id, output_ids)
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_cli.records.metrics import EvalMetrics
+from forge_cli.rollout.driver import request_from_config, rollout
 
 
 @dataclass(frozen=True)
@@ -37,21 +38,19 @@ class Evaluation:
 def eval_request(config: Any, tasks: int, samples_per_task: int) -> Any:
     """The held-out rollout: the same scaffold and suites as training, the first ``tasks`` held-out
     tasks (the same ones at every evaluation, so the figures compare)."""
-    from forge_cli.rollout.driver import request_from_config
 
     return request_from_config(config, split="heldout", groups=tasks, n=samples_per_task, first_group=0, evaluation=True)
 
 
-async def evaluate(config: Any, gateway: Any, *, tasks: int, samples_per_task: int) -> Evaluation:
+async def evaluate(config: Any, run: Any, gateway: Any, *, tasks: int, samples_per_task: int) -> Evaluation:
     """Sample ``samples_per_task`` trajectories on each of ``tasks`` held-out tasks with the weights
-    the engine serves now; return the success rate (in all and per suite)."""
+    ``run``'s engine serves now, through ``gateway``; return the success rate (in all and per suite)."""
     import time
 
-    from forge_cli.rollout.driver import rollout
 
     started = time.monotonic()
     summary = await rollout(config, eval_request(config, tasks, samples_per_task), gateway=gateway)
     by_suite = {name: solved / total for name, (solved, total) in summary.by_suite.items() if total}
-    return Evaluation(policy_version=gateway.engine.version, success=summary.success_rate, reward_mean=summary.mean_reward,
+    return Evaluation(policy_version=run.version, success=summary.success_rate, reward_mean=summary.mean_reward,
                       tasks=tasks, samples_per_task=samples_per_task, success_by_suite=by_suite,
                       seconds=time.monotonic() - started)

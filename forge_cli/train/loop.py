@@ -18,13 +18,19 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, AsyncIterator
 
 from forge_cli.errors import ForgeError
-from forge_cli.records.metrics import MetricsRecord
-
-# (kind, what): "step", "eval", "warmstart": the line's record (forge_cli.records.metrics); "rollout", "status": a dict
-Event = Callable[[str, Any], None]
+from forge_cli.pool.scheduler import Scheduler
+from forge_cli.records.metrics import StepMetrics
+from forge_cli.rollout.driver import rollout
+from forge_cli.rollout.records import request_from_config
+from forge_cli.train.batch import build_samples
+from forge_cli.train.compose import Event, Training, build_training
+from forge_cli.train.evaluate import evaluate
+from forge_cli.train.metrics import step_metrics, write_state
+from forge_cli.train.resume import restore, save
+from forge_cli.train.warmstart import keep_warm_model, warm_record, warm_start
 
 
 @dataclass(frozen=True)
@@ -43,122 +49,194 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
     ``minutes`` of wall time, whichever comes first; Ctrl-C (cancellation) checkpoints and stops.
     ``warm_start``: first the supervised warm start (:mod:`.warmstart`), its weights kept at
     ``save_warm_to`` if given."""
-    from forge_cli.gateway.server import serve_gateway
-    from forge_cli.pool.scheduler import Scheduler
-    from forge_cli.rollout.driver import request_from_config, rollout
-    from forge_cli.train.batch import build_samples
-    from forge_cli.train.distributed import make_loop_trainer
-    from forge_cli.train.metrics import MetricsLog, run_log, step_metrics, write_state
-    from forge_cli.train.resume import restore, save, trainer_model
+    check_budget(steps, minutes)
+    deadline = time.monotonic() + minutes * 60 if minutes else None
+    async with build_training(config, run, resume=resume, on_event=on_event) as t:
+        at = LoopState(*await restore(t.run, t.trainer, t.model, resume))
+        async with recorded(t, at, minutes):
+            if warm_start and not resume:
+                await warm_up(t, at, deadline, save_warm_to)
+            scheduler, meter = Scheduler.from_config(config.pool, config.train.groups_per_step), StepMeter(t.run)
+            async with producing(t, meter) as producer:
+                stop_at = deadline  # the final evaluation counts in --minutes: each one moves it earlier
+                while (steps is None or at.step < steps) and (stop_at is None or time.monotonic() < stop_at):
+                    batch, samples, waited = await meter.take(scheduler, at.version, producer, stop_at)
+                    if batch is None:
+                        break  # out of time while waiting for data
+                    stats, stop = await train_step(t, at, samples, meter)  # train, swap, publish: one unit Ctrl-C waits for
+                    t.tell("step", t.log.write(meter.measure(step_metrics(batch, samples, stats, step=at.step,
+                                                                          difficulty=meter.difficulty), at, waited)))
+                    if stop is not None:
+                        raise stop
+                    if config.train.eval_every and at.step % config.train.eval_every == 0:
+                        stop_at = await evaluate_now(t, at, deadline, meter)
+                    if config.train.checkpoint_every and at.step % config.train.checkpoint_every == 0:
+                        await checkpoint(t, at)
+                    write_state(t.run.dir, step=at.step, policy_version=at.version, best_heldout_success=at.best)
+            if config.train.eval_every and at.step and at.step % config.train.eval_every:  # the final policy, measured
+                t.tell("status", {"status": "final held-out evaluation", "step": at.step})
+                await evaluate_now(t, at, None, meter)
+            await checkpoint(t, at)
+        return TrainResult(t.run.dir, at.step, at.version, at.status, at.best)
 
+
+@dataclass
+class LoopState:
+    """Where the loop is: the last step, the version the engine serves, the best held-out success,
+    the last step checkpointed, and how the run ended."""
+
+    step: int
+    version: int
+    best: float | None
+    saved: int = -1
+    status: str = "running"
+
+    def __post_init__(self) -> None:
+        if self.saved < 0:
+            self.saved = self.step
+
+
+def check_budget(steps: int | None, minutes: float | None) -> None:
     if steps is not None and steps < 1:
         raise ForgeError(f"steps must be at least 1, got {steps}")
     if minutes is not None and not minutes > 0:
         raise ForgeError(f"minutes must be > 0, got {minutes}")
-    shown = on_event or (lambda kind, fields: None)
-    deadline = time.monotonic() + minutes * 60 if minutes else None
-    P = config.train.groups_per_step
-    async with serve_gateway(config, run) as gw, contextlib.AsyncExitStack() as stack:
-        logger = stack.enter_context(run_log(gw.run_dir))
-
-        def tell(kind: str, fields: Any) -> None:
-            if kind != "rollout":
-                said = fields.line() if isinstance(fields, MetricsRecord) else fields
-                logger.info("%s %s", kind, {k: v for k, v in said.items() if k != "group_ids"})
-            shown(kind, fields)
-
-        model = trainer_model(config, gw.run_dir, resume)
-        trainer = make_loop_trainer(config, model)
-        log = MetricsLog(gw.run_dir)
-        step, version, best = await restore(gw, trainer, model, resume)
-        saved = step
-        write_state(gw.run_dir, status="running", step=step, policy_version=version, minutes=minutes, error=None,
-                    started_at=time.time(), best_heldout_success=best)
-        try:
-            if warm_start and not resume:
-                from forge_cli.train.warmstart import warm_start as run_warm_start
-
-                warm = await run_warm_start(config, gw, trainer, log=log, on_event=tell, deadline=deadline)
-                version, best = gw.engine.version, warm.heldout_success
-                if save_warm_to is not None and warm.reason == "target reached":  # else the next run warm-starts anew
-                    from forge_cli.train.run import keep_warm_model, warm_record
-
-                    await asyncio.to_thread(keep_warm_model, model, config.model.path, save_warm_to, warm_record(config, warm),
-                                            trainer.state_dict)
-                await _unstoppable(save(config, gw.run_dir, model, trainer, 0, version))  # a kill now resumes warm
-            scheduler = Scheduler.from_config(config.pool, P)
-            difficulty: dict[str, float] = {}
-            request = request_from_config(config, groups=None, first_group=_next_group(gw.pool), split="train")
-            live: dict[str, float] = {}
-            producer = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True,
-                                                   on_progress=lambda p: _progress(p, live, difficulty, tell)))
-            try:
-                last, sampled, engine_busy = time.monotonic(), 0.0, gw.engine.busy_seconds()
-                # the final evaluation counts in --minutes: steps stop one evaluation's time early
-                stop_at = deadline
-                while (steps is None or step < steps) and (stop_at is None or time.monotonic() < stop_at):
-                    t0 = time.monotonic()
-                    batch, waited = await _take(scheduler, gw, version, producer, stop_at)
-                    if batch is None:
-                        break  # out of time while waiting for data
-                    samples = build_samples(batch)
-                    t1 = time.monotonic()
-                    # train, swap, publish: one unit a Ctrl-C waits for (a thread cannot be stopped), so a
-                    # checkpoint never holds half a step or a step under the wrong number
-                    work, stop = asyncio.ensure_future(_advance(config, trainer, gw, samples)), None
-                    try:
-                        stats, t2, version = await asyncio.shield(work)
-                    except asyncio.CancelledError as cancelled:  # let the step end, record it, then stop
-                        stats, t2, version = await work
-                        stop = cancelled
-                    step, now = step + 1, time.monotonic()
-                    metrics = step_metrics(batch, samples, stats, step=step, difficulty=difficulty)
-                    busy = gw.engine.busy_seconds()
-                    metrics = replace(metrics, policy_version=version, take_s=t1 - t0, wait_s=waited,
-                                      trainer_idle=waited / max(now - last, 1e-9),
-                                      engine_idle=max(0.0, 1.0 - (busy - engine_busy) / max(now - last, 1e-9)),
-                                      train_s=t2 - t1, sync_s=now - t2, step_s=now - last,
-                                      samples_per_s=metrics.trajectories / max(now - last, 1e-9),
-                                      train_tokens_per_s=config.train.updates_per_step * metrics.unique_tokens / max(t2 - t1, 1e-9),
-                                      rollout_tokens_per_s=(live.get("output_tokens", 0.0) - sampled) / max(now - last, 1e-9))
-                    last, sampled, engine_busy = now, live.get("output_tokens", 0.0), busy
-                    tell("step", log.write(metrics))
-                    if stop is not None:
-                        raise stop
-                    if config.train.eval_every and step % config.train.eval_every == 0:
-                        best = await _evaluate(config, gw, log, tell, step, best)
-                        stop_at = deadline - (time.monotonic() - now) if deadline is not None else None
-                        last, sampled, engine_busy = time.monotonic(), live.get("output_tokens", 0.0), gw.engine.busy_seconds()
-                    if config.train.checkpoint_every and step % config.train.checkpoint_every == 0:
-                        await _unstoppable(save(config, gw.run_dir, model, trainer, step, version))
-                        saved = step
-                    write_state(gw.run_dir, step=step, policy_version=version, best_heldout_success=best)
-            finally:
-                producer.cancel()
-                await asyncio.gather(producer, return_exceptions=True)
-            if config.train.eval_every and step and step % config.train.eval_every:  # the final policy, measured
-                tell("status", {"status": "final held-out evaluation", "step": step})
-                best = await _evaluate(config, gw, log, tell, step, best)
-            if step and saved != step:
-                await _unstoppable(save(config, gw.run_dir, model, trainer, step, version))
-                saved = step
-            status = "finished"
-        except BaseException as exc:
-            stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
-            if stopped and step and saved != step:
-                await asyncio.shield(save(config, gw.run_dir, model, trainer, step, version))  # Ctrl-C: keep the last step
-            write_state(gw.run_dir, status="stopped" if stopped else "failed", step=step, policy_version=version,
-                        best_heldout_success=best, error=None if stopped else str(exc)[:500])
-            raise
-        finally:
-            log.close()
-            trainer.close()
-        write_state(gw.run_dir, status=status, step=step, policy_version=version, best_heldout_success=best)
-        tell("status", {"status": status, "step": step})
-        return TrainResult(gw.run_dir, step, version, status, best)
 
 
-async def _advance(config: Any, trainer: Any, gw: Any, samples: Any) -> tuple[Any, float, int]:
+@contextlib.asynccontextmanager
+async def recorded(t: Training, at: LoopState, minutes: float | None) -> AsyncIterator[None]:
+    """The run's state file through the loop: running, then finished, stopped (Ctrl-C: the last step
+    kept) or failed (with the error)."""
+    write_state(t.run.dir, status="running", step=at.step, policy_version=at.version, minutes=minutes, error=None,
+                started_at=time.time(), best_heldout_success=at.best)
+    try:
+        yield
+    except BaseException as exc:
+        stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+        if stopped and at.step and at.saved != at.step:
+            await asyncio.shield(save(t.config, t.run.dir, t.model, t.trainer, at.step, at.version))  # Ctrl-C: keep the last step
+        write_state(t.run.dir, status="stopped" if stopped else "failed", step=at.step, policy_version=at.version,
+                    best_heldout_success=at.best, error=None if stopped else str(exc)[:500])
+        raise
+    at.status = "finished"
+    write_state(t.run.dir, status=at.status, step=at.step, policy_version=at.version, best_heldout_success=at.best)
+    t.tell("status", {"status": at.status, "step": at.step})
+
+
+async def warm_up(t: Training, at: LoopState, deadline: float | None, save_warm_to: Any) -> None:
+    """The supervised warm start; its weights kept at ``save_warm_to`` once it reached its target (else
+    the next run warm-starts anew), and checkpointed as step 0 (a kill now resumes warm)."""
+    warm = await warm_start(t.config, t.run, t.gateway, t.trainer, log=t.log, on_event=t.tell, deadline=deadline)
+    at.version, at.best = t.run.version, warm.heldout_success
+    if save_warm_to is not None and warm.reason == "target reached":
+        await asyncio.to_thread(keep_warm_model, t.model, t.config.model.path, save_warm_to, warm_record(t.config, warm),
+                                t.trainer.state_dict)
+    await _unstoppable(save(t.config, t.run.dir, t.model, t.trainer, 0, at.version))
+
+
+class StepMeter:
+    """The step's timings and rates: when its take began and its samples were ready, when training
+    ended; the rollout's live output tokens and each task's difficulty, as the producer reports them."""
+
+    def __init__(self, run: Any) -> None:
+        self.run, self.live, self.difficulty = run, {"output_tokens": 0.0}, {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Rates start again from now (after an evaluation, which is not the loop's time)."""
+        self.last, self.sampled, self.engine_busy = time.monotonic(), self.live["output_tokens"], self.run.engine.busy_seconds()
+
+    async def take(self, scheduler: Any, version: int, producer: asyncio.Task, deadline: float | None) -> tuple[Any, Any, float]:
+        """The next batch of P groups, its samples, and how long the trainer waited for it (idle),
+        waiting for the rollouts as long as it takes — or until the deadline (then no batch)."""
+        self.t0 = time.monotonic()
+        while True:
+            t = time.monotonic()
+            batch = await asyncio.to_thread(scheduler.take, self.run.pool, version)
+            if batch.groups:
+                samples = build_samples(batch)
+                self.t1 = time.monotonic()
+                return batch, samples, t - self.t0
+            if producer.done():  # it ended (or failed) before the steps were done
+                producer.result()
+                raise ForgeError("the rollout stopped producing before the last train step")
+            if deadline is not None and time.monotonic() >= deadline:
+                return None, None, time.monotonic() - self.t0
+            await asyncio.sleep(0.05)
+
+    def measure(self, metrics: StepMetrics, at: LoopState, waited: float) -> StepMetrics:
+        """``metrics`` with the step's version, timings and rates."""
+        now, busy = time.monotonic(), self.run.engine.busy_seconds()
+        span = max(now - self.last, 1e-9)
+        metrics = replace(metrics, policy_version=at.version, take_s=self.t1 - self.t0, wait_s=waited,
+                          trainer_idle=waited / span, engine_idle=max(0.0, 1.0 - (busy - self.engine_busy) / span),
+                          train_s=self.t2 - self.t1, sync_s=now - self.t2, step_s=now - self.last,
+                          samples_per_s=metrics.trajectories / span,
+                          train_tokens_per_s=self.run.config.train.updates_per_step * metrics.unique_tokens / max(self.t2 - self.t1, 1e-9),
+                          rollout_tokens_per_s=(self.live["output_tokens"] - self.sampled) / span)
+        self.last, self.sampled, self.engine_busy = now, self.live["output_tokens"], busy
+        return metrics
+
+    def report(self, progress: Any, tell: Event) -> None:
+        """The producer's live counts: kept for the step's rates and shown."""
+        self.live["output_tokens"] = progress.output_tokens
+        if len(self.difficulty) < len(progress.difficulty):
+            for task_id, value in progress.difficulty.items():
+                try:
+                    self.difficulty.setdefault(task_id, float(value))
+                except (TypeError, ValueError):  # a suite whose difficulty is not a number
+                    pass
+        tell("rollout", {"running": progress.running, "finished": progress.finished, "solved": progress.solved,
+                         "output_tokens": progress.output_tokens, "elapsed_s": time.monotonic() - progress.started_at})
+
+
+@contextlib.asynccontextmanager
+async def producing(t: Training, meter: StepMeter) -> AsyncIterator[asyncio.Task]:
+    """The rollouts, an endless task stream beside the steps, under the scheduler's admission bound."""
+    request = request_from_config(t.config, groups=None, first_group=_next_group(t.run.pool), split="train")
+    producer = asyncio.create_task(rollout(t.config, request, gateway=t.gateway, consumer=True,
+                                           on_progress=lambda p: meter.report(p, t.tell)))
+    try:
+        yield producer
+    finally:
+        producer.cancel()
+        await asyncio.gather(producer, return_exceptions=True)
+
+
+async def train_step(t: Training, at: LoopState, samples: Any, meter: StepMeter) -> tuple[Any, BaseException | None]:
+    """Train, swap, publish as one unit a Ctrl-C waits for (a thread cannot be stopped), so a checkpoint
+    never holds half a step or a step under the wrong number: (its stats, the cancellation to raise
+    once the step is recorded, if one came)."""
+    work, stop = asyncio.ensure_future(_advance(t.config, t.trainer, t.run, samples)), None
+    try:
+        stats, meter.t2, at.version = await asyncio.shield(work)
+    except asyncio.CancelledError as cancelled:  # let the step end, record it, then stop
+        stats, meter.t2, at.version = await work
+        stop = cancelled
+    at.step += 1
+    return stats, stop
+
+
+async def evaluate_now(t: Training, at: LoopState, deadline: float | None, meter: StepMeter) -> float | None:
+    """A held-out evaluation of the weights the engine serves, logged; the loop's new stop: ``deadline``
+    less the evaluation's time (the final one must fit in the budget too)."""
+    started = time.monotonic()
+    result = await evaluate(t.config, t.run, t.gateway, tasks=t.config.train.eval_tasks,
+                            samples_per_task=t.config.train.eval_samples)
+    t.tell("eval", t.log.write(result.metrics(at.step)))
+    at.best = max(at.best or 0.0, result.success)
+    meter.reset()
+    return deadline - (time.monotonic() - started) if deadline is not None else None
+
+
+async def checkpoint(t: Training, at: LoopState) -> None:
+    """Save the step (unless it is saved already), to its end even if cancelled meanwhile."""
+    if at.step and at.saved != at.step:
+        await _unstoppable(save(t.config, t.run.dir, t.model, t.trainer, at.step, at.version))
+        at.saved = at.step
+
+
+async def _advance(config: Any, trainer: Any, run: Any, samples: Any) -> tuple[Any, float, int]:
     """One train step on ``samples`` (``train.updates_per_step`` optimizer updates), its weights into
     the engine and the version published: (the last update's stats, when training ended, the new version)."""
     for _ in range(config.train.updates_per_step):  # the sampler's logprobs stay the ratios' denominator
@@ -167,8 +245,8 @@ async def _advance(config: Any, trainer: Any, gw: Any, samples: Any) -> tuple[An
             attention=config.train.attention, split=config.train.split, budget=config.train.micro_batch_tokens)
     trained = time.monotonic()
     weights = await asyncio.to_thread(trainer.state_dict)  # a gather under ZeRO-3: off the event loop
-    version = await gw.engine.load_weights(weights)  # pause, swap, resume: no request lost
-    await asyncio.to_thread(gw.pool.publish_version, version)
+    version = await run.engine.load_weights(weights)  # pause, swap, resume: no request lost
+    await asyncio.to_thread(run.pool.publish_version, version)
     return stats, trained, version
 
 
@@ -180,47 +258,6 @@ async def _unstoppable(work: Any) -> Any:
     except asyncio.CancelledError:
         await task
         raise
-
-
-async def _evaluate(config: Any, gw: Any, log: Any, tell: Event, step: int, best: float | None) -> float:
-    """A held-out evaluation of the weights the engine serves, logged; returns the best rate so far."""
-    from forge_cli.train.evaluate import evaluate
-
-    result = await evaluate(config, gw, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
-    tell("eval", log.write(result.metrics(step)))
-    return max(best or 0.0, result.success)
-
-
-async def _take(scheduler: Any, gw: Any, version: int, producer: asyncio.Task,
-                deadline: float | None) -> tuple[Any, float]:
-    """The next batch of P groups and how long the trainer waited for it (idle), waiting for the
-    rollouts as long as it takes — or until the deadline (then no batch)."""
-    started = time.monotonic()
-    while True:
-        t = time.monotonic()
-        batch = await asyncio.to_thread(scheduler.take, gw.pool, version)
-        if batch.groups:
-            return batch, t - started
-        if producer.done():  # it ended (or failed) before the steps were done
-            producer.result()
-            raise ForgeError("the rollout stopped producing before the last train step")
-        if deadline is not None and time.monotonic() >= deadline:
-            return None, time.monotonic() - started
-        await asyncio.sleep(0.05)
-
-
-def _progress(progress: Any, live: dict[str, float], difficulty: dict[str, float], tell: Event) -> None:
-    """The producer's live counts: kept for the step's rates and shown."""
-    live["output_tokens"] = progress.output_tokens
-    if len(difficulty) < len(progress.difficulty):
-        for task_id, value in progress.difficulty.items():
-            try:
-                difficulty.setdefault(task_id, float(value))
-            except (TypeError, ValueError):  # a suite whose difficulty is not a number
-                pass
-    tell("rollout", {"running": progress.running, "finished": progress.finished, "solved": progress.solved,
-                     "output_tokens": progress.output_tokens, "elapsed_s": time.monotonic() - progress.started_at})
-
 
 
 def _next_group(pool: Any) -> int:

@@ -28,6 +28,7 @@ from forge_cli.engine.default_model import MARKER, resolve_model_path
 from forge_cli.engine.hf import load_hf
 from forge_cli.engine.weights import load_into
 from forge_cli.errors import ForgeError
+from forge_cli.run import Run
 from forge_cli.train.distributed import world
 from forge_cli.train.metrics import read_state
 
@@ -64,35 +65,35 @@ def optimizer_of(trainer: Any) -> Any:
     return optimizer
 
 
-async def restore(gw: Any, trainer: Any, model: Any, resume: bool) -> tuple[int, int, float | None]:
+async def restore(run: Run, trainer: Any, model: Any, resume: bool) -> tuple[int, int, float | None]:
     """Bring the run to its latest checkpoint (see the module's docstring); returns (step, policy
     version, best held-out success so far). A fresh run returns (0, the engine's version, None)."""
     from forge_cli.train.checkpoint import load_checkpoint
 
-    root = gw.run_dir / "checkpoints"
+    root = run.dir / "checkpoints"
     if not resume:
         if (root / "latest").is_file():
-            raise ForgeError(f"run {gw.run_dir.name} already has checkpoints: continue it with --resume "
-                             f"{gw.run_dir.name}, or choose a new --run")
-        return 0, gw.engine.version, None
+            raise ForgeError(f"run {run.dir.name} already has checkpoints: continue it with --resume "
+                             f"{run.dir.name}, or choose a new --run")
+        return 0, run.engine.version, None
     state = await asyncio.to_thread(load_checkpoint, root, None, optimizer_of(trainer))  # weights: trainer_model
-    dropped = await asyncio.to_thread(gw.pool.drop_unrewarded)
+    dropped = await asyncio.to_thread(run.pool.drop_unrewarded)
     if state is None:  # killed before its first checkpoint: start over on what the pool holds
-        given_back = await asyncio.to_thread(gw.pool.unconsume_after, 0)
-        step, version = 0, gw.engine.version
+        given_back = await asyncio.to_thread(run.pool.unconsume_after, 0)
+        step, version = 0, run.engine.version
     else:
-        given_back = await asyncio.to_thread(gw.pool.unconsume_after, state.policy_version)
+        given_back = await asyncio.to_thread(run.pool.unconsume_after, state.policy_version)
         step = state.step
         # versions the dead process published after the checkpoint named weights that are gone: the
         # engine goes on past the newest one that sampled anything, so no version means two policies
         # and no recorded sample gets a negative age
-        newest = await asyncio.to_thread(gw.pool.max_policy_version)
+        newest = await asyncio.to_thread(run.pool.max_policy_version)
         version = max(state.policy_version, newest if newest is not None else 0)
         weights = await asyncio.to_thread(trainer.state_dict)
-        await gw.engine.load_weights(weights, version=version)
-    await asyncio.to_thread(gw.pool.publish_version, version)
-    best = read_state(gw.run_dir).get("best_heldout_success")
-    gw.resumed = {"step": step, "policy_version": version, "groups_given_back": given_back, "groups_dropped": dropped}
+        await run.engine.load_weights(weights, version=version)
+    await asyncio.to_thread(run.pool.publish_version, version)
+    best = read_state(run.dir).get("best_heldout_success")
+    run.resumed = {"step": step, "policy_version": version, "groups_given_back": given_back, "groups_dropped": dropped}
     return step, version, best
 
 

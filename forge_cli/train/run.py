@@ -12,13 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from forge_cli.engine.default_model import (
+    default_model_dir,
+    init_default_model,
+    is_embedded_default,
+    resolve_model_path,
+)
 from forge_cli.errors import ForgeError
+from forge_cli.plugins import get_registry
+from forge_cli.pool.store import _redact
+from forge_cli.rollout.driver import preflight
+from forge_cli.rollout.records import request_from_config
+from forge_cli.rollout.stream import check_mix
+from forge_cli.runs import check_run_name, resolve_run, run_config
+from forge_cli.tasks.suites import resolve_suite
+from forge_cli.tasks.demo_policies import policy_for
+from forge_cli.train.compose import build_training
+from forge_cli.train.distributed import run_follower, world
+from forge_cli.train.warmstart import keep_warm_model, warm_key, warm_record, warm_start
 
 DEFAULT_MINUTES = 15.0
 # scaffold options the embedded default trains with unless the config sets them: a tiny policy's
@@ -41,14 +56,12 @@ class Plan:
 
 
 def warm_model_dir() -> Path:
-    from forge_cli.engine.default_model import default_model_dir
 
     return default_model_dir().with_name("default-warm")
 
 
 def plan(config: Any, *, minutes: float | None = None) -> Plan:
     """The policy, warm start and budget of a new run (see the module's docstring)."""
-    from forge_cli.engine.default_model import init_default_model, resolve_model_path
 
     when = config.train.warmstart.when
     config = config.model_copy(deep=True)
@@ -72,7 +85,6 @@ def with_embedded_options(config: Any) -> None:
     """Lay :data:`EMBEDDED_SCAFFOLD_OPTIONS` under what ``config`` sets (in place) when its policy is
     the embedded default (no ``model.path``) or a copy made from it (a warm copy, a checkpoint: they
     carry its marker), so a checkpoint given as ``--model`` samples the prompts it learned on."""
-    from forge_cli.engine.default_model import is_embedded_default
 
     if config.model.path is None or is_embedded_default(config.model.path):
         for scaffold, options in EMBEDDED_SCAFFOLD_OPTIONS.items():
@@ -95,7 +107,6 @@ def prepare(config: Any, *, run: str | None = None, resume: str | None = None, m
     """Check a ``forge train`` before anything starts (one ForgeError for what would fail it) and
     choose its policy: a new run (``run`` names it), or ``resume`` an existing run with its own config."""
     if resume is not None:
-        from forge_cli.runs import resolve_run, run_config
 
         run_dir = resolve_run(config, resume)
         saved = run_config(config, run_dir)
@@ -105,7 +116,6 @@ def prepare(config: Any, *, run: str | None = None, resume: str | None = None, m
         check(saved, warm_start=False)
         return Prepared(saved, run_dir.name, True, minutes if minutes is not None else saved.train.minutes)
     if run is not None:
-        from forge_cli.runs import check_run_name
 
         existing = Path(config.run.dir) / check_run_name(run)
         if existing.is_dir() and any(existing.iterdir()):
@@ -130,13 +140,6 @@ def _warmed_for(folder: Path, config: Any) -> bool:
 _WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "teacher_slips": 0.0, "scaffold_options": {}}
 
 
-def warm_key(config: Any) -> dict[str, Any]:
-    """What a warm copy is warm-started on (``warmstart.json`` records it; a run reuses only a match)."""
-    return {"suite": config.rollout.task, "mix": dict(config.rollout.mix), "scaffold": config.rollout.scaffold,
-            "scaffold_options": dict(config.scaffolds.get(config.rollout.scaffold) or {}),  # its prompts
-            "teacher_slips": config.train.warmstart.teacher_slips}
-
-
 async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
                 minutes: float | None = None, on_event: Any = None) -> Any:
     """``forge train``: :func:`prepare`, then :func:`execute`."""
@@ -146,7 +149,6 @@ async def train(config: Any, *, run: str | None = None, resume: str | None = Non
 async def execute(prepared: Prepared, *, steps: int | None = None, on_event: Any = None) -> Any:
     """Run a prepared ``forge train``; returns the loop's :class:`~forge_cli.train.loop.TrainResult`
     (None on a DeepSpeed rank > 0, which follows rank 0 instead)."""
-    from forge_cli.train.distributed import run_follower, world
     from forge_cli.train.loop import train_loop
 
     rank, _ = world()
@@ -162,9 +164,6 @@ def check(config: Any, *, warm_start: bool) -> None:
     """What would fail the run once started fails it now, in one line, before a model is built or
     an engine started: the scaffold, its options, the suites of ``[rollout]`` (and a demo policy for
     each if the run may warm-start), the reward weights, a PostgreSQL pool that does not answer."""
-    from forge_cli.plugins import get_registry
-    from forge_cli.rollout.driver import preflight, request_from_config, resolve_suite
-    from forge_cli.rollout.stream import check_mix
 
     registry = get_registry()
     request = request_from_config(config, groups=None)
@@ -173,11 +172,9 @@ def check(config: Any, *, warm_start: bool) -> None:
         resolve_suite(name, request.verifier, registry)
     preflight(config, request, spec, registry)
     if warm_start and config.model.path is None:
-        from forge_cli.tasks.demo_policies import policy_for
 
         policy_for(request.weights)
     if config.pool.url.startswith("postgres"):
-        from forge_cli.pool.store import _redact
 
         try:
             import psycopg
@@ -190,36 +187,11 @@ def check(config: Any, *, warm_start: bool) -> None:
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
 
 
-def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, Any],
-                    state_dict: Callable[[], dict[str, Any]] | None = None) -> Path:
-    """Save the warm-started weights as a servable model folder at ``target`` (replacing it
-    atomically), with the tokenizer of ``source`` and ``warmstart.json``; ``state_dict``: the train
-    engine's, which gathers partitioned (ZeRO-3) weights."""
-    from forge_cli.train.resume import COPIED_FILES
-
-    source, target = Path(source).expanduser(), Path(target)
-    tmp = target.with_name(f".{target.name}.writing")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": state_dict()} if state_dict else {}))
-    for name in COPIED_FILES:
-        if (source / name).is_file():
-            shutil.copy2(source / name, tmp / name)
-    (tmp / "warmstart.json").write_text(json.dumps({**record, "created_at": time.time()}, indent=2))
-    old = target.with_name(f".{target.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        target.rename(old)
-    tmp.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
-    return target
-
-
 async def warmstart(config: Any, *, out: Path | None = None, run: str | None = None,
                     on_event: Any = None) -> tuple[Any, Path]:
     """``forge model warmstart``: warm-start ``model.path`` (default: the embedded default, created
     if need be) in a run of its own and save the result at ``out`` (default: the embedded default's
     warm copy, which ``forge train`` then starts from). Returns (the result, the folder)."""
-    from forge_cli.engine.default_model import init_default_model, resolve_model_path
 
     config = config.model_copy(deep=True)
     embedded = config.model.path is None
@@ -232,28 +204,8 @@ async def warmstart(config: Any, *, out: Path | None = None, run: str | None = N
 
 
 async def _warmstart(config: Any, target: Path, run: str | None, on_event: Any) -> Any:
-    from forge_cli.gateway.server import serve_gateway
-    from forge_cli.train.distributed import make_loop_trainer
-    from forge_cli.train.metrics import MetricsLog
-    from forge_cli.train.resume import trainer_model
-    from forge_cli.train.warmstart import warm_start
-
-    async with serve_gateway(config, run) as gw:
-        model = trainer_model(config, gw.run_dir, False)
-        trainer = make_loop_trainer(config, model)
-        log = MetricsLog(gw.run_dir)
-        try:
-            result = await warm_start(config, gw, trainer, log=log, on_event=on_event)
-        finally:
-            log.close()
-            trainer.close()
-        await asyncio.to_thread(keep_warm_model, model, Path(config.model.path), target, warm_record(config, result),
-                                trainer.state_dict)
+    async with build_training(config, run) as t:
+        result = await warm_start(config, t.run, t.gateway, t.trainer, log=t.log, on_event=on_event)
+        await asyncio.to_thread(keep_warm_model, t.model, Path(config.model.path), target, warm_record(config, result),
+                                t.trainer.state_dict)
         return result
-
-
-def warm_record(config: Any, result: Any) -> dict[str, Any]:
-    """What ``warmstart.json`` says of a warm start."""
-    from dataclasses import asdict
-
-    return {"from": str(config.model.path), **warm_key(config), **asdict(result)}

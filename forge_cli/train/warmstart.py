@@ -14,14 +14,25 @@ fixed number of steps gives anything from 0 to 90 %.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from forge_cli.configs.train import CrossEntropyLossConfig
+from forge_cli.engine import ScriptedEngineConfig
 from forge_cli.errors import ForgeError
+from forge_cli.pool.types import Sample, TrajectoryStatus
 from forge_cli.records.metrics import WarmstartMetrics
+from forge_cli.rollout.driver import request_from_config, rollout
+from forge_cli.tasks.demo_policies import SLIPPING_SUITES, policy_for
+from forge_cli.train.distributed import on_every_rank
+from forge_cli.train.evaluate import evaluate
+from forge_cli.train.metrics import suite_of
+from forge_cli.train.resume import COPIED_FILES, optimizer_of
 
 
 @dataclass(frozen=True)
@@ -40,9 +51,6 @@ class TraceWriter:
     scaffold and tools, so each trace's tokens are exactly what the policy sees and emits in RL."""
 
     def __init__(self, config: Any, run_dir: Path, slips: float = 0.0) -> None:
-        from forge_cli.engine import ScriptedEngineConfig
-        from forge_cli.rollout.driver import request_from_config
-        from forge_cli.tasks.demo_policies import policy_for
 
         self.slips, self.next_group, self.written = slips, 0, 0
         self.policy = policy_for(request_from_config(config, groups=1).weights, slips=slips, seed=config.run.seed)
@@ -80,10 +88,6 @@ class TraceWriter:
         the solved ones, or with ``slips`` (the teacher's miscopies, ``[train.warmstart]
         teacher_slips``) every finished one — an imperfect teacher's data is not sorted by the
         verifier, which would already be using the reward."""
-        from forge_cli.pool.types import Sample, TrajectoryStatus
-        from forge_cli.rollout.driver import request_from_config, rollout
-        from forge_cli.tasks.demo_policies import SLIPPING_SUITES
-        from forge_cli.train.metrics import suite_of
 
         request = request_from_config(self.config, groups=traces, n=1, split="train", first_group=self.next_group)
         self.next_group += traces
@@ -138,7 +142,7 @@ class FreshFirst:
         return fresh + self.rng.sample(self.samples[:self.learned - len(fresh)], size - len(fresh))
 
 
-async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
+async def warm_start(config: Any, run: Any, gateway: Any, trainer: Any, *, log: Any = None,
                      on_event: Callable[[str, Any], None] | None = None,
                      deadline: float | None = None) -> WarmStartResult:
     """Supervised steps on synthetic traces until sampled held-out success reaches
@@ -147,13 +151,13 @@ async def warm_start(config: Any, gw: Any, trainer: Any, *, log: Any = None,
     ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
     started = time.monotonic()
     tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
-    async with TraceWriter(config, gw.run_dir / "warmstart", ws.teacher_slips) as writer:
+    async with TraceWriter(config, run.dir / "warmstart", ws.teacher_slips) as writer:
         data = FreshFirst(await writer.first(ws.traces), random.Random(config.run.seed))
         more = asyncio.create_task(_keep_writing(writer, data, ws.fresh_traces)) if ws.fresh_traces else None
         if more is None:
             await writer.close()  # nothing more to write: its gateway need not run beside the steps
         try:
-            step, success, reason = await _learn(config, gw, trainer, data, started, deadline, log, tell)
+            step, success, reason = await _learn(config, run, gateway, trainer, data, started, deadline, log, tell)
         finally:
             if more is not None:
                 more.cancel()
@@ -170,12 +174,9 @@ async def _keep_writing(writer: TraceWriter, data: FreshFirst, traces: int) -> N
         data.add(await writer.write(traces))
 
 
-async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: float, deadline: float | None,
+async def _learn(config: Any, run: Any, gateway: Any, trainer: Any, data: FreshFirst, started: float, deadline: float | None,
                  log: Any, tell: Callable[[str, Any], None]) -> tuple[int, float | None, str]:
     """The supervised steps: (steps, the last held-out success, why they stopped)."""
-    from forge_cli.train.config import CrossEntropyLoss
-    from forge_cli.train.distributed import on_every_rank
-    from forge_cli.train.evaluate import evaluate
 
     ws = config.train.warmstart
     stop_at = started + ws.max_minutes * 60
@@ -190,7 +191,7 @@ async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: 
                   cosine_lr(ws.lr, ws.final_lr_fraction, time.monotonic() - (stop_at - budget_s), budget_s))
             on_every_rank(trainer, set_lr, lr)
             batch = data.batch(ws.batch_size)
-            stats = await asyncio.to_thread(trainer.step, batch, CrossEntropyLoss(), temperature=1.0,
+            stats = await asyncio.to_thread(trainer.step, batch, CrossEntropyLossConfig(), temperature=1.0,
                                             attention=config.train.attention, split=config.train.split,
                                             budget=config.train.micro_batch_tokens)
             step += 1
@@ -199,8 +200,8 @@ async def _learn(config: Any, gw: Any, trainer: Any, data: FreshFirst, started: 
                                     learned=data.learned)
             out_of_time = time.monotonic() >= stop_at
             if step % ws.eval_every == 0 or out_of_time:
-                await gw.engine.load_weights(trainer.state_dict())
-                result = await evaluate(config, gw, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
+                await run.engine.load_weights(trainer.state_dict())
+                result = await evaluate(config, run, gateway, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
                 success = result.success
                 line = replace(line, heldout_success=success, policy_version=result.policy_version)
             if log is not None:
@@ -231,7 +232,6 @@ def cosine_lr(lr: float, final_fraction: float, elapsed_s: float, budget_s: floa
 def set_lr(engine: Any, lr: float) -> float:
     """Set the learning rate of ``engine``'s optimizer (on every rank through ``on_every_rank``);
     return the one it had."""
-    from forge_cli.train.resume import optimizer_of
 
     groups = optimizer_of(engine).param_groups
     before = groups[0]["lr"]
@@ -242,10 +242,46 @@ def set_lr(engine: Any, lr: float) -> float:
 
 def clear_moments(engine: Any) -> None:
     """Forget the optimizer's moments (Adam's state), keeping its parameters."""
-    from forge_cli.train.resume import optimizer_of
 
     optimizer = optimizer_of(engine)
     inner = getattr(optimizer, "optimizer", None)  # DeepSpeed's ZeRO wrapper keeps the torch optimizer inside
     for opt in (optimizer, inner):
         if opt is not None and hasattr(opt, "state"):
             opt.state.clear()
+
+
+def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, Any],
+                    state_dict: Callable[[], dict[str, Any]] | None = None) -> Path:
+    """Save the warm-started weights as a servable model folder at ``target`` (replacing it
+    atomically), with the tokenizer of ``source`` and ``warmstart.json``; ``state_dict``: the train
+    engine's, which gathers partitioned (ZeRO-3) weights."""
+
+    source, target = Path(source).expanduser(), Path(target)
+    tmp = target.with_name(f".{target.name}.writing")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": state_dict()} if state_dict else {}))
+    for name in COPIED_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, tmp / name)
+    (tmp / "warmstart.json").write_text(json.dumps({**record, "created_at": time.time()}, indent=2))
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def warm_record(config: Any, result: Any) -> dict[str, Any]:
+    """What ``warmstart.json`` says of a warm start."""
+    from dataclasses import asdict
+
+    return {"from": str(config.model.path), **warm_key(config), **asdict(result)}
+
+
+def warm_key(config: Any) -> dict[str, Any]:
+    """What a warm copy is warm-started on (``warmstart.json`` records it; a run reuses only a match)."""
+    return {"suite": config.rollout.task, "mix": dict(config.rollout.mix), "scaffold": config.rollout.scaffold,
+            "scaffold_options": dict(config.scaffolds.get(config.rollout.scaffold) or {}),  # its prompts
+            "teacher_slips": config.train.warmstart.teacher_slips}

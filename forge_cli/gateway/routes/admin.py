@@ -6,42 +6,26 @@ from typing import Literal, Optional
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.openapi import body_schema
-from forge_cli.gateway.protocol.types import Bool, Float, Int
+from forge_cli.gateway.protocol.types import Float
+from forge_cli.records.session import SessionRequest
 from forge_cli.gateway.routes.common import api_key, read_json, state_of, validate
 
 router = APIRouter()
 
 
-class NewSession(BaseModel):
-    """``POST /admin/sessions``. ``training: true``: the session samples as the trainer computes
-    logprobs (top_p = 1, no top_k, no penalties, whatever the agent asks); without it the session is
-    ad hoc and its completions are marked not for training."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    task_id: str = Field("adhoc", min_length=1, max_length=512)
-    scaffold: str = Field("external", min_length=1, max_length=128)
-    tool_format: Optional[str] = None
-    trajectory_id: Optional[str] = None
-    training: Bool = False
-    token_budget: Optional[Int] = Field(None, ge=1, description="Output tokens the trajectory may sample in all.")
-
-
-@router.post("/admin/sessions", openapi_extra=body_schema(NewSession, required=False))
+@router.post("/admin/sessions", openapi_extra=body_schema(SessionRequest, required=False))
 async def create_session(request: Request):
     """Open a trajectory session; returns its API key and its base URL."""
     state = state_of(request)
     state.check_admin(api_key(request))
-    body = validate(NewSession, await read_json(request, optional=True))
+    body = validate(SessionRequest, await read_json(request, optional=True))
     try:
-        session = await state.create_session(task_id=body.task_id, scaffold=body.scaffold, tool_format=body.tool_format,
-                                             trajectory_id=body.trajectory_id, training=body.training,
-                                             token_budget=body.token_budget)
+        session = await state.create_session(body)
     except ForgeError as exc:  # the pool refused what the client asked for
         raise APIError(400, str(exc)) from None
     base = str(request.base_url).rstrip("/")
