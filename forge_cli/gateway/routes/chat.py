@@ -1,20 +1,33 @@
-"""``POST /v1/chat/completions`` (stream and not; tools, tool_choice, n, logprobs, usage)."""
+"""``POST /v1/chat/completions`` (stream and not; tools, tool_choice, n, logprobs, usage).
+
+Every body and chunk is the openai SDK's own type (``ChatCompletion``, ``ChatCompletionChunk``),
+dumped as the SDK dumps it (:func:`~forge_cli.gateway.routes.common.wire_json`); ``usage`` is one
+:class:`CompletionUsage`, streamed or not (:func:`~forge_cli.gateway.routes.common.openai_usage`).
+"""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from typing import Any, AsyncIterator, Iterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from openai.types.chat import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage, ChatCompletionMessageFunctionToolCall,
+                               ChatCompletionTokenLogprob)
+from openai.types.chat import chat_completion, chat_completion_chunk
+from openai.types.chat.chat_completion_message_function_tool_call import Function
+from openai.types.chat.chat_completion_token_logprob import TopLogprob
+from openai.types.completion_usage import CompletionUsage
 
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, arguments_json
-from forge_cli.gateway.routes.common import Generated, commit, finish_reason, generate, prepare, read_json, sampling, stream, validate
+from forge_cli.gateway.routes.common import (Generated, commit, finish_reason, generate, openai_usage, prepare, read_json, sampling,
+                                             sse_event, stream, validate, wire_json)
 from forge_cli.gateway.token_text import json_logprob, token_bytes
 from forge_cli.specs import ToolCall
 
@@ -45,8 +58,6 @@ def to_turns(messages: list[ChatMessage]) -> list[Turn]:
         for tc in m.tool_calls or []:
             args: Any = tc.function.arguments
             if isinstance(args, str):
-                import json
-
                 try:
                     args = json.loads(args) if args.strip() else {}
                 except ValueError:
@@ -58,17 +69,18 @@ def to_turns(messages: list[ChatMessage]) -> list[Turn]:
     return turns
 
 
-def _message(parsed: Any) -> dict[str, Any]:
-    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content if (parsed.content or not parsed.calls) else None}
-    if parsed.calls:
-        msg["tool_calls"] = [
-            {"id": f"call_{secrets.token_hex(8)}", "type": "function", "function": {"name": c.name, "arguments": arguments_json(c)}}
-            for c in parsed.calls
-        ]
-    return msg
+def _message(parsed: Any) -> ChatCompletionMessage:
+    content = parsed.content if (parsed.content or not parsed.calls) else None
+    if not parsed.calls:
+        return ChatCompletionMessage(role="assistant", content=content)
+    calls = [ChatCompletionMessageFunctionToolCall(id=f"call_{secrets.token_hex(8)}", type="function",
+                                                   function=Function(name=c.name, arguments=arguments_json(c)))
+             for c in parsed.calls]
+    return ChatCompletionMessage(role="assistant", content=content, tool_calls=calls)
 
 
-def _logprobs(state: Any, output: Any) -> dict[str, Any]:
+def _logprobs(state: Any, output: Any) -> list[ChatCompletionTokenLogprob]:
+    """Each output token's logprob entry (with its ``top_logprobs``), as both ``logprobs.content`` types hold them."""
     tok = state.tokenizer
 
     def entry(token_id: int, lp: float) -> dict[str, Any]:
@@ -76,8 +88,8 @@ def _logprobs(state: Any, output: Any) -> dict[str, Any]:
         return {"token": piece, "logprob": json_logprob(lp), "bytes": list(token_bytes(tok, token_id, piece))}
 
     tops = output.top_logprobs or [[] for _ in output.output_ids]
-    return {"content": [{**entry(t, lp), "top_logprobs": [entry(i, v) for i, v in top]}
-                        for t, lp, top in zip(output.output_ids, output.logprobs, tops)]}
+    return [ChatCompletionTokenLogprob(**entry(t, lp), top_logprobs=[TopLogprob(**entry(i, v)) for i, v in top])
+            for t, lp, top in zip(output.output_ids, output.logprobs, tops)]
 
 
 def _output_format(req: ChatCompletionRequest) -> dict[str, Any] | None:
@@ -119,85 +131,90 @@ async def chat_completions(request: Request):
         prepared = await prepare(request, turns, tools, params, **kw)
         return StreamingResponse(_live(state, request, prepared, cid, created, req, include_usage), media_type="text/event-stream")
     gen = await generate(request, turns, tools, params, **kw)
-    usage = {
-        "prompt_tokens": len(gen.prompt_ids),
-        "completion_tokens": sum(len(o.output_ids) for o in gen.outputs),
-        "total_tokens": len(gen.prompt_ids) + sum(len(o.output_ids) for o in gen.outputs),
-        "prompt_tokens_details": {"cached_tokens": gen.outputs[0].extra.get("cached_tokens", 0)},
-    }
     if req.stream:
-        chunks = list(_stream(state, gen, cid, created, req, include_usage, usage))  # made before recording
+        chunks = list(_stream(state, gen, cid, created, req, include_usage))  # made before recording
         await commit(request, gen)
         return StreamingResponse(iter(chunks), media_type="text/event-stream")
     choices = [
-        {"index": i, "message": _message(p), "finish_reason": finish_reason(o, p),
-         "logprobs": _logprobs(state, o) if req.logprobs else None}
+        chat_completion.Choice(index=i, message=_message(p), finish_reason=finish_reason(o, p),
+                               logprobs=chat_completion.ChoiceLogprobs(content=_logprobs(state, o)) if req.logprobs else None)
         for i, (o, p) in enumerate(zip(gen.outputs, gen.parsed))
     ]
-    response = JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": req.model,
-                             "choices": choices, "usage": usage, "system_fingerprint": f"forge-v{gen.outputs[0].policy_version}"})
+    body = ChatCompletion(id=cid, object="chat.completion", created=created, model=req.model, choices=choices,
+                          usage=openai_usage(gen), system_fingerprint=f"forge-v{gen.outputs[0].policy_version}")
+    response = JSONResponse(wire_json(body))
     await commit(request, gen)
     return response
 
 
 def _chunker(cid: str, created: int, req: ChatCompletionRequest, include_usage: bool):
-    def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
-        body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model,
-                "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
-        if include_usage:
-            body["usage"] = None
-        return sse(body)
+    """``chunk(index, delta, finish, logprobs)``: one choice's chunk as an SSE line; ``usage(u)``: the last chunk."""
 
-    return chunk
+    def chunk(index: int, delta: chat_completion_chunk.ChoiceDelta, finish: str | None = None,
+              logprobs: list[ChatCompletionTokenLogprob] | None = None) -> str:
+        choice = chat_completion_chunk.Choice(
+            index=index, delta=delta, finish_reason=finish,
+            logprobs=None if logprobs is None else chat_completion_chunk.ChoiceLogprobs(content=logprobs))
+        extra: dict[str, Any] = {"usage": None} if include_usage else {}
+        return sse_event(ChatCompletionChunk(id=cid, object="chat.completion.chunk", created=created, model=req.model,
+                                             choices=[choice], **extra))
+
+    def usage(value: CompletionUsage) -> str:
+        return sse_event(ChatCompletionChunk(id=cid, object="chat.completion.chunk", created=created, model=req.model, choices=[],
+                                             usage=value))
+
+    return chunk, usage
+
+
+def _delta(**fields: Any) -> chat_completion_chunk.ChoiceDelta:
+    return chat_completion_chunk.ChoiceDelta(**fields)
 
 
 def _tool_call_chunks(chunk: Any, index: int, calls: list[ToolCall]) -> list[str]:
+    Call, CallFunction = chat_completion_chunk.ChoiceDeltaToolCall, chat_completion_chunk.ChoiceDeltaToolCallFunction
     out = []
     for k, call in enumerate(calls):
-        out.append(chunk(index, {"tool_calls": [{"index": k, "id": f"call_{secrets.token_hex(8)}", "type": "function",
-                                                 "function": {"name": call.name, "arguments": ""}}]}))
+        head = Call(index=k, id=f"call_{secrets.token_hex(8)}", type="function", function=CallFunction(name=call.name, arguments=""))
+        out.append(chunk(index, _delta(tool_calls=[head])))
         for piece in _pieces(arguments_json(call), 24):
-            out.append(chunk(index, {"tool_calls": [{"index": k, "function": {"arguments": piece}}]}))
+            out.append(chunk(index, _delta(tool_calls=[Call(index=k, function=CallFunction(arguments=piece))])))
     return out
 
 
 async def _live(state: Any, request: Request, prepared: Any, cid: str, created: int, req: ChatCompletionRequest,
                 include_usage: bool) -> AsyncIterator[str]:
     """One sample streamed as the engine makes it: content as it is safe, tool calls at the end."""
-    chunk = _chunker(cid, created, req, include_usage)
-    yield chunk(0, {"role": "assistant", "content": ""})
+    chunk, usage = _chunker(cid, created, req, include_usage)
+    yield chunk(0, _delta(role="assistant", content=""))
     gen = None
     async for kind, value in stream(request, prepared):
         if kind == "text":
-            yield chunk(0, {"content": value})
+            yield chunk(0, _delta(content=value))
         else:
             gen = value
     out, parsed = gen.outputs[0], gen.parsed[0]
     for line in _tool_call_chunks(chunk, 0, parsed.calls):
         yield line
-    yield chunk(0, {}, finish_reason(out, parsed), _logprobs(state, out) if req.logprobs else None)
+    yield chunk(0, _delta(), finish_reason(out, parsed), _logprobs(state, out) if req.logprobs else None)
     if include_usage:
-        usage = {"prompt_tokens": len(gen.prompt_ids), "completion_tokens": len(out.output_ids),
-                 "total_tokens": len(gen.prompt_ids) + len(out.output_ids)}
-        yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model, "choices": [], "usage": usage})
+        yield usage(openai_usage(gen))
     yield sse("[DONE]")
 
 
-def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatCompletionRequest, include_usage: bool,
-            usage: dict[str, int]) -> Iterator[str]:
+def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatCompletionRequest, include_usage: bool) -> Iterator[str]:
     """n > 1: the finished samples as OpenAI chunks: role, content, tool-call deltas, finish, usage, [DONE]."""
-    chunk = _chunker(cid, created, req, include_usage)
+    chunk, usage = _chunker(cid, created, req, include_usage)
 
     for i, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
-        yield chunk(i, {"role": "assistant", "content": ""})
+        yield chunk(i, _delta(role="assistant", content=""))
         if parsed.content:
             for piece in _pieces(parsed.content):
-                yield chunk(i, {"content": piece})
+                yield chunk(i, _delta(content=piece))
         for line in _tool_call_chunks(chunk, i, parsed.calls):
             yield line
-        yield chunk(i, {}, finish_reason(out, parsed), _logprobs(state, out) if req.logprobs else None)
+        yield chunk(i, _delta(), finish_reason(out, parsed), _logprobs(state, out) if req.logprobs else None)
     if include_usage:
-        yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": req.model, "choices": [], "usage": usage})
+        yield usage(openai_usage(gen))
     yield sse("[DONE]")
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from fastapi import Request
+from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
@@ -34,7 +35,7 @@ from starlette.requests import ClientDisconnect
 from forge_cli.engine.base import GenerationOutput, SamplingParams
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.body import parse_json
-from forge_cli.gateway.errors import APIError, describe_validation
+from forge_cli.gateway.errors import APIError, describe_validation, sse
 from forge_cli.gateway.middleware import drain
 from forge_cli.gateway.render import Rendered, Tool, Turn, check_fits, parse_output, render_prompt
 from forge_cli.gateway.state import GatewayState, Session
@@ -73,6 +74,17 @@ async def read_json(request: Request, *, optional: bool = False) -> dict[str, An
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object")
     return data
+
+
+def wire_json(model: BaseModel) -> dict[str, Any]:
+    """A response body or stream event, built as the OpenAI or Anthropic SDK's own model, as the
+    provider sends it: the SDK's dump (JSON types, API names, only the fields the gateway set)."""
+    return model.to_dict(mode="json")  # type: ignore[attr-defined]  # the SDKs' BaseModel
+
+
+def sse_event(model: BaseModel, event: str | None = None) -> str:
+    """One server-sent event carrying an SDK model (``event``: the SSE event name, Anthropic's and Responses')."""
+    return sse(wire_json(model), event)
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -316,6 +328,14 @@ def sampling(
         )
     except ForgeError as exc:
         raise APIError(400, str(exc)) from None
+
+
+def openai_usage(gen: Generated) -> CompletionUsage:
+    """The ``usage`` of a chat or legacy completion, streamed or not: every sample's output tokens,
+    and the prompt's tokens the engine found cached."""
+    n_prompt, n_output = len(gen.prompt_ids), sum(len(o.output_ids) for o in gen.outputs)
+    return CompletionUsage(prompt_tokens=n_prompt, completion_tokens=n_output, total_tokens=n_prompt + n_output,
+                           prompt_tokens_details=PromptTokensDetails(cached_tokens=gen.outputs[0].extra.get("cached_tokens", 0)))
 
 
 def finish_reason(output: GenerationOutput, parsed: ParsedOutput) -> str:

@@ -1,4 +1,5 @@
-"""``POST /v1/completions``: raw text (or token ids) in, no chat template."""
+"""``POST /v1/completions``: raw text (or token ids) in, no chat template. The body and every
+streamed chunk are the openai SDK's ``Completion``."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from typing import Any, Iterator, Optional, Union
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from openai.types.completion import Completion
+from openai.types.completion_choice import CompletionChoice, Logprobs
 from pydantic import BaseModel, ConfigDict, Field
 
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.types import MAX_SEED, MAX_TOKENS, Bool, Float, Int
-from forge_cli.gateway.routes.common import commit, generate, read_json, sampling, state_of, validate
+from forge_cli.gateway.routes.common import commit, generate, openai_usage, read_json, sampling, sse_event, state_of, validate, wire_json
 from forge_cli.gateway.token_text import json_logprob
 
 router = APIRouter()
@@ -52,11 +55,10 @@ async def completions(request: Request):
     params = sampling(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stop=req.stop, seed=req.seed, n=req.n,
                       top_logprobs=req.logprobs)
     gen = await generate(request, [], [], params, raw=raw, prompt=req.prompt)
-    ids = gen.prompt_ids
     echo = gen.prepared.rendered.text if req.echo else ""
     choices = []
     for index, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
-        logprobs: Any = None
+        logprobs: Logprobs | None = None
         if req.logprobs is not None:
             # legacy shape: per position a {token text: logprob} of the k most likely (None when k = 0);
             # ids that decode alike share a key, which keeps the likeliest's value
@@ -66,22 +68,28 @@ async def completions(request: Request):
                 for entries, top in zip(tops, out.top_logprobs):
                     for token_id, value in top:
                         entries.setdefault(tok.decode([token_id]), json_logprob(value))
-            logprobs = {"tokens": [tok.decode([t]) for t in out.output_ids], "token_logprobs": [json_logprob(v) for v in out.logprobs],
-                        "top_logprobs": tops, "text_offset": None}
-        choices.append({"index": index, "text": echo + parsed.content, "logprobs": logprobs,
-                        "finish_reason": "length" if out.finish_reason == "length" else "stop"})
-    body = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()), "model": req.model,
-            "choices": choices, "usage": {"prompt_tokens": len(ids), "completion_tokens": sum(len(o.output_ids) for o in gen.outputs),
-                                          "total_tokens": len(ids) + sum(len(o.output_ids) for o in gen.outputs)}}
-    response: Any = StreamingResponse(iter(list(_stream(body))), media_type="text/event-stream") if req.stream else JSONResponse(body)
+            logprobs = Logprobs(tokens=[tok.decode([t]) for t in out.output_ids], token_logprobs=[json_logprob(v) for v in out.logprobs],
+                                top_logprobs=tops, text_offset=None)
+        choices.append(CompletionChoice(index=index, text=echo + parsed.content, logprobs=logprobs,
+                                        finish_reason="length" if out.finish_reason == "length" else "stop"))
+    body = Completion(id=f"cmpl-{secrets.token_hex(12)}", object="text_completion", created=int(time.time()), model=req.model,
+                      choices=choices, usage=openai_usage(gen))
+    if req.stream:
+        response: Any = StreamingResponse(iter(list(_stream(body))), media_type="text/event-stream")
+    else:
+        response = JSONResponse(wire_json(body))
     await commit(request, gen)
     return response
 
 
-def _stream(body: dict[str, Any]) -> Iterator[str]:
-    for choice in body["choices"]:
-        text = choice["text"]
+def _stream(body: Completion) -> Iterator[str]:
+    """Each choice's text in pieces of 16 characters (no finish reason, no logprobs), then its last
+    chunk (empty text, its finish reason and logprobs). OpenAI streams ``finish_reason: null``, which
+    the SDK's type does not admit: the pieces are copies of the validated choice, not validated again."""
+    for choice in body.choices:
+        text = choice.text
         for i in range(0, len(text), 16):
-            yield sse({**body, "choices": [{**choice, "text": text[i : i + 16], "finish_reason": None, "logprobs": None}], "usage": None})
-        yield sse({**body, "choices": [{**choice, "text": ""}], "usage": None})
+            piece = choice.model_copy(update={"text": text[i : i + 16], "finish_reason": None, "logprobs": None})
+            yield sse_event(body.model_copy(update={"choices": [piece], "usage": None}))
+        yield sse_event(body.model_copy(update={"choices": [choice.model_copy(update={"text": ""})], "usage": None}))
     yield sse("[DONE]")

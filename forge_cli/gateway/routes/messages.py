@@ -1,4 +1,9 @@
-"""``POST /v1/messages`` (Anthropic Messages, stream and not; ``?beta=true`` accepted)."""
+"""``POST /v1/messages`` (Anthropic Messages, stream and not; ``?beta=true`` accepted).
+
+The body is the anthropic SDK's ``Message`` and every stream event its own type
+(``RawMessageStartEvent``, ``RawContentBlockDeltaEvent``, …), dumped as the SDK dumps them;
+``usage`` is one :class:`Usage`, in the body and in ``message_start`` (:func:`_usage`).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,21 @@ import json
 import secrets
 from typing import Any, AsyncIterator
 
+from anthropic.types import (InputJSONDelta, Message, MessageDeltaUsage, MessageTokensCount, RawContentBlockDeltaEvent,
+                             RawContentBlockStartEvent, RawContentBlockStopEvent, RawMessageDeltaEvent, RawMessageStartEvent,
+                             RawMessageStopEvent, TextBlock, TextDelta, ToolUseBlock, Usage)
+from anthropic.types.raw_message_delta_event import Delta
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from forge_cli.gateway.errors import APIError, sse
+from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.anthropic import Block, CountTokensRequest, MessagesRequest
 from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, render_prompt
-from forge_cli.gateway.routes.common import (api_key, check_conversation, commit, generate, prepare, read_json, sampling, state_of,
-                                             stream, validate)
+from forge_cli.gateway.routes.common import (api_key, check_conversation, commit, generate, prepare, read_json, sampling, sse_event,
+                                             state_of, stream, validate, wire_json)
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -82,19 +91,28 @@ def to_tools(req: CountTokensRequest) -> list[Tool]:
     return tools
 
 
-def _blocks(parsed: Any) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+def _blocks(parsed: Any) -> list[TextBlock | ToolUseBlock]:
+    """The answer's content: its text (an empty answer is one empty text block), then one block per
+    tool call, whose ``input`` is an object (arguments that are not one are ``{"input": …}``)."""
+    blocks: list[TextBlock | ToolUseBlock] = []
     if parsed.content or not parsed.calls:
-        blocks.append({"type": "text", "text": parsed.content})
+        blocks.append(TextBlock(type="text", text=parsed.content))
     for call in parsed.calls:
         args = call.arguments
         if isinstance(args, str):
             try:
                 args = json.loads(args)
             except ValueError:
-                args = {"input": args}
-        blocks.append({"type": "tool_use", "id": f"toolu_{secrets.token_hex(12)}", "name": call.name, "input": args})
+                pass
+        if not isinstance(args, dict):
+            args = {"input": args}
+        blocks.append(ToolUseBlock(type="tool_use", id=f"toolu_{secrets.token_hex(12)}", name=call.name, input=args))
     return blocks
+
+
+def _usage(n_prompt: int, n_output: int) -> Usage:
+    """A message's ``usage`` (the body's, and ``message_start``'s with no output yet): no prompt caching."""
+    return Usage(input_tokens=n_prompt, output_tokens=n_output, cache_creation_input_tokens=0, cache_read_input_tokens=0)
 
 
 def _stop(out: Any, parsed: Any) -> tuple[str, str | None]:
@@ -137,55 +155,55 @@ async def messages(request: Request):
         return StreamingResponse(_live(request, prepared, req.model), media_type="text/event-stream")
     gen = await generate(request, to_turns(req), tools, params, **kw)
     out, parsed = gen.outputs[0], gen.parsed[0]
-    mid = f"msg_{secrets.token_hex(12)}"
     stop_reason, stop_sequence = _stop(out, parsed)
-    usage = {"input_tokens": len(gen.prompt_ids), "output_tokens": len(out.output_ids),
-             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    response = JSONResponse({"id": mid, "type": "message", "role": "assistant", "model": req.model, "content": _blocks(parsed),
-                             "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage})
+    body = Message(id=f"msg_{secrets.token_hex(12)}", type="message", role="assistant", model=req.model, content=_blocks(parsed),
+                   stop_reason=stop_reason, stop_sequence=stop_sequence, usage=_usage(len(gen.prompt_ids), len(out.output_ids)))
+    response = JSONResponse(wire_json(body))
     await commit(request, gen)
     return response
 
 
+def _event(event: Any) -> str:
+    return sse_event(event, event.type)
+
+
 async def _live(request: Request, prepared: Any, model: str) -> AsyncIterator[str]:
     """Anthropic's event sequence, text streamed as the engine samples it, tool_use blocks at the end."""
-    mid = f"msg_{secrets.token_hex(12)}"
-    n_prompt = len(prepared.rendered.prompt_ids)
-    start = {"id": mid, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
-             "stop_sequence": None, "usage": {"input_tokens": n_prompt, "output_tokens": 0,
-                                              "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
-    yield sse({"type": "message_start", "message": start}, "message_start")
+    start = Message(id=f"msg_{secrets.token_hex(12)}", type="message", role="assistant", model=model, content=[], stop_reason=None,
+                    stop_sequence=None, usage=_usage(len(prepared.rendered.prompt_ids), 0))
+    yield _event(RawMessageStartEvent(type="message_start", message=start))
+    text_start = RawContentBlockStartEvent(type="content_block_start", index=0, content_block=TextBlock(type="text", text=""))
     index, text_open, gen = 0, False, None
     async for kind, value in stream(request, prepared):
         if kind == "done":
             gen = value
             continue
         if not text_open:
-            yield sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, "content_block_start")
+            yield _event(text_start)
             text_open = True
-        yield sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": value}}, "content_block_delta")
+        yield _event(RawContentBlockDeltaEvent(type="content_block_delta", index=0, delta=TextDelta(type="text_delta", text=value)))
     out, parsed = gen.outputs[0], gen.parsed[0]
     if not text_open and not parsed.calls:  # an empty answer is still one (empty) text block
-        yield sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, "content_block_start")
+        yield _event(text_start)
         text_open = True
     if text_open:
-        yield sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+        yield _event(RawContentBlockStopEvent(type="content_block_stop", index=0))
         index = 1
     for block in _blocks(parsed):
-        if block["type"] != "tool_use":
+        if not isinstance(block, ToolUseBlock):
             continue
-        head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        yield sse({"type": "content_block_start", "index": index, "content_block": head}, "content_block_start")
-        text = json.dumps(block["input"], ensure_ascii=False)
+        head = ToolUseBlock(type="tool_use", id=block.id, name=block.name, input={})
+        yield _event(RawContentBlockStartEvent(type="content_block_start", index=index, content_block=head))
+        text = json.dumps(block.input, ensure_ascii=False)
         for i in range(0, len(text), 24):
-            delta = {"type": "input_json_delta", "partial_json": text[i : i + 24]}
-            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+            delta = InputJSONDelta(type="input_json_delta", partial_json=text[i : i + 24])
+            yield _event(RawContentBlockDeltaEvent(type="content_block_delta", index=index, delta=delta))
+        yield _event(RawContentBlockStopEvent(type="content_block_stop", index=index))
         index += 1
     stop_reason, stop_sequence = _stop(out, parsed)
-    yield sse({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-               "usage": {"output_tokens": len(out.output_ids)}}, "message_delta")
-    yield sse({"type": "message_stop"}, "message_stop")
+    yield _event(RawMessageDeltaEvent(type="message_delta", delta=Delta(stop_reason=stop_reason, stop_sequence=stop_sequence),
+                                      usage=MessageDeltaUsage(output_tokens=len(out.output_ids))))
+    yield _event(RawMessageStopEvent(type="message_stop"))
 
 
 @router.post("/v1/messages/count_tokens", openapi_extra=body_schema(CountTokensRequest))
@@ -207,4 +225,4 @@ async def count_tokens(request: Request):
     check_conversation(turns)
     rendered = await run_in_threadpool(lambda: render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=choice, forced_tool=forced,
                                                              max_len=state.engine.max_model_len))
-    return {"input_tokens": len(rendered.prompt_ids)}
+    return wire_json(MessageTokensCount(input_tokens=len(rendered.prompt_ids)))

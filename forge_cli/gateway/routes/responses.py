@@ -4,10 +4,15 @@ Input items: ``message`` (developer/system/user/assistant), ``function_call`` /
 ``function_call_output``, ``custom_tool_call`` / ``custom_tool_call_output``; ``reasoning``
 items are skipped. Tools: ``function`` (incl. ``strict``), ``custom`` (freeform text input),
 ``namespace`` (nested functions); hosted tools (web_search, tool_search, …) are ignored.
+
+The body and every stream event are the openai SDK's own types (``Response``, its output items,
+``ResponseCreatedEvent``, ``ResponseTextDeltaEvent``, …), dumped as the SDK dumps them; a streamed
+response keeps one id and one ``created_at`` from ``response.created`` to ``response.completed``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 import time
@@ -15,13 +20,24 @@ from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from openai.types.responses import (Response, ResponseCompletedEvent, ResponseContentPartAddedEvent, ResponseContentPartDoneEvent,
+                                    ResponseCreatedEvent, ResponseCustomToolCall, ResponseCustomToolCallInputDeltaEvent,
+                                    ResponseCustomToolCallInputDoneEvent, ResponseFunctionCallArgumentsDeltaEvent,
+                                    ResponseFunctionCallArgumentsDoneEvent, ResponseFunctionToolCall, ResponseIncompleteEvent,
+                                    ResponseInProgressEvent, ResponseOutputItem, ResponseOutputItemAddedEvent,
+                                    ResponseOutputItemDoneEvent, ResponseOutputMessage, ResponseOutputText, ResponseTextDeltaEvent,
+                                    ResponseTextDoneEvent, ResponseUsage, ToolChoiceCustom, ToolChoiceFunction)
+from openai.types.responses.response import IncompleteDetails
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+from pydantic import BaseModel
 
+from forge_cli.engine.base import SamplingParams
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.responses import ResponsesRequest
 from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, arguments_json
-from forge_cli.gateway.routes.common import commit, generate, prepare, read_json, sampling, stream, validate
+from forge_cli.gateway.routes.common import Generated, commit, generate, prepare, read_json, sampling, stream, validate, wire_json
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -133,23 +149,22 @@ def to_turns(req: ResponsesRequest) -> list[Turn]:
     return turns
 
 
-def _output_items(parsed: Any, namespace_of: dict[str, str], freeform: set[str]) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
+def _output_items(parsed: Any, namespace_of: dict[str, str], freeform: set[str], msg_id: str) -> list[ResponseOutputItem]:
+    items: list[ResponseOutputItem] = []
     if parsed.content or not parsed.calls:
-        items.append({"type": "message", "id": f"msg_{secrets.token_hex(12)}", "status": "completed", "role": "assistant",
-                      "content": [{"type": "output_text", "text": parsed.content, "annotations": [], "logprobs": []}]})
+        text = ResponseOutputText(type="output_text", text=parsed.content, annotations=[], logprobs=[])
+        items.append(ResponseOutputMessage(type="message", id=msg_id, status="completed", role="assistant", content=[text]))
     for call in parsed.calls:
         call_id = f"call_{secrets.token_hex(12)}"
         if call.name in freeform:
             raw = call.arguments.get("input", "") if isinstance(call.arguments, dict) else call.arguments
-            items.append({"type": "custom_tool_call", "id": f"ctc_{secrets.token_hex(12)}", "call_id": call_id, "name": call.name,
-                          "input": str(raw), "status": "completed"})
+            # ``status`` is not in the SDK's type; codex reads it, as it reads a function call's
+            items.append(ResponseCustomToolCall(type="custom_tool_call", id=f"ctc_{secrets.token_hex(12)}", call_id=call_id,
+                                                name=call.name, input=str(raw), status="completed"))
         else:
-            item = {"type": "function_call", "id": f"fc_{secrets.token_hex(12)}", "call_id": call_id, "name": call.name,
-                    "arguments": arguments_json(call), "status": "completed"}
-            if call.name in namespace_of:
-                item["namespace"] = namespace_of[call.name]
-            items.append(item)
+            namespace = {"namespace": namespace_of[call.name]} if call.name in namespace_of else {}
+            items.append(ResponseFunctionToolCall(type="function_call", id=f"fc_{secrets.token_hex(12)}", call_id=call_id,
+                                                  name=call.name, arguments=arguments_json(call), status="completed", **namespace))
     return items
 
 
@@ -184,85 +199,134 @@ async def responses(request: Request):
         prepared = await prepare(request, to_turns(req), tools, params, **kw)
         return StreamingResponse(_live(request, prepared, req, namespace_of, freeform), media_type="text/event-stream")
     gen = await generate(request, to_turns(req), tools, params, **kw)
-    response = JSONResponse(_body(req, gen, namespace_of, freeform, params))
+    body = _final(req, gen, namespace_of, freeform, params, rid=f"resp_{secrets.token_hex(12)}", created_at=int(time.time()),
+                  msg_id=f"msg_{secrets.token_hex(12)}")
+    response = JSONResponse(_json(body))
     await commit(request, gen)
     return response
 
 
-def _body(req: ResponsesRequest, gen: Any, namespace_of: dict[str, str], freeform: set[str], params: Any) -> dict[str, Any]:
+def _json(model: BaseModel) -> dict[str, Any]:
+    """A Response, or an event, as JSON. OpenAI sends ``created_at`` as whole seconds; the SDK types
+    it float, whose dump would say ``1700000000.0`` (a client that reads an integer refuses that)."""
+    data = wire_json(model)
+    response = data.get("response", data)
+    if isinstance(response.get("created_at"), float):
+        response["created_at"] = int(response["created_at"])
+    return data
+
+
+def _tool_choice(req: ResponsesRequest, freeform: set[str]) -> Any:
+    """The request's tool choice, as the response says it: a name as the SDK's named choice."""
+    if isinstance(req.tool_choice, dict):
+        name = req.tool_choice["name"]
+        return ToolChoiceCustom(type="custom", name=name) if name in freeform else ToolChoiceFunction(type="function", name=name)
+    return req.tool_choice or "auto"
+
+
+def _response(req: ResponsesRequest, freeform: set[str], **fields: Any) -> Response:
+    """The Response envelope. Built with the SDK's own lenient constructor (``construct``, what its
+    client does with a body), as it carries the client's tools back as they were sent; its output
+    items and usage are validated SDK models."""
+    return Response.construct(object="response", model=req.model, parallel_tool_calls=True, tool_choice=_tool_choice(req, freeform),
+                              tools=req.tools or [], error=None, instructions=req.instructions, **fields)
+
+
+def _usage(gen: Generated) -> ResponseUsage:
+    """A response's ``usage``: its one sample's output tokens; no caching, no reasoning tokens."""
+    n_prompt, n_output = len(gen.prompt_ids), len(gen.outputs[0].output_ids)
+    return ResponseUsage(input_tokens=n_prompt, input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
+                         output_tokens=n_output, output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+                         total_tokens=n_prompt + n_output)
+
+
+def _final(req: ResponsesRequest, gen: Generated, namespace_of: dict[str, str], freeform: set[str], params: SamplingParams, *,
+           rid: str, created_at: int, msg_id: str) -> Response:
+    """The finished response (``completed``, or ``incomplete`` when the answer ran out of tokens);
+    ``params``: the temperature and top_p it reports."""
     out, parsed = gen.outputs[0], gen.parsed[0]
     incomplete = out.finish_reason == "length" and not parsed.calls
-    body = {
-        "id": f"resp_{secrets.token_hex(12)}", "object": "response", "created_at": int(time.time()),
-        "status": "incomplete" if incomplete else "completed",
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "model": req.model, "output": _output_items(parsed, namespace_of, freeform),
-        "parallel_tool_calls": True, "tool_choice": req.tool_choice or "auto", "tools": req.tools or [],
-        "usage": {"input_tokens": len(gen.prompt_ids), "input_tokens_details": {"cached_tokens": 0},
-                  "output_tokens": len(out.output_ids), "output_tokens_details": {"reasoning_tokens": 0},
-                  "total_tokens": len(gen.prompt_ids) + len(out.output_ids)},
-        "error": None, "instructions": req.instructions, "temperature": params.temperature, "top_p": params.top_p,
-        "max_output_tokens": req.max_output_tokens,
-    }
-    return body
+    return _response(req, freeform, id=rid, created_at=created_at, status="incomplete" if incomplete else "completed",
+                     incomplete_details=IncompleteDetails(reason="max_output_tokens") if incomplete else None,
+                     output=_output_items(parsed, namespace_of, freeform, msg_id), usage=_usage(gen),
+                     temperature=params.temperature, top_p=params.top_p, max_output_tokens=req.max_output_tokens)
 
 
 async def _live(request: Request, prepared: Any, req: ResponsesRequest, namespace_of: dict[str, str],
                 freeform: set[str]) -> AsyncIterator[str]:
     """The Responses event sequence: output text streamed as the engine samples it, calls at the end."""
-    seq = 0
+    seq = itertools.count()
 
-    def event(kind: str, **fields: Any) -> str:
-        nonlocal seq
-        seq += 1
-        return sse({"type": kind, "sequence_number": seq - 1, **fields}, kind)
+    def event(model: BaseModel) -> str:
+        return sse(_json(model), model.type)  # type: ignore[attr-defined]  # every event has its type
 
-    rid = f"resp_{secrets.token_hex(12)}"
-    pending = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "in_progress", "model": req.model,
-               "output": [], "usage": None, "error": None, "incomplete_details": None, "instructions": req.instructions,
-               "tools": req.tools or [], "tool_choice": req.tool_choice or "auto", "parallel_tool_calls": True}
-    yield event("response.created", response=pending)
-    yield event("response.in_progress", response=pending)
-    msg_id, text, gen = f"msg_{secrets.token_hex(12)}", "", None
+    rid, created_at, msg_id = f"resp_{secrets.token_hex(12)}", int(time.time()), f"msg_{secrets.token_hex(12)}"
+    pending = _response(req, freeform, id=rid, created_at=created_at, status="in_progress", output=[], usage=None,
+                        incomplete_details=None)
+    yield event(ResponseCreatedEvent(type="response.created", sequence_number=next(seq), response=pending))
+    yield event(ResponseInProgressEvent(type="response.in_progress", sequence_number=next(seq), response=pending))
+
+    def opened() -> list[str]:  # the message item and its text part, before any text
+        item = ResponseOutputMessage(type="message", id=msg_id, status="in_progress", role="assistant", content=[])
+        part = ResponseOutputText(type="output_text", text="", annotations=[])
+        return [event(ResponseOutputItemAddedEvent(type="response.output_item.added", sequence_number=next(seq), output_index=0,
+                                                   item=item)),
+                event(ResponseContentPartAddedEvent(type="response.content_part.added", sequence_number=next(seq), item_id=msg_id,
+                                                    output_index=0, content_index=0, part=part))]
+
+    text, gen = "", None
     async for kind, value in stream(request, prepared):
         if kind == "done":
             gen = value
             continue
         if not text:
-            item = {"type": "message", "id": msg_id, "status": "in_progress", "role": "assistant", "content": []}
-            yield event("response.output_item.added", output_index=0, item=item)
-            yield event("response.content_part.added", item_id=msg_id, output_index=0, content_index=0,
-                        part={"type": "output_text", "text": "", "annotations": []})
+            for line in opened():
+                yield line
         text += value
-        yield event("response.output_text.delta", item_id=msg_id, output_index=0, content_index=0, delta=value, logprobs=[])
-    body = _body(req, gen, namespace_of, freeform, prepared.params)
-    body["id"] = rid
-    items = body["output"]
-    if items and items[0]["type"] == "message":
-        items[0]["id"] = msg_id
-        final_text = items[0]["content"][0]["text"]
+        yield event(ResponseTextDeltaEvent(type="response.output_text.delta", sequence_number=next(seq), item_id=msg_id,
+                                           output_index=0, content_index=0, delta=value, logprobs=[]))
+    body = _final(req, gen, namespace_of, freeform, prepared.params, rid=rid, created_at=created_at, msg_id=msg_id)
+    items = body.output
+    if items and isinstance(items[0], ResponseOutputMessage):
+        final_text = items[0].content[0].text
         if not text:  # nothing streamed (an empty answer): open the item now
-            yield event("response.output_item.added", output_index=0, item={**items[0], "status": "in_progress", "content": []})
-            yield event("response.content_part.added", item_id=msg_id, output_index=0, content_index=0,
-                        part={"type": "output_text", "text": "", "annotations": []})
-        yield event("response.output_text.done", item_id=msg_id, output_index=0, content_index=0, text=final_text, logprobs=[])
-        yield event("response.content_part.done", item_id=msg_id, output_index=0, content_index=0,
-                    part={"type": "output_text", "text": final_text, "annotations": []})
-        yield event("response.output_item.done", output_index=0, item=items[0])
+            for line in opened():
+                yield line
+        yield event(ResponseTextDoneEvent(type="response.output_text.done", sequence_number=next(seq), item_id=msg_id, output_index=0,
+                                          content_index=0, text=final_text, logprobs=[]))
+        yield event(ResponseContentPartDoneEvent(type="response.content_part.done", sequence_number=next(seq), item_id=msg_id,
+                                                 output_index=0, content_index=0,
+                                                 part=ResponseOutputText(type="output_text", text=final_text, annotations=[])))
+        yield event(ResponseOutputItemDoneEvent(type="response.output_item.done", sequence_number=next(seq), output_index=0,
+                                                item=items[0]))
     for index, item in enumerate(items):
-        if item["type"] == "message":
-            continue
-        if item["type"] == "function_call":
-            args = item["arguments"]
-            yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""})
+        if isinstance(item, ResponseFunctionToolCall):
+            args = item.arguments
+            yield event(ResponseOutputItemAddedEvent(type="response.output_item.added", sequence_number=next(seq), output_index=index,
+                                                     item=item.model_copy(update={"status": "in_progress", "arguments": ""})))
             for i in range(0, len(args), 24):
-                yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=args[i : i + 24])
-            yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index, arguments=args)
-        else:  # custom_tool_call
-            raw_input = item["input"]
-            yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "input": ""})
+                yield event(ResponseFunctionCallArgumentsDeltaEvent(type="response.function_call_arguments.delta",
+                                                                    sequence_number=next(seq), item_id=item.id, output_index=index,
+                                                                    delta=args[i : i + 24]))
+            yield event(ResponseFunctionCallArgumentsDoneEvent(type="response.function_call_arguments.done", sequence_number=next(seq),
+                                                               item_id=item.id, output_index=index, arguments=args))
+        elif isinstance(item, ResponseCustomToolCall):
+            raw_input = item.input
+            opening = ResponseCustomToolCall(type="custom_tool_call", id=item.id, call_id=item.call_id, name=item.name, input="",
+                                             status="in_progress")
+            yield event(ResponseOutputItemAddedEvent(type="response.output_item.added", sequence_number=next(seq), output_index=index,
+                                                     item=opening))
             for i in range(0, len(raw_input), 24):
-                yield event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=raw_input[i : i + 24])
-            yield event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=raw_input)
-        yield event("response.output_item.done", output_index=index, item=item)
-    yield event("response.incomplete" if body["status"] == "incomplete" else "response.completed", response=body)
+                yield event(ResponseCustomToolCallInputDeltaEvent(type="response.custom_tool_call_input.delta",
+                                                                  sequence_number=next(seq), item_id=item.id, output_index=index,
+                                                                  delta=raw_input[i : i + 24]))
+            yield event(ResponseCustomToolCallInputDoneEvent(type="response.custom_tool_call_input.done", sequence_number=next(seq),
+                                                             item_id=item.id, output_index=index, input=raw_input))
+        else:
+            continue
+        yield event(ResponseOutputItemDoneEvent(type="response.output_item.done", sequence_number=next(seq), output_index=index,
+                                                item=item))
+    if body.status == "incomplete":
+        yield event(ResponseIncompleteEvent(type="response.incomplete", sequence_number=next(seq), response=body))
+    else:
+        yield event(ResponseCompletedEvent(type="response.completed", sequence_number=next(seq), response=body))
