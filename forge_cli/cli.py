@@ -28,7 +28,6 @@ class ForgeGroup(TyperGroup):
     file the user named that cannot be read or written (an ``OSError`` that names its file)."""
 
     def invoke(self, ctx: Any) -> Any:
-
         try:
             return super().invoke(ctx)
         except ForgeError as exc:
@@ -100,7 +99,6 @@ def build_app() -> typer.Typer:
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"forge_cli.commands.{name}").register(app)
-
 
     pm, registry = plugins.get_manager_uncollected()
     plugins.add_commands(pm, registry, app)

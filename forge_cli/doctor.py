@@ -81,7 +81,6 @@ def _sqlite_check() -> Check:
 
 
 def _bwrap_check() -> Check:
-
     why = unavailable()
     if why is not None:
         return Check("bubblewrap", False, f"{why}: local sandboxes are plain subprocesses (they keep the network "
@@ -162,7 +161,6 @@ def _node_check() -> Check:
 
 
 def _docker_check() -> Check:
-
     why = docker_check()
     return Check("docker engine", why is None, why or f"{engine_host()}; image {DEFAULT_IMAGE} built", False)
 

@@ -75,7 +75,6 @@ def run_config(config: Any, run_dir: Path) -> Any:
     """The run's own resolved configuration if it wrote one, else the current one."""
     from pydantic import ValidationError
 
-
     saved = run_dir / "config.json"
     if not saved.is_file():
         return config

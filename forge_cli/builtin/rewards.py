@@ -11,7 +11,6 @@ from forge_cli.specs import RewardSpec
 
 @hookimpl
 def register_rewards(register: Callable[[RewardSpec], None]) -> None:
-
     register(RewardSpec("outcome", "The task verifier's score (0 when not verified).", outcome_reward))
     register(RewardSpec(
         "process",

@@ -48,7 +48,6 @@ def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "Loca
     """A :class:`~forge_cli.sandbox.local.LocalSandbox` on ``workdir`` with ``[sandboxes.local]``'s limits
     (``gateway``, a :class:`~forge_cli.sandbox.base.GatewayAccess`, is what a bubblewrap sandbox forwards)."""
 
-
     opts = options if isinstance(options, LocalOptions) else LocalOptions(**(options or {}))
     mib = {k: (v * 2**20 if v is not None else None) for k, v in
            (("memory", opts.memory_mb), ("disk", opts.disk_mb), ("tmp", opts.tmp_mb))}
@@ -74,7 +73,6 @@ def open_docker(workdir: Path, options: Any = None, gateway: Any = None) -> "Doc
 
 
 def _docker_options() -> type[BaseModel]:
-
     return DockerOptions
 
 

@@ -21,7 +21,6 @@ def registry() -> Registry:
 
 
 def print_json(data: Any) -> None:
-
     console.print_json(json.dumps(data, default=str))
 
 

@@ -22,7 +22,6 @@ def register(app: typer.Typer) -> None:
         """
         from rich.table import Table
 
-
         config = get_state().config()
         reg = registry()
         with err_console.status("checking (imports run in subprocesses; vLLM takes ~10 s)…"):
@@ -46,6 +45,5 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(names: str) -> typer.Exit:
-
     error(f"the default loop needs: {names} (run scripts/setup.sh)")
     return typer.Exit(1)

@@ -32,7 +32,6 @@ def register(app: typer.Typer) -> None:
         at the same time, on a unix socket (sandboxed agents reach it through that)."""
         import asyncio
 
-
         config = config_with([("gateway.host", "--host", host), ("gateway.port", "--port", port),
                               *engine_flags(model, engine, policy),
                               ("gateway.auth", "--auth", auth), ("model.tool_format", "--tool-format", tool_format),
@@ -48,7 +47,6 @@ async def _serve_until_stopped(config, run: str | None) -> None:  # noqa: ANN001
     """Serve, print where, and wait; SIGTERM stops it like Ctrl-C (every clean-up runs)."""
     import asyncio
     import signal
-
 
     from forge_cli.gateway.server import serve_gateway  # heavy: FastAPI, uvicorn
 

@@ -42,7 +42,6 @@ def register(app: typer.Typer) -> None:
         """The model's architecture, size, vocabulary and special tokens."""
         import json
 
-
         folder = resolve_model_path(path or get_state().config().model.path)
         config = json.loads((folder / "config.json").read_text())
         tok = json.loads((folder / "tokenizer_config.json").read_text()) if (folder / "tokenizer_config.json").exists() else {}
@@ -63,7 +62,6 @@ def register(app: typer.Typer) -> None:
         """Supervised warm start on synthetic traces (the demo policies solving train tasks through the
         real gateway and scaffold), stopped on a measured held-out success rate."""
         import asyncio
-
 
         config = config_with([("model.path", "--model", str(model) if model else None),
                               ("train.warmstart.target_success", "--target", target),

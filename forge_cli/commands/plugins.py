@@ -16,7 +16,6 @@ def register(app: typer.Typer) -> None:
         """List loaded plugins, their versions, their hooks and what each registered."""
         from rich.table import Table
 
-
         reg = registry()
         rows = [
             {

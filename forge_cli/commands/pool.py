@@ -56,7 +56,6 @@ def register(app: typer.Typer) -> None:
         """Counts by status, the queue head and window, off-policy ages, storage bytes per token."""
         from rich.table import Table
 
-
         pool, cfg, run_dir = _open(run)
         window = window_size(cfg.pool.scheduler, cfg.pool.max_active_groups)
         with pool:
@@ -92,7 +91,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One trajectory: status, rewards, events and every completion."""
         from rich.table import Table
-
 
         found = _find(trajectory, run, any_run=False) if run else None
         if run is None:
@@ -147,7 +145,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Export every trajectory with its group, completions (token ids), events and rewards."""
         import sys
-
 
         if not jsonl:
             raise ForgeError("say --jsonl (the only export format)")

@@ -28,7 +28,6 @@ def register(app: typer.Typer) -> None:
         summary.png, summary.json), printed here too."""
         from rich.table import Table
 
-
         report = write_report(get_state().config(), runs, out=out, dpi=dpi)
         if as_json:
             print_json({"out": str(report.out), "files": [str(f) for f in report.files],

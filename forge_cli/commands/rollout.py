@@ -41,7 +41,6 @@ def register(app: typer.Typer) -> None:
         the run's pool (then `forge pool stats RUN`). Ends with a summary table."""
         import asyncio
 
-
         config = config_with([("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("rollout.verifier", "--verifier", verifier), ("rollout.split", "--split", split),
@@ -69,7 +68,6 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
     from rich.live import Live
     from rich.table import Table
 
-
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
 
     def table(p: Any) -> Table:
@@ -89,7 +87,6 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
 
 def _print_summary(summary: Any) -> None:
     from rich.table import Table
-
 
     t = Table(title="rollout summary", title_justify="left", show_header=False)
     t.add_column(style="bold")

@@ -23,7 +23,6 @@ def register(app: typer.Typer) -> None:
 
         from rich.table import Table
 
-
         config = get_state().config()
         infos = run_infos(config)
         if as_json:

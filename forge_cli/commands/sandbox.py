@@ -37,7 +37,6 @@ def register(app: typer.Typer) -> None:
         """The Docker engine Forge uses, its sandbox images and the sandbox containers it holds."""
         from rich.table import Table
 
-
         info = engine_status()
         if as_json:
             print_json(info)

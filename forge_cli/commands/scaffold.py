@@ -18,7 +18,6 @@ from forge_cli.rollout.loop import loop_label, loop_status
 
 
 def _installed_label(spec: Any) -> str:
-
     if spec.kind == "white":
         return "built-in"
     done = installed(spec)
@@ -36,7 +35,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every registered scaffold: kind, tool format, context policy, source plugin, installed?"""
         from rich.table import Table
-
 
         if kind not in (None, "white", "black"):
             raise ForgeError(f"--kind must be 'white' or 'black', not {kind!r}")
@@ -81,7 +79,6 @@ def register(app: typer.Typer) -> None:
         options and, for an installed black-box agent, the length of its first prompt on the current model."""
         from rich.panel import Panel
         from rich.table import Table
-
 
         info = _describe(name)
         if measure and "launch" in info:
@@ -193,7 +190,6 @@ def _first_prompt(name: str, refresh: bool) -> dict[str, Any]:
     """How long the installed agent's first prompt is on the current model (a measurement or the cache's)."""
     import datetime
 
-
     from forge_cli.rollout.first_prompt import first_prompt_length  # heavy: the gateway
 
     try:
@@ -217,7 +213,6 @@ def _loop_line(spec: Any) -> str:
 
 
 def _plugin_named(reg: Any, name: str) -> str | None:
-
     for plugin in reg.plugins:
         if _normalise(plugin.split(":")[0]) == _normalise(name):
             return plugin
@@ -227,7 +222,6 @@ def _plugin_named(reg: Any, name: str) -> str | None:
 def _progress(label: str) -> Any:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-
     return Progress(
         SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(), TextColumn("[dim]{task.fields[line]}"),
         console=err_console, transient=True,
@@ -235,7 +229,6 @@ def _progress(label: str) -> Any:
 
 
 def _add_agent(spec: Any, force: bool) -> None:
-
     if not force and (done := installer.installed(spec)) is not None:
         console.print(f"{spec.name} {done.version} is already installed at {done.prefix}")
         return
@@ -249,7 +242,6 @@ def _add_agent(spec: Any, force: bool) -> None:
 
 def _add_plugin(target: str, known: list[str]) -> None:
     import difflib
-
 
     dist = installer.distribution_name(target)
     with _progress(target) as progress:

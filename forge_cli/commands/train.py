@@ -34,7 +34,6 @@ def register(app: typer.Typer) -> None:
         files and checkpoints (forge report RUN plots them)."""
         import asyncio
 
-
         if steps is not None and steps < 1:
             raise ForgeError(f"--steps must be at least 1, got {steps}")
         if minutes is not None and not minutes > 0:
@@ -69,7 +68,6 @@ async def _with_display(prepared: Any, *, steps: int | None, live: bool) -> Any:
     import signal
 
     from rich.live import Live
-
 
     from forge_cli.train.run import execute  # heavy: the gateway, the trainer
 

@@ -14,5 +14,4 @@ def register(app: typer.Typer) -> None:
         """Print Forge's version and the Python it runs on."""
         import platform
 
-
         console.print(f"forge {__version__} (Python {platform.python_version()})", highlight=False)

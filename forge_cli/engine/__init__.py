@@ -18,19 +18,16 @@ from forge_cli.errors import ForgeError
 
 
 def _vllm(config: VLLMEngineConfig, model_path: str | Path, max_model_len: int | None) -> Any:
-
     return VLLMEngine(model_path, max_model_len=max_model_len, kv_cache_bytes=config.kv_cache_bytes,
                       gpu_memory_utilization=config.gpu_memory_utilization,
                       enable_prefix_caching=config.enable_prefix_caching, engine_args=config.engine_args)
 
 
 def _hf(config: HFEngineConfig, model_path: str | Path, max_model_len: int | None) -> Any:
-
     return HFEngine(model_path, device=config.device, max_batch=config.max_batch, max_model_len=max_model_len)
 
 
 def _scripted(config: ScriptedEngineConfig, model_path: str | Path, max_model_len: int | None) -> Any:
-
     if not config.policy:
         raise ForgeError("the scripted engine needs a policy: --policy FILE (rules/turns JSON) or module:function "
                          "(model.engine.policy)")

@@ -126,7 +126,6 @@ class HFEngine(Engine):
             job.abandoned = not job.future.done()
 
     async def _load_weights(self, weights: Any) -> None:
-
         def load() -> None:
             with self._lock:  # never between two steps of a running batch
                 load_into(self.model, weights)

@@ -154,6 +154,5 @@ class ScriptedEngine(Engine):
         return GenerationOutput(ids, lps, reason, self.version, why, top_logprobs=tops)
 
     async def _load_weights(self, weights: Any) -> None:
-
         with self._lock:
             load_into(self.model, weights)

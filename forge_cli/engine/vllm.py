@@ -188,7 +188,6 @@ class VLLMEngine(Engine):
         """
         from safetensors.torch import save_file
 
-
         weights = read_weights(weights)
         check_fit(self._shapes, weights)  # vLLM would copy what fits and fail on the rest: refuse first
         # clone: tied tensors share storage, which safetensors refuses

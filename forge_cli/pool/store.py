@@ -579,7 +579,6 @@ class DataPool(PoolReads):
             )
         return int(count)
 
-
     def drop_group(self, group_id: str, reason: str) -> None:
         """Drop an unconsumed group (its unfinished trajectories failed with ``reason``): no
         scheduler takes it. A ForgeError if it is consumed or dropped already."""

@@ -193,7 +193,6 @@ def process_penalties(
 
 
 def _registry_parse(tool_format: str, text: str) -> Any:
-
     return get_registry().tool_format(tool_format).parse(text)
 
 

@@ -180,5 +180,4 @@ def apply_group_rewards(
 
 
 def _completion_reward(*fields: Any) -> "CompletionReward":
-
     return CompletionReward(*fields)

@@ -164,7 +164,6 @@ def _build(target: Path, scripts: Path, key: str) -> None:
     import subprocess
     import sysconfig
 
-
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target / "venv")], check=True,
                    capture_output=True)
     relative = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)
@@ -193,7 +192,6 @@ def tools_env(agents_home: Path) -> tuple[Path, Path]:
     import fcntl
     import shutil
     import subprocess
-
 
     scripts = tools_dir()
     key = _key(scripts)

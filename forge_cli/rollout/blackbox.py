@@ -91,7 +91,6 @@ def installed_under(spec: "ScaffoldSpec", agents_home: Path) -> "AgentInstall | 
     """:func:`forge_cli.installer.installed`, for an agents folder other than ``$FORGE_HOME/agents``."""
     import json
 
-
     assert spec.install is not None
     prefix = Path(agents_home) / spec.name
     try:
@@ -204,7 +203,6 @@ async def _with_mcp(scaffold: str, command: list[str], env: dict[str, str], file
     """The launch with the MCP servers ``names`` in the agent's own configuration, each started by the
     servers' environment under ``agents_home`` in the work directory (a search corpus written there)."""
     import asyncio
-
 
     python, folder = await asyncio.to_thread(agent_mcp.tools_env, agents_home)
     servers = {}

@@ -193,7 +193,6 @@ class _Rollout:
         per completion), written in one transaction; then the scheduler may hand the group out."""
         from dataclasses import replace
 
-
         outcomes = {r.trajectory_id: outcome for r, outcome in ended if outcome is not None}
         texts = {t.id: [self.gw.output_text(c.output_ids) for c in t.completions] for t in self.pool.group(group_id).trajectories}
         tools = [tool.schema() for tool in self.suites[key].tools(task, self.gw.run_dir / "work" / "schemas")]

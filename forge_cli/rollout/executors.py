@@ -125,7 +125,6 @@ def open_sandbox(registry: Any, job: Job, workdir: Path, options: Any = None) ->
     at the port of ``job.base_url`` through ``job.gateway_socket`` when the sandbox isolates the network."""
     from urllib.parse import urlsplit
 
-
     entry = registry.sandboxes.get(job.sandbox)
     if entry is None or entry.value.open is None:
         known = ", ".join(n for n, e in registry.sandboxes.items() if e.value.open is not None)

@@ -57,7 +57,6 @@ class FirstPrompt:
 
 
 def cache_path() -> Path:
-
     return forge_home() / "cache" / CACHE_FILE
 
 
@@ -108,7 +107,6 @@ def first_prompt_length(config: Any, name: str, *, refresh: bool = False, timeou
 
 
 def _key(config: Any, name: str) -> tuple[str, Any, Path]:
-
     spec = get_registry().scaffold(name)
     install = find_install(spec)  # not black-box, or not installed: a ForgeError saying so
     model_path = resolve_model_path(config.model.path).resolve()

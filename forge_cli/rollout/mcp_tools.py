@@ -277,7 +277,6 @@ async def mcp_tools(names: Sequence[str], sandbox: "Sandbox", *, task: "Task | N
             else:  # the servers' own venv under FORGE_HOME/agents, which the sandbox sees read-only
                 import asyncio
 
-
                 env_python, env_tools = await asyncio.to_thread(tools_env, agents_dir())
                 python, folder = str(env_python), str(env_tools)
             tools: list[Tool] = []

@@ -19,7 +19,6 @@ def prefix_share(sequences: Sequence[Sequence[int]]) -> float | None:
     """tokens / unique tokens of their trie (1.0: nothing shared); ``None`` for no tokens."""
     from types import SimpleNamespace
 
-
     total = sum(len(s) for s in sequences)
     return total / unique_tokens([SimpleNamespace(tokens=list(s)) for s in sequences]) if total else None
 

@@ -407,7 +407,6 @@ def tools(task: Task, workdir: Path) -> Sequence["Tool"]:
         return f"replaced {count} occurrence{'s' if count > 1 else ''} in {arguments.get('path')}"
 
     async def run_tests(arguments: Any) -> str:
-
         modules = (task.answer or {}).get("test_modules") or []
         async with LocalSandbox(workdir) as sandbox:
             result = await sandbox.exec(unittest_command(modules), timeout_s=TEST_TIMEOUT_S)

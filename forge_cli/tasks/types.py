@@ -107,7 +107,6 @@ class TaskSuite:
     tools: Callable[[Task, Path], Sequence["Tool"]] = lambda task, workdir: ()
 
     def validate(self) -> None:
-
         check_name("task suite", self.name)
         if not callable(self.make) or not callable(self.tools):
             raise ForgeError(f"task suite '{self.name}': make and tools must be callable")

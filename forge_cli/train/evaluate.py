@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_cli.records.metrics import EvalMetrics
-from forge_cli.rollout.driver import request_from_config, rollout
+from forge_cli.rollout.driver import rollout
+from forge_cli.rollout.records import request_from_config
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,6 @@ async def evaluate(config: Any, run: Any, gateway: Any, *, tasks: int, samples_p
     """Sample ``samples_per_task`` trajectories on each of ``tasks`` held-out tasks with the weights
     ``run``'s engine serves now, through ``gateway``; return the success rate (in all and per suite)."""
     import time
-
 
     started = time.monotonic()
     summary = await rollout(config, eval_request(config, tasks, samples_per_task), gateway=gateway)

@@ -105,7 +105,6 @@ async def save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, 
 def _save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, version: int) -> Path:
     from forge_cli.train.checkpoint import TrainerState, save_checkpoint
 
-
     # with several trainer processes rank 0's optimizer holds only its own partition: its moments
     # are not kept (a resumed run starts them afresh), rather than kept wrong
     optimizer = optimizer_of(trainer) if world()[1] == 1 else None

@@ -56,7 +56,6 @@ class Plan:
 
 
 def warm_model_dir() -> Path:
-
     return default_model_dir().with_name("default-warm")
 
 

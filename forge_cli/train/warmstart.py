@@ -27,7 +27,8 @@ from forge_cli.engine import ScriptedEngineConfig
 from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Sample, TrajectoryStatus
 from forge_cli.records.metrics import WarmstartMetrics
-from forge_cli.rollout.driver import request_from_config, rollout
+from forge_cli.rollout.driver import rollout
+from forge_cli.rollout.records import request_from_config
 from forge_cli.tasks.demo_policies import SLIPPING_SUITES, policy_for
 from forge_cli.train.distributed import on_every_rank
 from forge_cli.train.evaluate import evaluate
@@ -51,7 +52,6 @@ class TraceWriter:
     scaffold and tools, so each trace's tokens are exactly what the policy sees and emits in RL."""
 
     def __init__(self, config: Any, run_dir: Path, slips: float = 0.0) -> None:
-
         self.slips, self.next_group, self.written = slips, 0, 0
         self.policy = policy_for(request_from_config(config, groups=1).weights, slips=slips, seed=config.run.seed)
         self.config = config.model_copy(deep=True)

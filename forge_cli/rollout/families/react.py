@@ -16,7 +16,6 @@ _FINAL_RE = re.compile(r"Final Answer:\s*(.*)", re.DOTALL)
 
 
 def _format(episode: Episode) -> Any:
-
     return get_registry().tool_format(episode.tool_format)
 
 
