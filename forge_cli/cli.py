@@ -42,7 +42,6 @@ class ForgeGroup(TyperGroup):
 
 def _print_version(value: bool) -> None:
     if value:
-
         print(f"forge {__version__}")
         raise typer.Exit()
 
@@ -58,7 +57,6 @@ class State:
     def config(self) -> Any:
         """The resolved :class:`~forge_cli.config.ForgeConfig` (loaded once)."""
         if self._config is None:
-
             self._config = load_config(self.config_path, overrides=self.overrides)
         return self._config
 

@@ -21,8 +21,7 @@ from typing import Any, Callable
 
 from forge_cli import __version__
 from forge_cli.builtin.sandboxes import docker_check
-from forge_cli.sandbox import probe, quota, seccomp
-from forge_cli.sandbox.bwrap import unavailable
+from forge_cli.sandbox import bwrap, probe, quota, seccomp
 from forge_cli.sandbox.cgroup import ExecCgroup
 from forge_cli.sandbox.docker import DEFAULT_IMAGE, engine_host
 from forge_cli.sandbox.local import LocalSandbox
@@ -81,7 +80,7 @@ def _sqlite_check() -> Check:
 
 
 def _bwrap_check() -> Check:
-    why = unavailable()
+    why = bwrap.unavailable()
     if why is not None:
         return Check("bubblewrap", False, f"{why}: local sandboxes are plain subprocesses (they keep the network "
                      "and see the file system); enable with `apt-get install bubblewrap`", False)

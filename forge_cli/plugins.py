@@ -161,7 +161,7 @@ def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
     return importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
 
 
-def _normalise(name: str) -> str:
+def normalise_name(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
@@ -195,7 +195,7 @@ def load_plugins(extra: Iterable[tuple[str, Any]] = ()) -> tuple[pluggy.PluginMa
     seen_dists: set[str] = set()
     for ep in _entry_points():
         dist = ep.dist.name if ep.dist is not None else ep.name
-        if allow is not None and _normalise(dist) not in {_normalise(a) for a in allow} and ep.name not in allow:
+        if allow is not None and normalise_name(dist) not in {normalise_name(a) for a in allow} and ep.name not in allow:
             continue
         label = dist if dist not in seen_dists else f"{dist}:{ep.name}"
         seen_dists.add(dist)

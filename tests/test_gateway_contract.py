@@ -14,7 +14,8 @@ from forge_cli.gateway.app import create_app
 from forge_cli.gateway.protocol.anthropic import CountTokensRequest, MessagesRequest
 from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest
 from forge_cli.gateway.protocol.responses import ResponsesRequest
-from forge_cli.gateway.routes.admin import FinishSession, LoadWeights, NewSession
+from forge_cli.gateway.routes.admin import FinishSession, LoadWeights
+from forge_cli.records.session import SessionRequest
 from forge_cli.gateway.routes.completions import CompletionRequest
 from forge_cli.gateway.state import GatewayState
 from forge_cli.pool.store import DataPool
@@ -136,7 +137,7 @@ def test_admin_bodies_are_strict(stack):
 
 BODIES = {
     "/v1/chat/completions": ChatCompletionRequest, "/v1/messages": MessagesRequest, "/v1/messages/count_tokens": CountTokensRequest,
-    "/v1/responses": ResponsesRequest, "/v1/completions": CompletionRequest, "/admin/sessions": NewSession,
+    "/v1/responses": ResponsesRequest, "/v1/completions": CompletionRequest, "/admin/sessions": SessionRequest,
     "/admin/sessions/{session_id}/finish": FinishSession, "/admin/weights": LoadWeights,
 }
 

@@ -133,13 +133,13 @@ def test_errors_of_a_broken_run_are_one_line(cli, tmp_path):
 
 
 def test_any_multi_line_forge_error_prints_as_one_line(cli, monkeypatch):
-    import forge_cli.runs
+    import forge_cli.commands.pool
     from forge_cli.errors import ForgeError
 
     def broken(config, run):
         raise ForgeError("first line\n\tsecond line  \r\n\nthird")
 
-    monkeypatch.setattr(forge_cli.runs, "resolve_run", broken)
+    monkeypatch.setattr(forge_cli.commands.pool, "resolve_run", broken)  # the name the command calls
     result = cli("pool", "stats", "anything")
     assert result.exit_code == 1 and result.stderr == "Error: first line second line third\n"
 

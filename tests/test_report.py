@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from forge_cli.errors import ForgeError
 from forge_cli.records.metrics import EvalMetrics, StepMetrics, WarmstartMetrics
 from forge_cli.report.metrics import read_metrics
-from forge_cli.report.summary import summarize
+from forge_cli.report.summary import summarize_run
 
 SUITES = ("calc", "kv-search")
 
@@ -120,7 +120,7 @@ def test_the_summary_is_the_plain_computation_from_the_lines(seed, steps, drop):
     lines = run_lines(seed, steps, drop=drop)
     with tempfile.TemporaryDirectory() as tmp:
         run = write_run(Path(tmp), "r", lines)
-        assert_figures(as_dict(summarize(read_metrics(run))), lines)
+        assert_figures(as_dict(summarize_run(read_metrics(run))), lines)
 
 
 def _png_size(path: Path) -> tuple[int, int]:

@@ -253,7 +253,7 @@ def consume_nothing(config, request, monkeypatch, settled):
 def test_an_unbounded_stream_is_drawn_lazily_and_a_cancel_interrupts_it(configure, monkeypatch):
     """Nobody consumes: the stream stops at the admission bound (3 groups exist, the 4th task waits), and
     the cancel fails every trajectory it started as interrupted."""
-    monkeypatch.setattr(stream, "TaskStream", CountingStream)
+    monkeypatch.setattr(driver, "TaskStream", CountingStream)  # the name the driver draws its tasks with
     CountingStream.drawn = 0
     config = configure(**{"pool.max_active_groups": 3})
     request = RolloutRequest(scaffold="one-call", suite="hang", groups=None, n=2, concurrency=8)

@@ -12,7 +12,7 @@ import pytest
 
 from forge_cli.config import load_config
 from forge_cli.errors import ForgeError
-from forge_cli.gateway.server import Gateway, serve, serve_gateway
+from forge_cli.gateway.server import Gateway, serve_run, serve_gateway
 from forge_cli.gateway.listen import open_listeners
 from forge_cli.pool.types import TrajectoryStatus
 from forge_cli.records.session import SessionRequest
@@ -56,7 +56,7 @@ def test_the_gateway_serves_a_run_it_does_not_own(tmp_path, tiny_model):
     async def main():
         async with open_run(config, "served") as run:
             listeners = open_listeners("127.0.0.1", 0, None, listen=False)
-            async with serve(config, run, listeners, {"hermes": _hermes()}) as gw:
+            async with serve_run(config, run, listeners, {"hermes": _hermes()}) as gw:
                 assert gw.run is run and gw.pool is run.pool and gw.run_dir == run.dir
                 info = await gw.open_session(SessionRequest(task_id="t9", scaffold="mine"))
             assert run.pool.trajectory_status(info.trajectory_id) is not None  # the run goes on without it

@@ -76,7 +76,7 @@ def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path)
 
     config = load_config(env={})
     first = plan(config)
-    assert first.warm_start and first.save_warm_to == warm_model_dir() and first.minutes == DEFAULT_MINUTES
+    assert first.warmstart and first.save_warm_to == warm_model_dir() and first.minutes == DEFAULT_MINUTES
     assert (Path(first.config.model.path) / "config.json").is_file()  # forge model init, on first use
     assert config.model.path is None  # the caller's config is not changed
     assert first.config.scaffolds["tool-call"] == {"max_tokens": 48, "max_turns": 3}  # the embedded default's
@@ -84,32 +84,32 @@ def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path)
     assert mine.config.scaffolds["tool-call"] == {"max_tokens": 48, "max_turns": 5}  # a setting of the user's wins
     warm_model_dir().mkdir(parents=True)
     (warm_model_dir() / "config.json").write_text(json.dumps({}))
-    assert plan(config).warm_start  # a copy that does not say what it was warm-started on is not reused
+    assert plan(config).warmstart  # a copy that does not say what it was warm-started on is not reused
     record = {"suite": config.rollout.task, "mix": {}, "scaffold": config.rollout.scaffold}
     (warm_model_dir() / "warmstart.json").write_text(json.dumps(record))
     other = plan(load_config(env={}, overrides={"rollout.task": "kv-search"}))
-    assert other.warm_start  # warm-started on another suite: warm-start anew
+    assert other.warmstart  # warm-started on another suite: warm-start anew
     sloppy = plan(load_config(env={}, overrides={"train.warmstart.teacher_slips": 0.3}))
-    assert sloppy.warm_start  # from another teacher: warm-start anew (a record without slips had none)
+    assert sloppy.warmstart  # from another teacher: warm-start anew (a record without slips had none)
     later = plan(config, minutes=3)
-    assert (str(later.config.model.path), later.warm_start, later.minutes) == (str(warm_model_dir()), False, 3)
+    assert (str(later.config.model.path), later.warmstart, later.minutes) == (str(warm_model_dir()), False, 3)
     unlisted = {"rollout.scaffold": "tool-call-unlisted"}  # its embedded options: the prompts the copy must have learned
     (warm_model_dir() / "warmstart.json").write_text(json.dumps({**record, "scaffold": "tool-call-unlisted"}))
-    assert plan(load_config(env={}, overrides=unlisted)).warm_start  # a record without them: made with other prompts
+    assert plan(load_config(env={}, overrides=unlisted)).warmstart  # a record without them: made with other prompts
     (warm_model_dir() / "warmstart.json").write_text(json.dumps(
         {**record, "scaffold": "tool-call-unlisted", "scaffold_options": {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}}))
-    assert not plan(load_config(env={}, overrides=unlisted)).warm_start
+    assert not plan(load_config(env={}, overrides=unlisted)).warmstart
     never = plan(load_config(env={}, overrides={"train.warmstart.when": "never"}))
-    assert not never.warm_start and str(never.config.model.path) != str(warm_model_dir())
+    assert not never.warmstart and str(never.config.model.path) != str(warm_model_dir())
     always = plan(load_config(env={}, overrides={"train.warmstart.when": "always"}))
-    assert always.warm_start and always.save_warm_to is None  # a fresh warm start, the kept copy left alone
+    assert always.warmstart and always.save_warm_to is None  # a fresh warm start, the kept copy left alone
 
 
 def test_a_users_model_has_no_time_bound_unless_asked(tiny_model):
     from forge_cli.train.run import plan
 
     config = load_config(env={}, overrides={"model.path": str(tiny_model)})
-    assert (plan(config).minutes, plan(config).warm_start) == (None, False)
+    assert (plan(config).minutes, plan(config).warmstart) == (None, False)
     assert plan(config, minutes=2.5).minutes == 2.5
     assert plan(load_config(env={}, overrides={"model.path": str(tiny_model), "train.minutes": 9})).minutes == 9
 

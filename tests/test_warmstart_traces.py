@@ -149,14 +149,14 @@ def test_the_trace_writer_goes_on_where_its_last_batch_stopped(tiny_model, tmp_p
 def warm_started(model, runs, run: str, **sets):
     """A short warm start of ``model`` on calc-1 (an hf engine, the torch trainer): (its result, the
     warm copy's folder, the run's warmstart metrics lines)."""
-    from forge_cli.train.run import warmstart
+    from forge_cli.train.run import warmstart_model
 
     config = load_config(env={}, overrides={
         "model.path": str(model), "model.engine": "hf", "train.engine": "torch", "run.dir": str(runs),
         "rollout.task": "calc-1", "rollout.scaffold": "tool-call-unlisted", "train.eval_tasks": 2, "train.eval_samples": 1,
         "train.warmstart.traces": 16, "train.warmstart.batch_size": 8, "train.warmstart.max_minutes": 0.25,
         "train.warmstart.eval_every": 10, "train.warmstart.target_success": 1.0, **sets})
-    result, folder = asyncio.run(warmstart(config, out=runs.parent / f"warm-{run}", run=run))
+    result, folder = asyncio.run(warmstart_model(config, out=runs.parent / f"warm-{run}", run=run))
     lines = [json.loads(x) for x in (runs / run / "metrics.jsonl").read_text().splitlines()]
     return result, folder, [x for x in lines if x.get("kind") == "warmstart"]
 

@@ -39,7 +39,6 @@ def register(app: typer.Typer) -> None:
         try:
             asyncio.run(_serve_until_stopped(config, run))
         except (KeyboardInterrupt, asyncio.CancelledError):
-
             err_console.print("gateway stopped")
 
 

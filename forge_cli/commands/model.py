@@ -74,9 +74,9 @@ def register(app: typer.Typer) -> None:
             elif kind == "status":
                 err_console.print(str(event.get("status")))
 
-        from forge_cli.train.run import warmstart as run_warmstart  # heavy: the gateway, the trainer
+        from forge_cli.train.run import warmstart_model  # heavy: the gateway, the trainer
 
-        result, folder = asyncio.run(run_warmstart(config, out=out, run=run, on_event=on_event))
+        result, folder = asyncio.run(warmstart_model(config, out=out, run=run, on_event=on_event))
         rate = "—" if result.heldout_success is None else f"{result.heldout_success:.1%}"
         console.print(f"[green]warm-started[/] in {result.steps} steps ({result.seconds:.0f} s, {result.reason}): "
                       f"held-out success {rate}; saved at {folder}")

@@ -54,7 +54,6 @@ def register(app: typer.Typer) -> None:
         try:
             summary = asyncio.run(_with_display(config, request, run))
         except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM
-
             err_console.print("rollout interrupted: its unfinished trajectories were failed (interrupted)")
             raise typer.Exit(130) from None
         _print_summary(summary)

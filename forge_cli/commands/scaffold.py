@@ -13,7 +13,7 @@ from forge_cli.config import find_config_file
 from forge_cli.console import console, err_console, warn
 from forge_cli.errors import ForgeError
 from forge_cli.installer import agent_prefix, installed
-from forge_cli.plugins import _normalise
+from forge_cli.plugins import normalise_name
 from forge_cli.rollout.loop import loop_label, loop_status
 
 
@@ -214,7 +214,7 @@ def _loop_line(spec: Any) -> str:
 
 def _plugin_named(reg: Any, name: str) -> str | None:
     for plugin in reg.plugins:
-        if _normalise(plugin.split(":")[0]) == _normalise(name):
+        if normalise_name(plugin.split(":")[0]) == normalise_name(name):
             return plugin
     return None
 

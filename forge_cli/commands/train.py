@@ -45,10 +45,10 @@ def register(app: typer.Typer) -> None:
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("train.warmstart.when", "--warmstart", warmstart)])
 
-        from forge_cli.train.run import prepare  # heavy: the gateway, the trainer
+        from forge_cli.train.run import prepare_run  # heavy: the gateway, the trainer
 
         rank, _ = world()
-        prepared = prepare(config, run=run, resume=resume, minutes=minutes) if rank == 0 else None
+        prepared = prepare_run(config, run=run, resume=resume, minutes=minutes) if rank == 0 else None
         try:
             result = asyncio.run(_with_display(prepared, steps=steps, live=live and rank == 0))
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -56,7 +56,6 @@ def register(app: typer.Typer) -> None:
                               "(continue with forge train --resume RUN; forge runs lists them)")
             raise typer.Exit(130) from None
         if result is not None:
-
             best = "—" if result.best_heldout_success is None else f"{result.best_heldout_success:.1%}"
             console.print(f"[green]{result.status}[/] at step {result.steps} (policy v{result.policy_version}), best held-out "
                           f"success {best}; run: {result.run_dir}  (forge report {result.run_dir.name})")

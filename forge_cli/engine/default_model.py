@@ -59,6 +59,10 @@ SIZES = {
 # what init writes beside the weights (size, seed, dimensions); warm copies and checkpoints carry it
 # along, so a folder made from the embedded default says so (train/run.py applies its scaffold options)
 MARKER = "forge_model.json"
+# a model folder's tokenizer and chat template: what a servable copy of the policy takes from its source
+# besides the weights, and what a prompt's length depends on
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "chat_template.json", "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model")
 
 
 def is_embedded_default(path: Path | str | None) -> bool:

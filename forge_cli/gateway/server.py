@@ -136,7 +136,7 @@ async def serve_gateway(
         stack.callback(_close_listeners, list(listeners), unix_path)
 
     async with open_run(config, run, engine=engine, on_starting=on_starting, prepare=bind) as the_run:
-        async with serve(config, the_run, listeners, tool_formats) as gw:
+        async with serve_run(config, the_run, listeners, tool_formats) as gw:
             yield gw
 
 
@@ -151,7 +151,7 @@ def check_tool_format(config: Any, tool_formats: dict[str, Any]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serve(config: Any, run: Run, listeners: list[Any], tool_formats: dict[str, Any]) -> AsyncIterator[Gateway]:
+async def serve_run(config: Any, run: Run, listeners: list[Any], tool_formats: dict[str, Any]) -> AsyncIterator[Gateway]:
     """Serve ``run`` on ``listeners`` (bound, not listening) until the block exits."""
     import uvicorn  # heavy: the HTTP server
 

@@ -61,10 +61,8 @@ class GatewayState:
         adhoc_timeout_s: float = 3600.0,
     ) -> None:
         if default_tool_format not in tool_formats:
-
             raise ForgeError(f"no tool format named {default_tool_format!r} (registered: {', '.join(sorted(tool_formats))})")
         if auth not in ("loopback", "strict"):
-
             raise ForgeError(f"auth must be 'loopback' or 'strict', not {auth!r}")
         self.engine = engine
         self.tokenizer = tokenizer

@@ -108,7 +108,7 @@ class DataPool(PoolReads):
         try:
             conn = psycopg.connect(url, autocommit=False, connect_timeout=10)
         except psycopg.Error as exc:
-            raise ForgeError(f"cannot connect to the PostgreSQL pool at {_redact(url)}: {one_line(str(exc))}") from None
+            raise ForgeError(f"cannot connect to the PostgreSQL pool at {redact_url(url)}: {one_line(str(exc))}") from None
         with conn.cursor() as cur:
             # several processes may create the schema at once: serialise on an advisory lock
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"forge-schema-{schema}",))
@@ -116,11 +116,11 @@ class DataPool(PoolReads):
                 cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,))
                 if cur.fetchone() is None:
                     conn.close()
-                    raise NoPool(f"no pool in schema {schema!r} at {_redact(url)}")
+                    raise NoPool(f"no pool in schema {schema!r} at {redact_url(url)}")
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             cur.execute(f'SET search_path TO "{schema}"')
         conn.commit()
-        return cls(conn, POSTGRES, f"{_redact(url)} schema {schema}", clock)
+        return cls(conn, POSTGRES, f"{redact_url(url)} schema {schema}", clock)
 
     def close(self) -> None:
         with self._lock:
@@ -626,7 +626,7 @@ class NoPool(ForgeError):
     """Raised when a pool opened with ``create=False`` is not there (a run that recorded nothing)."""
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 

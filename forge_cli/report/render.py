@@ -17,7 +17,7 @@ from typing import Any
 from forge_cli.errors import ForgeError
 from forge_cli.report.metrics import read_metrics
 from forge_cli.report.plots import draw_all, save, summary_figure
-from forge_cli.report.summary import Summary, as_dict, markdown, summarize, table
+from forge_cli.report.summary import Summary, as_dict, markdown, summarize_run, table
 from forge_cli.runs import resolve_run
 
 DEFAULT_DPI = 110
@@ -53,7 +53,7 @@ def write_report(config: Any, runs: list[str], *, out: Path | None = None, dpi: 
     metrics = [read_metrics(d, name) for d, name in zip(run_dirs, names)]
     out = Path(out) if out is not None else default_out(run_dirs)
     out.mkdir(parents=True, exist_ok=True)
-    summaries = [summarize(m) for m in metrics]
+    summaries = [summarize_run(m) for m in metrics]
     files = draw_all(metrics, out, dpi)
     header, rows = table(summaries)
     files.append(save(summary_figure(header, rows, f"Forge report: {', '.join(names)}"), out / "summary.png", dpi))

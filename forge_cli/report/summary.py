@@ -1,4 +1,4 @@
-"""The one-page summary of a run: :func:`summarize` computes its figures from the metrics lines,
+"""The one-page summary of a run: :func:`summarize_run` computes its figures from the metrics lines,
 :data:`ROWS` is the one table of how each is labelled and printed (in summary.md, the summary
 PNG and the Rich table of ``forge report`` alike).
 
@@ -80,7 +80,7 @@ def _total(values: list[float | None]) -> float | None:
     return sum(vals) if vals else None
 
 
-def summarize(run: RunMetrics) -> Summary:
+def summarize_run(run: RunMetrics) -> Summary:
     """The summary figures of ``run`` (see the module's docstring for each definition)."""
     steps = run.steps
     k = edge_window(len(steps))

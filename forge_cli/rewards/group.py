@@ -84,9 +84,8 @@ def _component(spec: RewardSpec, label: str, trajectory: Trajectory, context: di
     return value
 
 
-def _components(registry_rewards: Mapping[str, Any] | None, settings: RewardsConfig) -> list[tuple[str, RewardSpec, str]]:
+def active_components(registry_rewards: Mapping[str, Any] | None, settings: RewardsConfig) -> list[tuple[str, RewardSpec, str]]:
     if registry_rewards is None:
-
         registry_rewards = get_registry().rewards
     out = []
     for name, weight in settings.weights.items():
@@ -120,7 +119,7 @@ def compute_group_rewards(
     ``settings.weights`` are computed, each times its weight.
     """
     settings = settings or RewardsConfig()
-    specs = _components(components, settings)
+    specs = active_components(components, settings)
     texts = texts or {}
     per_traj: list[tuple[Trajectory, dict[str, float], list[float], list[dict[str, float]]]] = []
     for trajectory in group:

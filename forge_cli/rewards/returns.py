@@ -15,7 +15,6 @@ from forge_cli.errors import ForgeError
 def reward_to_go(rewards: Sequence[float], discount: float) -> list[float]:
     """``G_t = r_t + discount · G_{t+1}`` (``G_T = 0``): each turn's discounted return, in order."""
     if not 0.0 <= discount <= 1.0:
-
         raise ForgeError(f"the discount must be in [0, 1], got {discount}")
     out = [0.0] * len(rewards)
     running = 0.0

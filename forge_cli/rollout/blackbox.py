@@ -165,7 +165,6 @@ async def run_blackbox(
     install = find_install(spec, agents_home)
     assert spec.launch is not None
     if mcp:
-
         check_supported(spec.name, mcp)
     owned = sandbox is None
     if sandbox is None:

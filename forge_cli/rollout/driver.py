@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any, Callable
 from forge_cli.configs.common import validate_options
 from forge_cli.errors import ForgeError
 from forge_cli.plugins import get_registry
-from forge_cli.pool.store import PoolFull
 from forge_cli.pool.scheduler import Scheduler
+from forge_cli.pool.store import PoolFull
 from forge_cli.records.session import SessionRequest
-from forge_cli.rewards.group import _components, apply_group_rewards
+from forge_cli.rewards.group import active_components, apply_group_rewards
 from forge_cli.rollout.blackbox import find_install
 from forge_cli.rollout.executors import AgentTimedOut, Job, make_executor
 from forge_cli.rollout.loop import resolve_loop
 from forge_cli.rollout.records import RolloutRequest, TrajectoryResult
 from forge_cli.rollout.stream import TaskStream, check_mix
-from forge_cli.rollout.summary import summarize
+from forge_cli.rollout.summary import summarize_rollout
 from forge_cli.tasks.suites import resolve_suite
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class SuiteCount:
 
 
 @dataclass
-class Progress:
+class RolloutProgress:
     """Live counts for a display; ``on_progress`` is called with it after every change. ``total`` is
     None for an unbounded stream."""
 
@@ -84,7 +84,7 @@ class _Rollout:
     """One rollout's state: the gateway, the pool, the chosen scaffold and suites, its workdirs."""
 
     def __init__(self, gw: "DriverGateway", config: Any, request: RolloutRequest, spec: "ScaffoldSpec",
-                 suites: dict[str, "TaskSuite"], progress: Progress, on_progress: Callable[[Progress], None] | None,
+                 suites: dict[str, "TaskSuite"], progress: RolloutProgress, on_progress: Callable[[RolloutProgress], None] | None,
                  consumer: bool = False) -> None:
 
         self.gw, self.pool, self.config, self.request = gw, gw.pool, config, request
@@ -297,7 +297,7 @@ class _Rollout:
 
 
 async def rollout(config: Any, request: RolloutRequest, *, run: str | None = None, gateway: "DriverGateway | None" = None,
-                  on_progress: Callable[[Progress], None] | None = None, consumer: bool = False) -> "RolloutSummary":
+                  on_progress: Callable[[RolloutProgress], None] | None = None, consumer: bool = False) -> "RolloutSummary":
     """Roll ``request`` out and return its summary. ``gateway``: a running in-process gateway to use
     (default: ``request.gateway_url``'s running gateway, recording into the run ``run``; else one is
     served for the run ``run`` for the rollout's length). ``consumer``: a trainer takes the groups
@@ -330,7 +330,7 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
 
         async with serve_gateway(config, run) as gw:
             return await rollout(config, request, gateway=gw, on_progress=on_progress, consumer=consumer)
-    progress = Progress(total=request.groups * request.n if request.groups is not None else None)
+    progress = RolloutProgress(total=request.groups * request.n if request.groups is not None else None)
     state = _Rollout(gateway, config, request, spec, suites, progress, on_progress, consumer)
     started = time.monotonic()
     try:
@@ -342,7 +342,7 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
         raise
     finally:
         state.close()
-    return await asyncio.to_thread(summarize, gateway.pool, progress.results, time.monotonic() - started, request,
+    return await asyncio.to_thread(summarize_rollout, gateway.pool, progress.results, time.monotonic() - started, request,
                                    gateway.run_dir, state.difficulty)
 
 
@@ -355,13 +355,11 @@ def preflight(config: Any, request: RolloutRequest, spec: "ScaffoldSpec", regist
     # every scaffold's section (a black-box agent asked for mcp it cannot take, too)
     validate_options(spec.options, config.scaffolds.get(spec.name, {}), f"[scaffolds.{spec.name}]")
     if spec.kind == "white":
-
         resolve_loop(spec)
     else:
-
         find_install(spec)
     check_sandbox(registry, sandbox_of(config, spec.name))
-    _components(registry.rewards, config.rewards)
+    active_components(registry.rewards, config.rewards)
     if (request.executor == "ray" and request.ray_address and not request.gateway_url
             and config.gateway.host in LOOPBACK):
         raise ForgeError(f"a Ray cluster at {request.ray_address} cannot reach a gateway on {config.gateway.host}: "

@@ -61,16 +61,13 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
 
     registry = None
     if spec is None or suite is None:
-
         registry = get_registry()
         spec = spec or registry.scaffold(job.scaffold)
         suite = suite or resolve_suite(job.suite, job.verifier, registry)
     workdir = Path(job.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if spec.kind == "white":
-
         if registry is None:
-
             registry = get_registry()
         seed_workdir(job.task, workdir)  # task.files, confined to the workdir
         # the task's own tools, or (the options' mcp = [...]) those MCP servers serve from the job's sandbox
@@ -80,9 +77,7 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
                                        options=job.options, model=job.model, tools=tools)
         transcript, events = Transcript(answer=result.answer), result.events
     else:
-
         if registry is None:
-
             registry = get_registry()
         sandbox = open_sandbox(registry, job, workdir, sandbox_options)  # [sandboxes.NAME]'s options
         try:  # run_blackbox writes task.files itself

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_cli.engine.default_model import resolve_model_path
+from forge_cli.engine.default_model import TOKENIZER_FILES, resolve_model_path
 from forge_cli.engine.scripted import FilePolicy, ScriptedEngine
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.server import serve_gateway
@@ -34,8 +34,6 @@ from forge_cli.tasks.suites import resolve_suite
 
 CACHE_FILE = "first-prompts.json"
 MEASURE_TASK = ("swe-mini", "train", 0)  # suite, split, seed: its first task's prompt is what the agent is given
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
-                   "special_tokens_map.json")
 
 
 @dataclass(frozen=True)

@@ -216,12 +216,10 @@ async def run_episode(
     propagate: the caller fails the trajectory.
     """
     if registry is None:
-
         registry = get_registry()
     spec = registry.scaffold(scaffold) if isinstance(scaffold, str) else scaffold
     run = resolve_loop(spec)
     if options is None or isinstance(options, Mapping):
-
         validated = validate_options(spec.options, dict(options or {}), f"{source} [scaffolds.{spec.name}]")
     elif spec.options is not None and not isinstance(options, spec.options):
         raise ForgeError(f"scaffold '{spec.name}': options must be a {spec.options.__name__}, not {type(options).__name__}")

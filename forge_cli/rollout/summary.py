@@ -64,7 +64,7 @@ class RolloutSummary:
         return rows
 
 
-def summarize(pool: Any, results: Sequence["TrajectoryResult"], wall_s: float, request: "RolloutRequest",
+def summarize_rollout(pool: Any, results: Sequence["TrajectoryResult"], wall_s: float, request: "RolloutRequest",
               run_dir: Path | None = None, difficulty: dict[str, str] | None = None) -> RolloutSummary:
     """The summary of ``results``, with token counts read back from the pool."""
     by_status: dict[str, int] = {}

@@ -49,12 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from forge_cli.sandbox.contract import GatewayAccess
+from forge_cli.sandbox.contract import SOCKET_INSIDE, GatewayAccess
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers")
 PACKAGE = Path(__file__).resolve().parents[1]  # forge_cli: hidden inside (its generators can rebuild answers)
-SOCKET_INSIDE = "/run/forge/gateway.sock"
 FORWARD_INSIDE = "/run/forge/forward.py"
 STATUS_INSIDE = "/run/forge/status"
 

@@ -24,6 +24,11 @@ from pathlib import Path
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 
+# where a sandboxed program finds the gateway's unix socket, in every backend (forward.py listens on
+# loopback inside and relays to it)
+SOCKET_INSIDE = "/run/forge/gateway.sock"
+
+
 @dataclass(frozen=True)
 class GatewayAccess:
     """How a sandboxed agent reaches the gateway: ``socket`` is the gateway's unix socket on the

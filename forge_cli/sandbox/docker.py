@@ -50,7 +50,7 @@ from forge_cli.sandbox.base import (
     owner_of,
     sweep_folders,
 )
-from forge_cli.sandbox.contract import ExecResult, GatewayAccess
+from forge_cli.sandbox.contract import SOCKET_INSIDE, ExecResult, GatewayAccess
 from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, hand_over, remove_tree
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
@@ -58,7 +58,6 @@ DEFAULT_IMAGE = "forge-agent-base:latest"
 LABEL = "forge.sandbox"
 OWNER_LABEL = "forge.owner"
 RUN_LABEL = "forge.run"
-SOCKET_INSIDE = "/run/forge/gateway.sock"
 FORWARD_INSIDE = "/opt/forge/forward.py"
 READY_FILE = "/tmp/.forge-ready"  # made by the main program once the forwarder listens
 TAIL_BYTES = 64 * 1024
@@ -261,7 +260,6 @@ class DockerSandbox(WorkdirFiles):
                     mounts.append(Mount(str(prefix), str(prefix), type="bind", read_only=True))
             main = ["sh", "-c", f"touch {READY_FILE}; exec cat >/dev/null"]
             if self.gateway is not None:
-
                 if not Path(self.gateway.socket).exists():
                     raise ForgeError(f"docker sandbox: the gateway's socket {self.gateway.socket} does not exist")
                 mounts.append(Mount(FORWARD_INSIDE, str(forward.PATH), type="bind", read_only=True))

@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from forge_cli.tasks.demo_policies import _tool_history
+from forge_cli.tasks.demo_policies import tool_history
 from forge_cli.tasks.swe_units import repair
 
 # ---- shared: what the agent has seen ------------------------------------------------------------------
@@ -269,7 +269,7 @@ def swe_fix(context: dict[str, Any], tools: AgentTools) -> str:
     if package is None:
         return "I cannot tell which package to fix."
     root = _workdir(context).rstrip("/")
-    history = _tool_history(messages)
+    history = tool_history(messages)
     read: dict[str, str] = {}
     for name, args, result in history:
         got = tools.read_back(name, args, result)

@@ -148,7 +148,7 @@ def _user_task(messages: list[dict[str, Any]]) -> str:
     return _user(messages)
 
 
-def _tool_history(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
+def tool_history(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
     """The tool calls made so far, in order: ``(name, arguments, result)`` (``""`` while unanswered).
     Calls come in the gateway's shape (``name``, ``arguments``) or OpenAI's (``function``); each
     call's result is the tool message that answers it, by ``tool_call_id`` or else by position."""
@@ -191,7 +191,7 @@ def swe_mini(context: dict[str, Any]) -> str:
     package = re.search(r"package `(\w+)`", prompt)
     if package is None:
         return "I cannot tell which package to fix."
-    history = _tool_history(messages)
+    history = tool_history(messages)
     read = {args.get("path"): result for name, args, result in history if name == "read_file"}
     wanted = [f"{package.group(1)}/{module}.py" for module in dict.fromkeys(re.findall(r"\(tests\.test_(\w+)\.", prompt))]
     wanted += re.findall(r'File "(' + package.group(1) + r'/\w+\.py)"', prompt)

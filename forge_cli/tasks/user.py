@@ -170,7 +170,6 @@ def load_user_suite(path: str | Path, verifier_ref: str | None = None, name: str
 
     with_files = file_tools if file_tools is not None else any(draft.files for draft, _ in rows)
     if with_files:
-
         return TaskSuite(name=suite_name, description=description or f"{len(rows)} tasks from {path.name}",
                          make=make, verifier=verifier, tools=tools)
     return TaskSuite(name=suite_name, description=description or f"{len(rows)} tasks from {path.name}",

@@ -20,7 +20,7 @@ from forge_cli.train.metrics import MetricsLog, run_log
 from forge_cli.train.resume import trainer_model
 
 # (kind, what): "step", "eval", "warmstart": the line's record (forge_cli.records.metrics); "rollout", "status": a dict
-Event = Callable[[str, Any], None]
+OnEvent = Callable[[str, Any], None]
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,12 @@ class Training:
     model: Any
     trainer: Any
     log: MetricsLog
-    tell: Event
+    tell: OnEvent
 
 
 @contextlib.asynccontextmanager
 async def build_training(config: Any, run: str | None = None, *, resume: bool = False,
-                         on_event: Event | None = None) -> AsyncIterator[Training]:
+                         on_event: OnEvent | None = None) -> AsyncIterator[Training]:
     """Compose the run called ``run`` for training (``resume``: the trainer's model from its latest
     checkpoint's folder, as :func:`forge_cli.train.resume.trainer_model` finds it)."""
     shown = on_event or (lambda kind, fields: None)

@@ -43,7 +43,7 @@ def eval_request(config: Any, tasks: int, samples_per_task: int) -> Any:
     return request_from_config(config, split="heldout", groups=tasks, n=samples_per_task, first_group=0, evaluation=True)
 
 
-async def evaluate(config: Any, run: Any, gateway: Any, *, tasks: int, samples_per_task: int) -> Evaluation:
+async def evaluate_heldout(config: Any, run: Any, gateway: Any, *, tasks: int, samples_per_task: int) -> Evaluation:
     """Sample ``samples_per_task`` trajectories on each of ``tasks`` held-out tasks with the weights
     ``run``'s engine serves now, through ``gateway``; return the success rate (in all and per suite)."""
     import time

@@ -26,11 +26,11 @@ from forge_cli.records.metrics import StepMetrics
 from forge_cli.rollout.driver import rollout
 from forge_cli.rollout.records import request_from_config
 from forge_cli.train.batch import build_samples
-from forge_cli.train.compose import Event, Training, build_training
-from forge_cli.train.evaluate import evaluate
+from forge_cli.train.compose import OnEvent, Training, build_training
+from forge_cli.train.evaluate import evaluate_heldout
 from forge_cli.train.metrics import step_metrics, write_state
-from forge_cli.train.resume import restore, save
-from forge_cli.train.warmstart import keep_warm_model, warm_record, warm_start
+from forge_cli.train.resume import restore, save_step
+from forge_cli.train.warmstart import keep_warm_model, run_warmstart, warm_record
 
 
 @dataclass(frozen=True)
@@ -43,18 +43,18 @@ class TrainResult:
 
 
 async def train_loop(config: Any, *, run: str | None = None, steps: int | None = None, minutes: float | None = None,
-                     resume: bool = False, warm_start: bool = False, save_warm_to: Any = None,
-                     on_event: Event | None = None) -> TrainResult:
+                     resume: bool = False, warmstart: bool = False, save_warm_to: Any = None,
+                     on_event: OnEvent | None = None) -> TrainResult:
     """Train on ``[rollout]``'s scaffold and tasks until ``steps`` steps (the run's total) or
     ``minutes`` of wall time, whichever comes first; Ctrl-C (cancellation) checkpoints and stops.
-    ``warm_start``: first the supervised warm start (:mod:`.warmstart`), its weights kept at
+    ``warmstart``: first the supervised warm start (:mod:`.warmstart`), its weights kept at
     ``save_warm_to`` if given."""
     check_budget(steps, minutes)
     deadline = time.monotonic() + minutes * 60 if minutes else None
     async with build_training(config, run, resume=resume, on_event=on_event) as t:
         at = LoopState(*await restore(t.run, t.trainer, t.model, resume))
         async with recorded(t, at, minutes):
-            if warm_start and not resume:
+            if warmstart and not resume:
                 await warm_up(t, at, deadline, save_warm_to)
             scheduler, meter = Scheduler.from_config(config.pool, config.train.groups_per_step), StepMeter(t.run)
             async with producing(t, meter) as producer:
@@ -63,7 +63,7 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                     batch, samples, waited = await meter.take(scheduler, at.version, producer, stop_at)
                     if batch is None:
                         break  # out of time while waiting for data
-                    stats, stop = await train_step(t, at, samples, meter)  # train, swap, publish: one unit Ctrl-C waits for
+                    stats, stop = await train_and_publish(t, at, samples, meter)  # train, swap, publish: one unit Ctrl-C waits for
                     t.tell("step", t.log.write(meter.measure(step_metrics(batch, samples, stats, step=at.step,
                                                                           difficulty=meter.difficulty), at, waited)))
                     if stop is not None:
@@ -114,7 +114,7 @@ async def recorded(t: Training, at: LoopState, minutes: float | None) -> AsyncIt
     except BaseException as exc:
         stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
         if stopped and at.step and at.saved != at.step:
-            await asyncio.shield(save(t.config, t.run.dir, t.model, t.trainer, at.step, at.version))  # Ctrl-C: keep the last step
+            await asyncio.shield(save_step(t.config, t.run.dir, t.model, t.trainer, at.step, at.version))  # Ctrl-C: keep the last step
         write_state(t.run.dir, status="stopped" if stopped else "failed", step=at.step, policy_version=at.version,
                     best_heldout_success=at.best, error=None if stopped else str(exc)[:500])
         raise
@@ -126,12 +126,12 @@ async def recorded(t: Training, at: LoopState, minutes: float | None) -> AsyncIt
 async def warm_up(t: Training, at: LoopState, deadline: float | None, save_warm_to: Any) -> None:
     """The supervised warm start; its weights kept at ``save_warm_to`` once it reached its target (else
     the next run warm-starts anew), and checkpointed as step 0 (a kill now resumes warm)."""
-    warm = await warm_start(t.config, t.run, t.gateway, t.trainer, log=t.log, on_event=t.tell, deadline=deadline)
+    warm = await run_warmstart(t.config, t.run, t.gateway, t.trainer, log=t.log, on_event=t.tell, deadline=deadline)
     at.version, at.best = t.run.version, warm.heldout_success
     if save_warm_to is not None and warm.reason == "target reached":
         await asyncio.to_thread(keep_warm_model, t.model, t.config.model.path, save_warm_to, warm_record(t.config, warm),
                                 t.trainer.state_dict)
-    await _unstoppable(save(t.config, t.run.dir, t.model, t.trainer, 0, at.version))
+    await _unstoppable(save_step(t.config, t.run.dir, t.model, t.trainer, 0, at.version))
 
 
 class StepMeter:
@@ -177,7 +177,7 @@ class StepMeter:
         self.last, self.sampled, self.engine_busy = now, self.live["output_tokens"], busy
         return metrics
 
-    def report(self, progress: Any, tell: Event) -> None:
+    def report(self, progress: Any, tell: OnEvent) -> None:
         """The producer's live counts: kept for the step's rates and shown."""
         self.live["output_tokens"] = progress.output_tokens
         if len(self.difficulty) < len(progress.difficulty):
@@ -203,7 +203,7 @@ async def producing(t: Training, meter: StepMeter) -> AsyncIterator[asyncio.Task
         await asyncio.gather(producer, return_exceptions=True)
 
 
-async def train_step(t: Training, at: LoopState, samples: Any, meter: StepMeter) -> tuple[Any, BaseException | None]:
+async def train_and_publish(t: Training, at: LoopState, samples: Any, meter: StepMeter) -> tuple[Any, BaseException | None]:
     """Train, swap, publish as one unit a Ctrl-C waits for (a thread cannot be stopped), so a checkpoint
     never holds half a step or a step under the wrong number: (its stats, the cancellation to raise
     once the step is recorded, if one came)."""
@@ -221,7 +221,7 @@ async def evaluate_now(t: Training, at: LoopState, deadline: float | None, meter
     """A held-out evaluation of the weights the engine serves, logged; the loop's new stop: ``deadline``
     less the evaluation's time (the final one must fit in the budget too)."""
     started = time.monotonic()
-    result = await evaluate(t.config, t.run, t.gateway, tasks=t.config.train.eval_tasks,
+    result = await evaluate_heldout(t.config, t.run, t.gateway, tasks=t.config.train.eval_tasks,
                             samples_per_task=t.config.train.eval_samples)
     t.tell("eval", t.log.write(result.metrics(at.step)))
     at.best = max(at.best or 0.0, result.success)
@@ -232,7 +232,7 @@ async def evaluate_now(t: Training, at: LoopState, deadline: float | None, meter
 async def checkpoint(t: Training, at: LoopState) -> None:
     """Save the step (unless it is saved already), to its end even if cancelled meanwhile."""
     if at.step and at.saved != at.step:
-        await _unstoppable(save(t.config, t.run.dir, t.model, t.trainer, at.step, at.version))
+        await _unstoppable(save_step(t.config, t.run.dir, t.model, t.trainer, at.step, at.version))
         at.saved = at.step
 
 

@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from forge_cli.engine.default_model import MARKER, resolve_model_path
+from forge_cli.engine.default_model import MARKER, TOKENIZER_FILES, resolve_model_path
 from forge_cli.engine.hf import load_hf
 from forge_cli.engine.weights import load_into
 from forge_cli.errors import ForgeError
@@ -32,8 +32,6 @@ from forge_cli.run import Run
 from forge_cli.train.distributed import world
 from forge_cli.train.metrics import read_state
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model")
 # what a servable copy of the policy (a checkpoint's model, a warm copy) takes from its source besides
 # the weights: the tokenizer, and the embedded default's marker (engine/default_model.py: MARKER)
 COPIED_FILES = (*TOKENIZER_FILES, MARKER)
@@ -47,7 +45,6 @@ def trainer_model(config: Any, run_dir: Path, resume: bool) -> Any:
     model, _ = load_hf(resolve_model_path(config.model.path))
     pointer = Path(run_dir) / "checkpoints" / "latest"
     if resume and pointer.is_file():
-
         folder = pointer.parent / pointer.read_text().strip() / "model"
         try:
             load_into(model, folder)
@@ -97,7 +94,7 @@ async def restore(run: Run, trainer: Any, model: Any, resume: bool) -> tuple[int
     return step, version, best
 
 
-async def save(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, version: int) -> Path:
+async def save_step(config: Any, run_dir: Path, model: Any, trainer: Any, step: int, version: int) -> Path:
     """Checkpoint step ``step`` (trained into policy ``version``) off the event loop."""
     return await asyncio.to_thread(_save, config, Path(run_dir), model, trainer, step, version)
 

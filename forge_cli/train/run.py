@@ -24,16 +24,16 @@ from forge_cli.engine.default_model import (
 )
 from forge_cli.errors import ForgeError
 from forge_cli.plugins import get_registry
-from forge_cli.pool.store import _redact
+from forge_cli.pool.store import redact_url
 from forge_cli.rollout.driver import preflight
 from forge_cli.rollout.records import request_from_config
 from forge_cli.rollout.stream import check_mix
 from forge_cli.runs import check_run_name, resolve_run, run_config
-from forge_cli.tasks.suites import resolve_suite
 from forge_cli.tasks.demo_policies import policy_for
+from forge_cli.tasks.suites import resolve_suite
 from forge_cli.train.compose import build_training
 from forge_cli.train.distributed import run_follower, world
-from forge_cli.train.warmstart import keep_warm_model, warm_key, warm_record, warm_start
+from forge_cli.train.warmstart import keep_warm_model, run_warmstart, warm_key, warm_record
 
 DEFAULT_MINUTES = 15.0
 # scaffold options the embedded default trains with unless the config sets them: a tiny policy's
@@ -46,11 +46,11 @@ EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 @dataclass(frozen=True)
-class Plan:
+class StartPlan:
     """What a new run starts from."""
 
     config: Any  # with model.path set to the policy it starts from
-    warm_start: bool
+    warmstart: bool
     save_warm_to: Path | None  # where the warm-started embedded default is kept
     minutes: float | None
 
@@ -59,7 +59,7 @@ def warm_model_dir() -> Path:
     return default_model_dir().with_name("default-warm")
 
 
-def plan(config: Any, *, minutes: float | None = None) -> Plan:
+def plan(config: Any, *, minutes: float | None = None) -> StartPlan:
     """The policy, warm start and budget of a new run (see the module's docstring)."""
 
     when = config.train.warmstart.when
@@ -71,13 +71,13 @@ def plan(config: Any, *, minutes: float | None = None) -> Plan:
     with_embedded_options(config)
     if not embedded:
         resolve_model_path(config.model.path)  # a clear error for a folder that is not a model
-        return Plan(config, when == "always", None, budget)
+        return StartPlan(config, when == "always", None, budget)
     warm = warm_model_dir()
     if when == "auto" and (warm / "config.json").is_file() and _warmed_for(warm, config):
         config.model.path = str(warm)
-        return Plan(config, False, None, budget)
+        return StartPlan(config, False, None, budget)
     config.model.path = str(init_default_model())  # creates it on first use
-    return Plan(config, when != "never", warm if when == "auto" else None, budget)
+    return StartPlan(config, when != "never", warm if when == "auto" else None, budget)
 
 
 def with_embedded_options(config: Any) -> None:
@@ -91,37 +91,35 @@ def with_embedded_options(config: Any) -> None:
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A run ready to start: checked, its policy chosen (what :func:`prepare` returns)."""
+class PreparedRun:
+    """A run ready to start: checked, its policy chosen (what :func:`prepare_run` returns)."""
 
     config: Any
     run: str | None
     resume: bool
     minutes: float | None
-    warm_start: bool = False
+    warmstart: bool = False
     save_warm_to: Path | None = None
 
 
-def prepare(config: Any, *, run: str | None = None, resume: str | None = None, minutes: float | None = None) -> Prepared:
+def prepare_run(config: Any, *, run: str | None = None, resume: str | None = None, minutes: float | None = None) -> PreparedRun:
     """Check a ``forge train`` before anything starts (one ForgeError for what would fail it) and
     choose its policy: a new run (``run`` names it), or ``resume`` an existing run with its own config."""
     if resume is not None:
-
         run_dir = resolve_run(config, resume)
         saved = run_config(config, run_dir)
         saved.run.dir = run_dir.parent
         if not (run_dir / "checkpoints" / "latest").is_file() and not (run_dir / "pool.sqlite").exists():
             raise ForgeError(f"run {run_dir.name} has nothing to resume (no checkpoint, no pool)")
-        check(saved, warm_start=False)
-        return Prepared(saved, run_dir.name, True, minutes if minutes is not None else saved.train.minutes)
+        check(saved, warmstart=False)
+        return PreparedRun(saved, run_dir.name, True, minutes if minutes is not None else saved.train.minutes)
     if run is not None:
-
         existing = Path(config.run.dir) / check_run_name(run)
         if existing.is_dir() and any(existing.iterdir()):
             raise ForgeError(f"run {run} exists ({existing}): continue it with --resume {run}, or choose another --run")
-    check(config, warm_start=config.train.warmstart.when != "never")
+    check(config, warmstart=config.train.warmstart.when != "never")
     p = plan(config, minutes=minutes)
-    return Prepared(p.config, run, False, p.minutes, p.warm_start, p.save_warm_to)
+    return PreparedRun(p.config, run, False, p.minutes, p.warmstart, p.save_warm_to)
 
 
 def _warmed_for(folder: Path, config: Any) -> bool:
@@ -141,11 +139,11 @@ _WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "teacher_slips": 0.0, "scaffold
 
 async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
                 minutes: float | None = None, on_event: Any = None) -> Any:
-    """``forge train``: :func:`prepare`, then :func:`execute`."""
-    return await execute(prepare(config, run=run, resume=resume, minutes=minutes), steps=steps, on_event=on_event)
+    """``forge train``: :func:`prepare_run`, then :func:`execute`."""
+    return await execute(prepare_run(config, run=run, resume=resume, minutes=minutes), steps=steps, on_event=on_event)
 
 
-async def execute(prepared: Prepared, *, steps: int | None = None, on_event: Any = None) -> Any:
+async def execute(prepared: PreparedRun, *, steps: int | None = None, on_event: Any = None) -> Any:
     """Run a prepared ``forge train``; returns the loop's :class:`~forge_cli.train.loop.TrainResult`
     (None on a DeepSpeed rank > 0, which follows rank 0 instead)."""
     from forge_cli.train.loop import train_loop
@@ -156,10 +154,10 @@ async def execute(prepared: Prepared, *, steps: int | None = None, on_event: Any
         return None
     p = prepared
     return await train_loop(p.config, run=p.run, steps=steps, minutes=p.minutes, resume=p.resume,
-                            warm_start=p.warm_start, save_warm_to=p.save_warm_to, on_event=on_event)
+                            warmstart=p.warmstart, save_warm_to=p.save_warm_to, on_event=on_event)
 
 
-def check(config: Any, *, warm_start: bool) -> None:
+def check(config: Any, *, warmstart: bool) -> None:
     """What would fail the run once started fails it now, in one line, before a model is built or
     an engine started: the scaffold, its options, the suites of ``[rollout]`` (and a demo policy for
     each if the run may warm-start), the reward weights, a PostgreSQL pool that does not answer."""
@@ -170,11 +168,9 @@ def check(config: Any, *, warm_start: bool) -> None:
     for name in check_mix(request.weights):
         resolve_suite(name, request.verifier, registry)
     preflight(config, request, spec, registry)
-    if warm_start and config.model.path is None:
-
+    if warmstart and config.model.path is None:
         policy_for(request.weights)
     if config.pool.url.startswith("postgres"):
-
         try:
             import psycopg
 
@@ -182,11 +178,11 @@ def check(config: Any, *, warm_start: bool) -> None:
         except ImportError:
             raise ForgeError("pool.url names PostgreSQL but psycopg is not installed") from None
         except psycopg.Error as exc:
-            raise ForgeError(f"the PostgreSQL pool at {_redact(config.pool.url)} does not answer: "
+            raise ForgeError(f"the PostgreSQL pool at {redact_url(config.pool.url)} does not answer: "
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
 
 
-async def warmstart(config: Any, *, out: Path | None = None, run: str | None = None,
+async def warmstart_model(config: Any, *, out: Path | None = None, run: str | None = None,
                     on_event: Any = None) -> tuple[Any, Path]:
     """``forge model warmstart``: warm-start ``model.path`` (default: the embedded default, created
     if need be) in a run of its own and save the result at ``out`` (default: the embedded default's
@@ -204,7 +200,7 @@ async def warmstart(config: Any, *, out: Path | None = None, run: str | None = N
 
 async def _warmstart(config: Any, target: Path, run: str | None, on_event: Any) -> Any:
     async with build_training(config, run) as t:
-        result = await warm_start(config, t.run, t.gateway, t.trainer, log=t.log, on_event=on_event)
+        result = await run_warmstart(config, t.run, t.gateway, t.trainer, log=t.log, on_event=on_event)
         await asyncio.to_thread(keep_warm_model, t.model, Path(config.model.path), target, warm_record(config, result),
                                 t.trainer.state_dict)
         return result

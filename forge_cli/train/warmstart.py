@@ -31,13 +31,13 @@ from forge_cli.rollout.driver import rollout
 from forge_cli.rollout.records import request_from_config
 from forge_cli.tasks.demo_policies import SLIPPING_SUITES, policy_for
 from forge_cli.train.distributed import on_every_rank
-from forge_cli.train.evaluate import evaluate
+from forge_cli.train.evaluate import evaluate_heldout
 from forge_cli.train.metrics import suite_of
 from forge_cli.train.resume import COPIED_FILES, optimizer_of
 
 
 @dataclass(frozen=True)
-class WarmStartResult:
+class WarmstartResult:
     steps: int
     seconds: float
     heldout_success: float | None  # at the last evaluation
@@ -142,9 +142,9 @@ class FreshFirst:
         return fresh + self.rng.sample(self.samples[:self.learned - len(fresh)], size - len(fresh))
 
 
-async def warm_start(config: Any, run: Any, gateway: Any, trainer: Any, *, log: Any = None,
+async def run_warmstart(config: Any, run: Any, gateway: Any, trainer: Any, *, log: Any = None,
                      on_event: Callable[[str, Any], None] | None = None,
-                     deadline: float | None = None) -> WarmStartResult:
+                     deadline: float | None = None) -> WarmstartResult:
     """Supervised steps on synthetic traces until sampled held-out success reaches
     ``[train.warmstart] target_success`` (or ``max_minutes``/``deadline``); the engine ends up
     serving the warm weights, and the optimizer's state is cleared for RL."""
@@ -164,7 +164,7 @@ async def warm_start(config: Any, run: Any, gateway: Any, trainer: Any, *, log: 
                 ended = (await asyncio.gather(more, return_exceptions=True))[0]
                 if isinstance(ended, Exception):  # the steps went on with the traces already written
                     tell("status", {"status": f"warm start: the trace writer stopped early: {type(ended).__name__}: {ended}"})
-    return WarmStartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
+    return WarmstartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
                            traces=writer.written)
 
 
@@ -201,7 +201,7 @@ async def _learn(config: Any, run: Any, gateway: Any, trainer: Any, data: FreshF
             out_of_time = time.monotonic() >= stop_at
             if step % ws.eval_every == 0 or out_of_time:
                 await run.engine.load_weights(trainer.state_dict())
-                result = await evaluate(config, run, gateway, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
+                result = await evaluate_heldout(config, run, gateway, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
                 success = result.success
                 line = replace(line, heldout_success=success, policy_version=result.policy_version)
             if log is not None:

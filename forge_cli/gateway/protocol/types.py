@@ -12,12 +12,13 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict
 
+from forge_cli.engine.base import MAX_SEED  # noqa: F401  (the one bound: what the engines take)
+
 Int = Annotated[int, Strict()]
 Bool = Annotated[bool, Strict()]
 Float = Annotated[float, Strict(), AllowInfNan(False)]
 
 MAX_TOKENS = 2**31 - 1  # no model has a longer context; larger is a client bug
-MAX_SEED = 2**62
 
 
 class _Loose(BaseModel):
