@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import signal
 import sys
-import time
 
 from forge_cli.pool.store import DataPool
 from forge_cli.pool.types import NewCompletion
@@ -70,7 +70,7 @@ def starter(spec, trajectory_ids) -> None:
         pool.start_trajectory(tid)
     print("started", flush=True)
     while True:  # until killed
-        time.sleep(60)
+        signal.pause()
 
 
 if __name__ == "__main__":

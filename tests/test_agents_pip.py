@@ -256,18 +256,17 @@ def test_scaffold_show_measures_the_first_prompt_once(cli, tiny_model, tmp_path,
     spec = installed_agent("smolagents")
     first_prompt.cache_path().unlink(missing_ok=True)  # the agents' FORGE_HOME is the session's
 
-    def show(*flags: str) -> tuple[dict, float]:
-        started = time.monotonic()
+    def show(*flags: str) -> dict:
         done = cli("--set", f"model.path={tiny_model}", "scaffold", "show", "smolagents", "--json", *flags)
         assert done.exit_code == 0, done.stderr
-        return json.loads(done.stdout)["first_prompt"], time.monotonic() - started
+        return json.loads(done.stdout)["first_prompt"]
 
-    measured, _ = show()
+    measured = show()
     assert measured["cached"] is False and measured["context"] == 65536
     entry, = json.loads(first_prompt.cache_path().read_text()).values()
     assert entry["tokens"] == measured["tokens"]
-    again, took = show()
-    assert again["cached"] is True and again["tokens"] == measured["tokens"] and took < 10
+    again = show()
+    assert again["cached"] is True and again["tokens"] == measured["tokens"]  # read back, not measured again
     # the same agent on the same task through another gateway: its first completion is that long
     suite, split, seed = first_prompt.MEASURE_TASK
     task = resolve_suite(suite, None, get_registry()).make(split, 1, seed)[0]
@@ -279,7 +278,7 @@ def test_scaffold_show_measures_the_first_prompt_once(cli, tiny_model, tmp_path,
         assert len(live.completions(session)[0].prompt_ids) == measured["tokens"]
     finally:
         live.close()
-    fresh, _ = show("--remeasure")
+    fresh = show("--remeasure")
     assert fresh["cached"] is False and fresh["tokens"] == measured["tokens"]
     assert cli("scaffold", "show", "codex", "--json").exit_code == 0  # not installed: said, not measured
 
@@ -330,8 +329,9 @@ def test_the_untrained_model_fails_cleanly_in_all_seven_agents(tiny_model, tmp_p
     # every agent's prompts fit the model's context: none was refused (a prompt past it is a 400)
     assert codes and not [key for key in codes if key[1] == "400"], codes
     for name, (statuses, took) in ended.items():
+        # none hangs past its budget: a trajectory that reached it is timed_out (how long the verifier and
+        # teardown took after it is the machine's business: printed above, not asserted)
         assert len(statuses) == 1 and set(statuses) <= {"completed", "failed", "timed_out"}, (name, statuses)
-        assert took < UNTRAINED_BUDGET_S + 60, (name, took)  # the budget, then the verifier and teardown
     # vLLM's engine process takes a moment to exit after the gateway closed; multiprocessing's resource
     # tracker lives as long as this interpreter
     new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]

@@ -8,11 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.waiting import wait_until
 
 
 def test_model_init_and_show(cli, tmp_path):
@@ -45,12 +46,15 @@ def test_gateway_serve_records_into_a_run(tiny_model, tmp_path):
                              "--port", str(port), "--run", "served"], cwd=tmp_path, env={**os.environ, "COLUMNS": "200"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(600):
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"forge gateway serve exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
+                return httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
             except httpx.HTTPError:
-                time.sleep(0.1)
+                return False
+
+        wait_until(healthy, what="the gateway to answer /health")
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers={"Authorization": "Bearer me"},
                        json={"messages": [{"role": "user", "content": "ping"}]}, timeout=60)
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "pong"

@@ -43,13 +43,13 @@ class Policy:
 
 
 class SpyTokenizer:
-    """The real tokenizer, remembering the longest text it was asked to encode; ``slow_over``:
-    texts longer than that take ``delay`` seconds (sleeping, as a tokenizer that releases the GIL)."""
+    """The real tokenizer, remembering the longest text it was asked to encode; ``slow_over``: texts
+    longer than that wait until ``release`` is set (blocked, as a slow tokenizer that releases the GIL)."""
 
-    def __init__(self, tok, slow_over: int | None = None, delay: float = 1.5) -> None:
-        self._tok, self.slow_over, self.delay = tok, slow_over, delay
+    def __init__(self, tok, slow_over: int | None = None) -> None:
+        self._tok, self.slow_over = tok, slow_over
         self.longest = 0
-        self.slow_started = threading.Event()
+        self.slow_started, self.release = threading.Event(), threading.Event()
 
     def __getattr__(self, name):
         return getattr(self._tok, name)
@@ -61,7 +61,7 @@ class SpyTokenizer:
         self.longest = max(self.longest, len(text))
         if self.slow_over is not None and len(text) > self.slow_over:
             self.slow_started.set()
-            time.sleep(self.delay)
+            self.release.wait(120)  # (a safety net: the test sets it)
         return self._tok.encode(text, **kw)
 
 
@@ -223,12 +223,9 @@ def test_a_10mb_prompt_is_refused_without_tokenising_it(gw, path):
     body = {"prompt": text, "max_tokens": 4} if path == "/v1/completions" else {"messages": [{"role": "user", "content": text}],
                                                                                "max_tokens": 4}
     before = _rss_mb()
-    started = time.monotonic()
     r = post(gw, path, body)
-    elapsed = time.monotonic() - started
     message = assert_shape(path, r, 400)
     assert gw.spy.longest < 2**20, "the prompt was tokenised"
-    assert elapsed < 10
     assert _rss_mb() - before < 500  # tokenising it kept ~2 GB
     assert "this model's context is 65536 tokens" in message and "at least" in message
 
@@ -239,12 +236,13 @@ def test_health_answers_while_a_long_prompt_is_tokenised(gw):
     worker = threading.Thread(target=lambda: result.setdefault("r", post(gw, "/v1/chat/completions",
                                                                       {"messages": [{"role": "user", "content": text}]})))
     worker.start()
-    assert gw.spy.slow_started.wait(30)
-    started = time.monotonic()
-    health = httpx.get(f"{gw.url}/health", timeout=30)
-    waited = time.monotonic() - started
+    try:
+        assert gw.spy.slow_started.wait(120)
+        health = httpx.get(f"{gw.url}/health", timeout=60)
+        assert health.status_code == 200 and "r" not in result  # answered while the tokeniser is still held
+    finally:
+        gw.spy.release.set()
     worker.join(60)
-    assert health.status_code == 200 and waited < 0.75, waited
     assert "this model's context is 65536 tokens" in assert_shape("/v1/chat/completions", result["r"], 400)
 
 
@@ -264,7 +262,7 @@ def test_a_half_sent_body_times_out_with_a_408(gw, path, kind):
     head, _, payload = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower()
     error = json.loads(payload)["error"]
-    assert "did not arrive within 0.5 s" in error["message"] and 0.4 < elapsed < 5
+    assert "did not arrive within 0.5 s" in error["message"] and elapsed > 0.4  # not before (a slower machine only adds)
     if kind:
         assert error["type"] == kind
 

@@ -34,6 +34,7 @@ import pytest
 from forge_cli.errors import ForgeError
 from forge_cli.sandbox import probe, quota
 from tests.docker_support import docker_engine, sandbox_spec  # noqa: F401  (docker_engine: a fixture)
+from tests.waiting import until
 
 LIMITS = {  # [sandboxes.NAME] as a user would set them: small, so that the attacks reach them quickly
     "local": {"isolation": "bwrap", "processes": 64, "memory_mb": 256, "disk_mb": 16, "tmp_mb": 16},
@@ -292,15 +293,6 @@ def host_files(sandbox: Any) -> dict[str, int]:
     return found
 
 
-async def until(probe: Any, within: float = 30.0) -> Any:
-    """``probe()``'s first truthy value, asked every 50 ms (its last value after ``within`` seconds)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not (value := probe()) and loop.time() < deadline:
-        await asyncio.sleep(0.05)
-    return value
-
-
 def work_files(tmp_path: Path) -> list[Path]:
     return [p for p in (tmp_path / "work").iterdir() if p.name not in ("attack.py",)]
 
@@ -376,7 +368,8 @@ def test_each_limit_holds_against_an_mcp_server_and_the_agent_is_told_which(mcp_
                     text = await shell.run({"command": command, "timeout_s": 5 if resource == "processes" else 30})
                 except ForgeError as exc:  # the server itself may be what the kernel killed
                     text = str(exc)
-                running = await until(lambda: host_processes_with(token)) if resource == "time" else []
+                running = (await until(lambda: host_processes_with(token), what="the daemon on the host")
+                           if resource == "time" else [])
             return text, running, getattr(sandbox, "disk_quota", False)
 
     text, running, quota_mode = run(go())

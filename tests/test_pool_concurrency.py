@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -62,7 +61,7 @@ def test_eight_writers_and_a_reader(pool_spec):
                 if not batch.groups:
                     if finished:
                         break
-                    time.sleep(0.02)
+                    writers_done.wait(0.02)  # poll the pool again soon, at once when the writers are done
         finally:
             rpool.close()
 

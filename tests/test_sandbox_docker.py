@@ -4,12 +4,12 @@ their exec's deadline, their caller's cancellation, their sandbox or the process
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from forge_cli.errors import ForgeError
 from forge_cli.sandbox import Sandbox
 from forge_cli.sandbox.docker import LABEL, OWNER_LABEL, DockerOptions, DockerSandbox, remove_leftovers
 from tests.docker_support import docker_engine, exists, sandbox_containers  # noqa: F401  (a fixture)
+from tests.waiting import until, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("docker_engine")
@@ -64,17 +65,16 @@ def test_a_timeout_removes_the_container_and_the_next_exec_gets_a_fresh_one(tmp_
         async with DockerSandbox(tmp_path) as sb:
             await sb.exec(["sh", "-c", "echo kept > note; touch /tmp/scratch"])
             first = sb.container_id
-            start = time.monotonic()
             slow = await sb.exec(["sh", "-c", "sleep 60 & sleep 60"], timeout_s=1)
-            took = time.monotonic() - start
             gone = not exists(docker_engine, first)
             after = await sb.exec(["sh", "-c", "cat note; ls /tmp"])
-            return slow, took, gone, after, first, sb.container_id
+            return slow, gone, after, first, sb.container_id
 
-    slow, took, gone, after, first, second = run(main())
+    slow, gone, after, first, second = run(main())
+    # its 1 s deadline ended it (not its 60 s of sleep): the result says so, and the container is gone
     assert slow.timed_out and not slow.ok and slow.exit_code is None
     assert slow.reason == "timed out after 1 s of wall time; its container was removed"
-    assert took < 10 and gone
+    assert gone
     assert after.ok and after.stdout.split()[0] == "kept"  # the work directory stays; /tmp was the container's
     assert "scratch" not in after.stdout.split()
     assert second != first
@@ -109,11 +109,14 @@ def test_a_cancelled_exec_removes_its_container(tmp_path, docker_engine):
     async def main():
         async with DockerSandbox(tmp_path) as sb:
             task = asyncio.ensure_future(sb.exec(["sleep", "60"]))
-            for _ in range(200):
-                await asyncio.sleep(0.05)
-                if sb.container_id and docker_engine.containers.get(sb.container_id).top()["Processes"]:
-                    if any("sleep 60" in " ".join(p) for p in docker_engine.containers.get(sb.container_id).top()["Processes"]):
-                        break
+
+            def sleeping() -> bool:
+                if not sb.container_id:
+                    return False
+                processes = docker_engine.containers.get(sb.container_id).top()["Processes"] or []
+                return any("sleep 60" in " ".join(p) for p in processes)
+
+            await until(sleeping, what="the exec's program to run in its container")
             cid = sb.container_id
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -145,9 +148,8 @@ def test_the_container_goes_when_its_owner_process_is_killed(tmp_path, docker_en
     finally:
         proc.kill()
         proc.wait()
-    deadline = time.monotonic() + 20
-    while exists(docker_engine, cid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not exists(docker_engine, cid), what=f"container {cid} to go")
     assert not exists(docker_engine, cid)
 
 

@@ -6,6 +6,7 @@ what the suite's in-process tools give."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sys
 import threading
@@ -33,20 +34,14 @@ class StdioServer:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.ready: asyncio.Future | None = None
+        self.ready: concurrent.futures.Future = concurrent.futures.Future()  # the tools, once the server is up
         self.main = asyncio.run_coroutine_threadsafe(self._serve(), self.loop)
-        self.tools = asyncio.run_coroutine_threadsafe(self._ready(), self.loop).result(60)
-
-    async def _ready(self):
-        while self.ready is None:
-            await asyncio.sleep(0.01)
-        return await asyncio.wait_for(asyncio.shield(self.ready), 60)
+        self.tools = self.ready.result(60)
 
     async def _serve(self) -> None:
         from mcp import ClientSession
         from mcp.client.stdio import stdio_client
 
-        self.ready = self.loop.create_future()
         self.stop = asyncio.Event()
         try:
             async with stdio_client(self.params) as (read, write):

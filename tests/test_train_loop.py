@@ -19,6 +19,7 @@ import pytest
 
 from forge_cli.config import load_config
 from forge_cli.records.metrics import StepMetrics, parse_line
+from tests.waiting import wait_until
 
 SCRIPTED = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.demo_policies:calc",
             "gateway.port": 0, "gateway.socket": "", "pool.max_active_groups": 2, "train.groups_per_step": 1,
@@ -93,18 +94,39 @@ def test_bad_budgets_are_refused_before_anything_starts(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_final_evaluation_fits_in_the_time_budget(tiny_model, tmp_path):
+def test_the_final_evaluation_fits_in_the_time_budget(tiny_model, tmp_path, monkeypatch):
     """--minutes bounds the whole run: after an evaluation the steps stop one evaluation's time before
-    the deadline, so the final policy's evaluation ends within it (it used to start at the deadline)."""
+    the deadline, so the final policy's evaluation ends within it (it used to start at the deadline).
+    The loop's clock is a stand-in that only the test moves: a step takes 1 s of it, an evaluation 5 s,
+    whatever this machine's speed."""
+    from types import SimpleNamespace
+
+    from forge_cli.train import loop
     from forge_cli.train.loop import train_loop
+
+    now = [time.monotonic()]
+    step_s, eval_s = 1.0, 5.0
+    monkeypatch.setattr(loop, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time))
+    real_evaluate = loop.evaluate_heldout
+
+    async def evaluate(*args, **kwargs):
+        result = await real_evaluate(*args, **kwargs)
+        now[0] += eval_s
+        return result
+
+    monkeypatch.setattr(loop, "evaluate_heldout", evaluate)
+
+    def on_event(kind, fields):
+        if kind == "step":
+            now[0] += step_s
+        seen.append((kind, now[0], fields))
 
     config = load_config(env={}, overrides={**SCRIPTED, "model.path": str(tiny_model), "run.dir": str(tmp_path / "runs"),
                                             "train.eval_every": 2, "train.eval_tasks": 16, "train.eval_samples": 2,
                                             "train.checkpoint_every": 0})
     seen: list[tuple[str, float, object]] = []
-    start, minutes = time.monotonic(), 0.5
-    result = asyncio.run(train_loop(config, run="budget", minutes=minutes,
-                                    on_event=lambda kind, fields: seen.append((kind, time.monotonic(), fields))))
+    start, minutes = now[0], 0.5
+    result = asyncio.run(train_loop(config, run="budget", minutes=minutes, on_event=on_event))
     assert result.status == "finished"
     evals = [(t, f) for kind, t, f in seen if kind == "eval"]
     steps = [f.step for kind, _, f in seen if kind == "step"]
@@ -155,12 +177,10 @@ def check_resumed(run: Path, before: dict[int, StepMetrics], kept: int) -> None:
 
 
 def wait_for_steps(run: Path, proc: subprocess.Popen, n: int) -> None:
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        metrics = run / "metrics.jsonl"
-        if metrics.is_file() and metrics.read_text().count('"kind": "step"') >= n:
-            return
-        time.sleep(0.05)
+    """Until the run's metrics hold ``n`` steps (or its process has ended: the caller says so)."""
+    metrics = run / "metrics.jsonl"
+    wait_until(lambda: proc.poll() is not None or (metrics.is_file() and metrics.read_text().count('"kind": "step"') >= n),
+               what=f"{n} steps in {metrics}", timeout=240)
 
 
 def latest_step(run: Path) -> int:
@@ -174,9 +194,9 @@ def test_sigkill_at_a_random_moment_then_resume_loses_and_repeats_nothing(tiny_m
     rng = random.Random(seed)
     run = tmp_path / "runs" / "killed"
     proc = forge_train(tmp_path, tiny_model, "--run", "killed", "--steps", str(STEPS), engine=engine)
-    # kill it somewhere after its first step: mid-rollout, mid-step or mid-checkpoint
-    wait_for_steps(run, proc, 1 + seed)
-    time.sleep(rng.uniform(0.0, 2.0))
+    # kill it somewhere after its first step, at a step drawn at random: the moment its line is written,
+    # so mid-checkpoint after an even step (checkpoint_every 2), mid-rollout always, and before the end
+    wait_for_steps(run, proc, rng.randint(1 + seed, STEPS - 2))
     assert proc.poll() is None, proc.stdout.read()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -192,8 +212,7 @@ def test_sigkill_at_a_random_moment_then_resume_loses_and_repeats_nothing(tiny_m
 def test_ctrl_c_checkpoints_the_last_step_and_resume_goes_on(tiny_model, tmp_path):
     run = tmp_path / "runs" / "stopped"
     proc = forge_train(tmp_path, tiny_model, "--run", "stopped", "--steps", str(STEPS))
-    wait_for_steps(run, proc, 3)
-    time.sleep(random.Random(5).uniform(0.0, 1.0))
+    wait_for_steps(run, proc, random.Random(5).randint(3, STEPS - 2))  # a step drawn at random, before the end
     assert proc.poll() is None, proc.stdout.read()
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
