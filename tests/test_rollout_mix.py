@@ -240,7 +240,7 @@ def consume_nothing(config, request, monkeypatch, settled):
         async with serve_gateway(config, "r") as gw:
             task = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True))
             await until(lambda: settled(gw.pool, len(refused)), what="the rollout to stand at its admission bound")
-            alive = len([t for t in asyncio.all_tasks() if t.get_coro().__qualname__.startswith("_Run.group")])
+            alive = len([t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == driver._Rollout.group.__qualname__])
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
