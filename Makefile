@@ -1,4 +1,4 @@
-# The two commands of the README's quickstart, and a few conveniences.
+# The README's two commands (make setup, make train), the test command, and a few conveniences.
 VENV ?= .venv
 export FORGE_VENV := $(abspath $(VENV))
 
