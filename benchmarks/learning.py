@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,13 +47,12 @@ def forge(home: Path, runs: Path, *args: str, sets: dict[str, str] | None = None
     return time.monotonic() - started
 
 
-def lines(run_dir: Path, kind: str) -> list[dict]:
-    out = []
-    for raw in (run_dir / "metrics.jsonl").read_text().splitlines():
-        line = json.loads(raw)
-        if line.get("kind") == kind:
-            out.append(line)
-    return out
+def lines(run_dir: Path, kind: str) -> list[Any]:
+    """The run's lines of ``kind`` as the records the loop wrote (forge_cli.records.metrics)."""
+    from forge_cli.report.metrics import read_metrics
+
+    run = read_metrics(run_dir)
+    return {"step": run.steps, "eval": run.evals, "warmstart": run.warmstart}[kind]
 
 
 def scaffold_options(run_dir: Path) -> dict[str, str]:
@@ -63,8 +63,8 @@ def scaffold_options(run_dir: Path) -> dict[str, str]:
 
 
 def warm_rate(run_dir: Path) -> float | None:
-    rated = [x for x in lines(run_dir, "warmstart") if x.get("heldout_success") is not None]
-    return rated[-1]["heldout_success"] if rated else None
+    rated = [x for x in lines(run_dir, "warmstart") if x.heldout_success is not None]
+    return rated[-1].heldout_success if rated else None
 
 
 def main() -> None:
@@ -96,15 +96,15 @@ def main() -> None:
         steps = lines(main_run, "step")
         warm = lines(main_run, "warmstart")
         row["before"] = warm_rate(main_run)
-        row["after"] = evals[-1]["success"] if evals else None
-        row["best"] = max((e["success"] for e in evals), default=None)
+        row["after"] = evals[-1].success if evals else None
+        row["best"] = max((e.success for e in evals), default=None)
         row["warmstart_steps"] = len(warm)
-        row["warmstart_s"] = warm[-1]["time_s"] if warm else 0.0
+        row["warmstart_s"] = warm[-1].time_s if warm else 0.0
         row["rl_steps"] = len(steps)
-        row["rl_s"] = (steps[-1]["time_s"] - row["warmstart_s"]) if steps else 0.0
+        row["rl_s"] = (steps[-1].time_s - row["warmstart_s"]) if steps else 0.0
         row["gain"] = row["after"] - row["before"] if None not in (row["after"], row["before"]) else None
-        row["samples_per_hour"] = 3600 * sum(s["trajectories"] for s in steps) / row["rl_s"] if row["rl_s"] else None
-        row["time_split"] = {k: sum(s.get(k) or 0.0 for s in steps) / max(row["rl_s"], 1e-9)
+        row["samples_per_hour"] = 3600 * sum(s.trajectories for s in steps) / row["rl_s"] if row["rl_s"] else None
+        row["time_split"] = {k: sum(getattr(s, k) or 0.0 for s in steps) / max(row["rl_s"], 1e-9)
                              for k in ("wait_s", "train_s", "sync_s")}
         warm_model = home / "models" / "default-warm"  # kept only when the warm start reached its target,
         if not (warm_model / "config.json").is_file():  # else the run's step-0 checkpoint: the same weights
@@ -129,8 +129,8 @@ def main() -> None:
                   "--steps", str(row["rl_steps"]), sets={**same, "train.loss.type": "grpo"}, log=args.work / f"grpo-s{seed}.log")
         if (grpo / "metrics.jsonl").is_file():
             grpo_evals = lines(grpo, "eval")
-            row["grpo_after"] = grpo_evals[-1]["success"] if grpo_evals else None
-            row["grpo_best"] = max((e["success"] for e in grpo_evals), default=None)
+            row["grpo_after"] = grpo_evals[-1].success if grpo_evals else None
+            row["grpo_best"] = max((e.success for e in grpo_evals), default=None)
             row["grpo_steps"] = len(lines(grpo, "step"))
         seeds.append(row)
         print(json.dumps(row), flush=True)

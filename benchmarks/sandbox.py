@@ -187,7 +187,7 @@ async def gateway_socket(path: Path) -> Any:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    from forge_cli.sandbox.base import GatewayAccess
+    from forge_cli.sandbox.contract import GatewayAccess
 
     root = Path(tempfile.mkdtemp(prefix="forge-bench-sandbox-"))
     server = await gateway_socket(root / "gateway.sock")

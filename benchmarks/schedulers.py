@@ -59,29 +59,29 @@ def settings(model: Path, runs: Path, scheduler: str, args: argparse.Namespace) 
 
 def summarise(scheduler: str, run: Path, minutes: float) -> dict[str, Any]:
     from forge_cli.pool.store import DataPool
+    from forge_cli.report.metrics import read_metrics
 
-    steps = [json.loads(raw) for raw in (run / "metrics.jsonl").read_text().splitlines()]
-    steps = [s for s in steps if s["kind"] == "step"]
+    steps = read_metrics(run).steps  # the records the loop wrote
     pool = DataPool.sqlite(run / "pool.sqlite")
     try:
         left = [g for g in pool.groups() if g.status.value not in ("consumed", "evaluation")]
     finally:
         pool.close()
     half = len(steps) // 2
-    diff = [s["difficulty_mean"] for s in steps]
+    diff = [s.difficulty_mean for s in steps]
 
     def mean(xs: list[float]) -> float | None:
         return round(statistics.fmean(xs), 3) if xs else None
 
     return {"scheduler": scheduler, "minutes": minutes, "steps": len(steps),
-            "trained_groups": sum(s["groups"] for s in steps),
-            "trainer_idle_median": round(statistics.median(s["trainer_idle"] for s in steps), 3) if steps else None,
-            "engine_idle_median": round(statistics.median(s["engine_idle"] for s in steps), 3) if steps else None,
-            "step_s_median": round(statistics.median(s["step_s"] for s in steps), 2) if steps else None,
+            "trained_groups": sum(s.groups for s in steps),
+            "trainer_idle_median": round(statistics.median(s.trainer_idle for s in steps), 3) if steps else None,
+            "engine_idle_median": round(statistics.median(s.engine_idle for s in steps), 3) if steps else None,
+            "step_s_median": round(statistics.median(s.step_s for s in steps), 2) if steps else None,
             "difficulty_first_half": mean(diff[:half]), "difficulty_second_half": mean(diff[half:]),
             "difficulty_trained": mean(diff), "groups_left_in_pool": len(left),
-            "mean_age": mean([s["mean_age"] for s in steps]), "max_age": max((s["max_age"] for s in steps), default=None),
-            "difficulty_per_step": diff, "time_s_per_step": [s["time_s"] for s in steps]}
+            "mean_age": mean([s.mean_age for s in steps]), "max_age": max((s.max_age for s in steps), default=None),
+            "difficulty_per_step": diff, "time_s_per_step": [s.time_s for s in steps]}
 
 
 async def one(scheduler: str, model: Path, runs: Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -8,6 +8,8 @@ CLI itself never imports them.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import importlib.util
 import json
 import shutil
 import sqlite3
@@ -55,9 +57,6 @@ def _probe(code: str, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
 def _import_check(name: str, module: str, required: bool, extra: str = "", quick: bool = False) -> Callable[[], Check]:
     def run() -> Check:
         if quick:
-            import importlib.metadata
-            import importlib.util
-
             if importlib.util.find_spec(module) is None:
                 return Check(name, False, "not installed", required)
             try:

@@ -9,15 +9,19 @@ second ``add`` with the same recipe does nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from forge_cli.errors import ForgeError
 from forge_cli.paths import agents_dir, data_dir, forge_home
@@ -77,8 +81,6 @@ def _requirement_key(recipe: InstallRecipe) -> str:
     key = " ".join((recipe.manager, recipe.requirement, *recipe.extra_packages))
     runner = runner_script(recipe)
     if runner is not None:  # an edited runner is a new install
-        import hashlib
-
         key += f" runner:{hashlib.sha256(runner.read_bytes()).hexdigest()[:16]}"
     return key
 
@@ -208,8 +210,6 @@ def distribution_name(target: str) -> str:
     if path.exists():
         pyproject = path / "pyproject.toml"
         if path.is_dir() and pyproject.is_file():
-            import tomllib
-
             try:
                 return tomllib.loads(pyproject.read_text())["project"]["name"]
             except (KeyError, tomllib.TOMLDecodeError) as exc:
@@ -217,7 +217,6 @@ def distribution_name(target: str) -> str:
         if path.suffix == ".whl":
             return path.name.split("-")[0]
         raise ForgeError(f"{path} is neither a plugin folder with a pyproject.toml nor a wheel")
-    from packaging.requirements import InvalidRequirement, Requirement
 
     try:
         return Requirement(target).name

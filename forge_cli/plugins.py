@@ -19,6 +19,7 @@ and on a duplicate name the first registration wins.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import os
@@ -91,8 +92,6 @@ class Registry:
     def scaffold(self, name: str) -> ScaffoldSpec:
         entry = self.scaffolds.get(name)
         if entry is None:
-            import difflib
-
             near = difflib.get_close_matches(name, self.scaffolds, n=5, cutoff=0.5)
             families = sorted(n for n, e in self.scaffolds.items() if "_" not in n and n.count("-") <= 1)
             hint = f"did you mean {', '.join(near)}? " if near else ""

@@ -9,15 +9,15 @@ trainer updates its engine's weights: each is a consumer of the run, none owns i
 Order at start: the run folder and its lock (one process per run), then ``prepare`` (the gateway
 binds its listeners here, so a port in use fails in milliseconds, not after minutes of engine
 start), the engine(s), the pool (trajectories a dead process left ``running`` are failed as
-"interrupted"). A start that fails before :meth:`Run.mark_started` leaves no run folder behind
-unless the run already held records.
+"interrupted"). A new run's folder is removed only when the block fails before
+:meth:`Run.mark_started` (a consumer that failed to start); a block that ends normally keeps it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -31,8 +31,7 @@ from forge_cli.runs import claim_run
 @dataclass
 class Run:
     """One run's shared state. ``interrupted``: trajectories a dead process had left running, failed
-    at start; ``resumed``: what a resumed ``forge train`` restored (step, version, groups given back
-    and dropped), None otherwise."""
+    at start; ``started``: its consumers are up (a failure from then on keeps the run folder)."""
 
     config: Any
     dir: Path
@@ -40,8 +39,7 @@ class Run:
     engine: Any
     model_name: str
     interrupted: int
-    resumed: dict[str, Any] | None = None
-    _started: list[bool] = field(default_factory=lambda: [False], repr=False)
+    started: bool = False
 
     @property
     def version(self) -> int:
@@ -50,7 +48,7 @@ class Run:
 
     def mark_started(self) -> None:
         """The run's consumers are up: from now on a failure keeps the run folder."""
-        self._started[0] = True
+        self.started = True
 
 
 async def build_engine(config: Any, model_path: Path, stack: contextlib.AsyncExitStack) -> Any:
@@ -81,7 +79,7 @@ async def open_run(config: Any, name: str | None = None, *, engine: Any = None,
     run = None
 
     def forget_failed_start() -> None:  # still under the lock: nobody else can be starting on it
-        if (run is None or not run._started[0]) and lock.created:
+        if (run is None or not run.started) and lock.created:
             shutil.rmtree(lock.run_dir, ignore_errors=True)
 
     async with contextlib.AsyncExitStack() as stack:
@@ -98,3 +96,4 @@ async def open_run(config: Any, name: str | None = None, *, engine: Any = None,
         interrupted = pool.fail_interrupted()
         run = Run(config, lock.run_dir, pool, engine, getattr(model_path, "name", None) or "forge", interrupted)
         yield run
+        run.mark_started()  # a block that ended well keeps what it recorded, started or not

@@ -8,12 +8,15 @@ One process at a time serves a run: it holds the run's lock (:func:`lock_run`) f
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import time
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from forge_cli.config import ForgeConfig, describe_config_error, upgrade_saved, write_resolved
 from forge_cli.errors import ForgeError
@@ -40,7 +43,6 @@ def new_run(config: Any, name: str | None = None, *, exist_ok: bool = False) -> 
     ``exist_ok`` continues an existing run (its config.json is rewritten); otherwise a non-empty
     folder of that name is an error.
     """
-
     name = check_run_name(name or config.run.name or time.strftime("%Y%m%d-%H%M%S"))
     run_dir = Path(config.run.dir) / name
     if not exist_ok and run_dir.exists() and any(run_dir.iterdir()):
@@ -73,8 +75,6 @@ def resolve_run(config: Any, run: str) -> Path:
 
 def run_config(config: Any, run_dir: Path) -> Any:
     """The run's own resolved configuration if it wrote one, else the current one."""
-    from pydantic import ValidationError
-
     saved = run_dir / "config.json"
     if not saved.is_file():
         return config
@@ -129,8 +129,6 @@ def lock_run(run_dir: Path) -> RunLock:
     The lock is an ``flock`` on the file: the kernel drops it when the process ends, however it
     ends, so a killed server never leaves its run locked. It is not inherited by child processes.
     """
-    import fcntl
-
     run_dir = Path(run_dir)
     path = run_dir / LOCK_FILE
     while True:
@@ -161,7 +159,6 @@ def claim_run(config: Any, name: str | None = None) -> RunLock:
     (a :class:`ForgeError` naming the holder) before it changes anything. The lock's ``created``
     says whether the folder was new or empty.
     """
-
     name = check_run_name(name or config.run.name or time.strftime("%Y%m%d-%H%M%S"))
     run_dir = Path(config.run.dir) / name
     created = not run_dir.is_dir() or not any(run_dir.iterdir())

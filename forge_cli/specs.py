@@ -334,9 +334,9 @@ class ToolFormat:
 class SandboxSpec:
     """A place where agents run. ``check`` returns ``None`` when usable here, else why not.
 
-    ``open(workdir, options, gateway)`` makes one trajectory's :class:`forge_cli.sandbox.base.Sandbox`
+    ``open(workdir, options, gateway)`` makes one trajectory's :class:`forge_cli.sandbox.contract.Sandbox`
     on the host folder ``workdir`` (``options``: the validated ``[sandboxes.NAME]`` section, an
-    instance of ``options``, or ``None``; ``gateway``: a :class:`forge_cli.sandbox.base.GatewayAccess`
+    instance of ``options``, or ``None``; ``gateway``: a :class:`forge_cli.sandbox.contract.GatewayAccess`
     or ``None`` — a backend that isolates the network makes the gateway reachable inside at
     ``http://127.0.0.1:PORT`` through it); a sandbox without ``open`` is listed but cannot run agents yet.
     """

@@ -180,6 +180,7 @@ def test_forge_train_on_smolagents_in_bubblewrap(cli, tiny_model, tmp_path, inst
     (smolagents in bubblewrap, the scripted policy, the verifier in the sandbox) reach the trainer through the same
     pool, scheduler and prefix tree as a white-box scaffold's; each step's weights go into the engine."""
     from forge_cli.pool.store import DataPool
+    from forge_cli.report.metrics import read_metrics
 
     installed_agent("smolagents")
     sets = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.agent_policies:smolagents",
@@ -191,13 +192,12 @@ def test_forge_train_on_smolagents_in_bubblewrap(cli, tiny_model, tmp_path, inst
                "--task", "swe-mini", "--steps", "2", "--warmstart", "never")
     assert done.exit_code == 0, done.stdout + done.stderr
     run = tmp_path / "runs" / "smol"
-    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    steps = [s for s in steps if s["kind"] == "step"]
-    assert [(s["step"], s["policy_version"]) for s in steps] == [(1, 1), (2, 2)]  # trained, swapped into the engine
-    assert all(s["success_by_suite"] == {"swe-mini": 1.0} and s["groups"] == 1 for s in steps)
+    steps = read_metrics(run).steps  # the records the loop wrote
+    assert [(s.step, s.policy_version) for s in steps] == [(1, 1), (2, 2)]  # trained, swapped into the engine
+    assert all(s.success_by_suite == {"swe-mini": 1.0} and s.groups == 1 for s in steps)
     # two draws of one task share smolagents' ~1,900-token first prompt: the prefix tree trains it once
-    assert all(s["tokens"] > 1.5 * s["unique_tokens"] > 0 for s in steps)
-    assert all(s["samples"] >= 2 * 3 and s["loss"] == s["loss"] for s in steps)  # three calls a draw; no NaN
+    assert all(s.tokens > 1.5 * s.unique_tokens > 0 for s in steps)
+    assert all(s.samples >= 2 * 3 and s.loss == s.loss for s in steps)  # three calls a draw; no NaN
     pool = DataPool.sqlite(run / "pool.sqlite")
     consumed = [g for g in pool.groups() if g.status.value == "consumed"]
     assert {g.id for g in consumed} == {gid for s in steps for gid in s["group_ids"]}

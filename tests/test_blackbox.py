@@ -19,7 +19,7 @@ from forge_cli.errors import ForgeError
 from forge_cli.gateway.state import GatewayState
 from forge_cli.pool.store import DataPool
 from forge_cli.rollout.blackbox import BlackboxResult, run_blackbox
-from forge_cli.specs import InstallRecipe, LaunchSpec, ScaffoldSpec
+from forge_cli.specs import ANSWER_RULES, InstallRecipe, LaunchSpec, ScaffoldSpec
 from forge_cli.tasks.types import Task, Transcript
 from tests.conftest import LiveGateway, tool_formats
 from tests.test_sandbox_local import wait_dead
@@ -479,3 +479,23 @@ def test_every_built_in_agent_launches_with_its_network_noise_off():
         assert set(off.get("args", [])) <= set(launch.command), name
         files = "\n".join(launch.files.values())
         assert all(text in files for text in off.get("files", [])), name
+
+
+@pytest.mark.parametrize("rule", ANSWER_RULES)
+def test_every_answer_rule_the_contract_names_is_read(rule, tmp_path):
+    """``specs.ANSWER_RULES`` (what a scaffold may declare) and the rollout's reading of each agree:
+    each rule the contract accepts gives the agent's answer, from stdout or from its file."""
+    from forge_cli.rollout.blackbox import _answer
+    from forge_cli.sandbox.contract import ExecResult
+    from forge_cli.specs import check_answer_rule
+
+    class Files:  # the seam: the sandbox's file read (its containment is tested with the backends)
+        async def read_file(self, path: str) -> bytes:
+            return (tmp_path / path).read_bytes()
+
+    declared = rule.replace("NAME", "answer.txt")
+    check_answer_rule("s", declared)
+    (tmp_path / "answer.txt").write_text("from the file\n")
+    done = ExecResult(exit_code=0, stdout="thinking\nthe answer\n", stderr="", wall_s=0.1, reason="exited 0")
+    expected = {"stdout": "thinking\nthe answer", "last-line": "the answer", "file:NAME": "from the file"}[rule]
+    assert asyncio.run(_answer(declared, done, Files())) == expected

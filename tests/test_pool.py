@@ -177,6 +177,22 @@ def test_sampling_is_one_record_stored_as_the_json_it_always_was(pool):
                                              sampling={"temperature": 1.0}))
 
 
+def test_the_sampling_record_holds_every_field_the_engines_sample_with():
+    """The gateway records each SamplingParams field under its own name: a field an engine gains is in
+    the record or the gateway fails loudly, never silently unrecorded."""
+    from dataclasses import fields
+
+    from forge_cli.engine.base import SamplingParams
+    from forge_cli.gateway.routes.common import sampling_record
+
+    assert {f.name for f in fields(SamplingParams)} <= {f.name for f in fields(Sampling)}
+    params = SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, stop=("x",), stop_token_ids=(3,), seed=11, n=2,
+                            top_logprobs=4)
+    record = sampling_record(params, training=True, raw={"top_k": 5, "temperature": 0.5})
+    assert all(getattr(record, f.name) == getattr(params, f.name) for f in fields(SamplingParams))
+    assert (record.training, record.asked) == (True, {"top_k": 5, "temperature": 0.5})  # asked: as sent
+
+
 # ---- bad input: a clear ForgeError, and the pool unchanged ----------------------------------------------
 
 

@@ -46,8 +46,7 @@ def local_check() -> str | None:
 
 def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "LocalSandbox":
     """A :class:`~forge_cli.sandbox.local.LocalSandbox` on ``workdir`` with ``[sandboxes.local]``'s limits
-    (``gateway``, a :class:`~forge_cli.sandbox.base.GatewayAccess`, is what a bubblewrap sandbox forwards)."""
-
+    (``gateway``, a :class:`~forge_cli.sandbox.contract.GatewayAccess`, is what a bubblewrap sandbox forwards)."""
     opts = options if isinstance(options, LocalOptions) else LocalOptions(**(options or {}))
     mib = {k: (v * 2**20 if v is not None else None) for k, v in
            (("memory", opts.memory_mb), ("disk", opts.disk_mb), ("tmp", opts.tmp_mb))}
@@ -60,14 +59,12 @@ def open_local(workdir: Path, options: Any = None, gateway: Any = None) -> "Loca
 def docker_check() -> str | None:
     """Usable when a Docker engine answers (``$DOCKER_HOST``, the system socket, or the one
     ``scripts/docker-engine.sh`` starts) and the sandbox image is built."""
-
     return image_problem()
 
 
 def open_docker(workdir: Path, options: Any = None, gateway: Any = None) -> "DockerSandbox":
     """A :class:`~forge_cli.sandbox.docker.DockerSandbox` on ``workdir`` with ``[sandboxes.docker]``'s
     image and limits; ``gateway`` is reached inside at ``http://127.0.0.1:PORT``."""
-
     opts = options if isinstance(options, DockerOptions) else DockerOptions(**(options or {}))
     return DockerSandbox(workdir, opts, gateway=gateway)
 

@@ -52,7 +52,6 @@ class AgentOptions(BaseModel):
 
 def _black_options(spec: ScaffoldSpec) -> type[BaseModel]:
     """A black-box agent's options: ``mcp`` for those that take MCP servers, refused (one line) for the others."""
-
     options = with_mcp_option(AgentOptions)
     if supports_mcp(spec.name):
         return options

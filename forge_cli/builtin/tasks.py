@@ -20,7 +20,6 @@ from forge_cli.tasks.types import TaskSuite
 
 def builtin_suites() -> list[TaskSuite]:
     """The built-in suites with their default settings."""
-
     # calc-1: one operation — what the embedded 1.6M-parameter default learns by RL in minutes on a CPU
     return [calc_suite(), calc_suite(max_ops=1, name="calc-1"), kv_search_suite(), files_suite(), reasoning_suite(), qa_suite(),
             swe_mini_suite()]

@@ -14,7 +14,6 @@ from forge_cli.plugins import Registry
 
 def registry() -> Registry:
     """The plugin registry, with any plugin warnings printed once."""
-
     reg = plugins.get_registry()
     plugins.flush_warnings()
     return reg
@@ -27,7 +26,6 @@ def print_json(data: Any) -> None:
 def config_with(flags: list[tuple[str, str, Any]]) -> Any:
     """The resolved config with each command flag ``(dotted key, flag name, value)`` that was given
     (``None`` = not given) on top, errors naming the flag the user typed."""
-
     state = get_state()
     overrides, flag_names = dict(state.overrides), {}
     for key, flag, value in flags:

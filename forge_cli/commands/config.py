@@ -17,7 +17,6 @@ def register(app: typer.Typer) -> None:
     @group.command("show")
     def show() -> None:
         """Print the resolved configuration as JSON, after validating every plugin section."""
-
         state = get_state()
         config = state.config()
         source = find_config_file(state.config_path)

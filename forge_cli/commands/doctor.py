@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.table import Table
 
 from forge_cli.cli import get_state
 from forge_cli.commands._common import print_json, registry
@@ -20,8 +21,6 @@ def register(app: typer.Typer) -> None:
 
         Exits 1 only when something the default loop needs is missing or broken.
         """
-        from rich.table import Table
-
         config = get_state().config()
         reg = registry()
         with err_console.status("checking (imports run in subprocesses; vLLM takes ~10 s)…"):

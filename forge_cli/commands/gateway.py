@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -30,8 +32,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start the gateway; every call is recorded into the run's data pool. It listens on TCP and,
         at the same time, on a unix socket (sandboxed agents reach it through that)."""
-        import asyncio
-
         config = config_with([("gateway.host", "--host", host), ("gateway.port", "--port", port),
                               *engine_flags(model, engine, policy),
                               ("gateway.auth", "--auth", auth), ("model.tool_format", "--tool-format", tool_format),
@@ -44,9 +44,6 @@ def register(app: typer.Typer) -> None:
 
 async def _serve_until_stopped(config, run: str | None) -> None:  # noqa: ANN001 — a ForgeConfig
     """Serve, print where, and wait; SIGTERM stops it like Ctrl-C (every clean-up runs)."""
-    import asyncio
-    import signal
-
     from forge_cli.gateway.server import serve_gateway  # heavy: FastAPI, uvicorn
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)

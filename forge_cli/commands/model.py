@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -26,7 +28,6 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite an existing model."),
     ) -> None:
         """Create the default policy: a small Llama, a locally trained BPE tokenizer and a chat template (HF format)."""
-
         if size not in SIZES:
             raise ForgeError(f"unknown model size {size!r}: choose one of {', '.join(SIZES)}")
         target = path or default_model_dir()
@@ -40,8 +41,6 @@ def register(app: typer.Typer) -> None:
     @group.command("show")
     def show(path: Optional[Path] = typer.Option(None, "--path", help="Model folder (default: model.path or the default model).")) -> None:
         """The model's architecture, size, vocabulary and special tokens."""
-        import json
-
         folder = resolve_model_path(path or get_state().config().model.path)
         config = json.loads((folder / "config.json").read_text())
         tok = json.loads((folder / "tokenizer_config.json").read_text()) if (folder / "tokenizer_config.json").exists() else {}
@@ -61,8 +60,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Supervised warm start on synthetic traces (the demo policies solving train tasks through the
         real gateway and scaffold), stopped on a measured held-out success rate."""
-        import asyncio
-
         config = config_with([("model.path", "--model", str(model) if model else None),
                               ("train.warmstart.target_success", "--target", target),
                               ("train.warmstart.max_minutes", "--minutes", minutes)])

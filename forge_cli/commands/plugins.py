@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.table import Table
 
 from forge_cli.commands._common import print_json, registry
 from forge_cli.console import console
@@ -14,8 +15,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """List loaded plugins, their versions, their hooks and what each registered."""
-        from rich.table import Table
-
         reg = registry()
         rows = [
             {

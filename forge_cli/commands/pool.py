@@ -6,16 +6,18 @@ existing run folder, and a pool that is not there is never created.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
 import typer
+from rich.table import Table
 
 from forge_cli.cli import get_state
 from forge_cli.commands._common import print_json
 from forge_cli.console import console, err_console, warn
 from forge_cli.errors import ForgeError
-from forge_cli.pool.store import NoPool, open_pool
 from forge_cli.pool.scheduler import window_size
+from forge_cli.pool.store import NoPool, open_pool
 from forge_cli.runs import list_runs, resolve_run, run_config
 
 RUN_HELP = "Run name (under run.dir), or the path of an existing run folder."
@@ -23,7 +25,6 @@ RUN_HELP = "Run name (under run.dir), or the path of an existing run folder."
 
 def _open(run: str) -> tuple[Any, Any, Any]:
     """(pool, run config, run folder) for a run name or path; never creates a pool."""
-
     config = get_state().config()
     run_dir = resolve_run(config, run)
     cfg = run_config(config, run_dir)
@@ -33,7 +34,6 @@ def _open(run: str) -> tuple[Any, Any, Any]:
 def _find(trajectory: str, run: str, *, any_run: bool) -> tuple[Any, Any] | None:
     """(the trajectory, its run folder) if that run holds it. Looking through ``any_run``, a run
     that recorded nothing (no pool) holds none; a run named by the user must have a pool."""
-
     try:
         pool, _, run_dir = _open(run)
     except NoPool:
@@ -54,8 +54,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     ) -> None:
         """Counts by status, the queue head and window, off-policy ages, storage bytes per token."""
-        from rich.table import Table
-
         pool, cfg, run_dir = _open(run)
         window = window_size(cfg.pool.scheduler, cfg.pool.max_active_groups)
         with pool:
@@ -90,8 +88,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """One trajectory: status, rewards, events and every completion."""
-        from rich.table import Table
-
         found = _find(trajectory, run, any_run=False) if run else None
         if run is None:
             candidates = list_runs(get_state().config())
@@ -144,8 +140,6 @@ def register(app: typer.Typer) -> None:
         output: Optional[str] = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
     ) -> None:
         """Export every trajectory with its group, completions (token ids), events and rewards."""
-        import sys
-
         if not jsonl:
             raise ForgeError("say --jsonl (the only export format)")
         pool, _, _ = _open(run)

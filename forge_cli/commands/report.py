@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.table import Table
 
 from forge_cli.cli import get_state
 from forge_cli.commands._common import print_json
@@ -26,8 +27,6 @@ def register(app: typer.Typer) -> None:
         """Plot a training run (reward, success, per-component rewards, throughput, off-policy age, prefix
         saving, time split, per-suite success) into PNGs and write a one-page summary (summary.md,
         summary.png, summary.json), printed here too."""
-        from rich.table import Table
-
         report = write_report(get_state().config(), runs, out=out, dpi=dpi)
         if as_json:
             print_json({"out": str(report.out), "files": [str(f) for f in report.files],

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.live import Live
+from rich.table import Table
 
 from forge_cli.commands._common import config_with, engine_flags
 from forge_cli.console import console, err_console
-from forge_cli.rollout.records import request_from_config
 from forge_cli.rollout.driver import rollout
+from forge_cli.rollout.records import request_from_config
 from forge_cli.rollout.stream import parse_mix
 
 
@@ -39,8 +44,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a scaffold on tasks: every call recorded, every trajectory verified and rewarded, into
         the run's pool (then `forge pool stats RUN`). Ends with a summary table."""
-        import asyncio
-
         config = config_with([("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("rollout.verifier", "--verifier", verifier), ("rollout.split", "--split", split),
@@ -60,13 +63,6 @@ def register(app: typer.Typer) -> None:
 
 
 async def _with_display(config: Any, request: Any, run: str | None) -> Any:
-    import asyncio
-    import signal
-    import time
-
-    from rich.live import Live
-    from rich.table import Table
-
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
 
     def table(p: Any) -> Table:
@@ -85,8 +81,6 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
 
 
 def _print_summary(summary: Any) -> None:
-    from rich.table import Table
-
     t = Table(title="rollout summary", title_justify="left", show_header=False)
     t.add_column(style="bold")
     t.add_column(justify="right")

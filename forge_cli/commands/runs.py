@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 import typer
+from rich.table import Table
 
 from forge_cli.cli import get_state
 from forge_cli.commands._common import print_json
@@ -19,10 +22,6 @@ def register(app: typer.Typer) -> None:
         """List the runs under run.dir, newest first: status (running, finished, stopped, failed, or
         killed: resume with `forge train --resume RUN`), steps, policy version, best held-out success,
         wall time, created."""
-        import time
-
-        from rich.table import Table
-
         config = get_state().config()
         infos = run_infos(config)
         if as_json:

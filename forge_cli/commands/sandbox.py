@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.table import Table
 
 from forge_cli.commands._common import print_json
 from forge_cli.console import console, err_console
@@ -21,7 +22,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The base image (debootstrap --variant=minbase of Debian + docker import; the rootfs is cached under
         FORGE_HOME/cache/sandbox) and every image under sandboxes/images, FROM it. No registry is used."""
-
         with err_console.status("building the sandbox images…") as status:
             def progress(message: str) -> None:
                 status.update(message)
@@ -35,8 +35,6 @@ def register(app: typer.Typer) -> None:
     @group.command("status")
     def status(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
         """The Docker engine Forge uses, its sandbox images and the sandbox containers it holds."""
-        from rich.table import Table
-
         info = engine_status()
         if as_json:
             print_json(info)
@@ -61,6 +59,5 @@ def register(app: typer.Typer) -> None:
     @group.command("clean")
     def clean() -> None:
         """Remove the sandbox containers whose process is gone (those of killed runs)."""
-
         removed = clean_leftovers()
         console.print(f"removed {len(removed)} leftover container(s)" + (f": {', '.join(removed)}" if removed else ""))

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
+import difflib
+import importlib.metadata
 from typing import Any
 
 import typer
+from rich.panel import Panel
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from forge_cli import installer, plugins
 from forge_cli.cli import get_state
@@ -34,8 +40,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
         """Every registered scaffold: kind, tool format, context policy, source plugin, installed?"""
-        from rich.table import Table
-
         if kind not in (None, "white", "black"):
             raise ForgeError(f"--kind must be 'white' or 'black', not {kind!r}")
         entries = [e for e in registry().scaffolds.values() if kind in (None, e.value.kind)]
@@ -77,9 +81,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Everything about one scaffold: its definition, its loop (and whether it resolves), install recipe, launch,
         options and, for an installed black-box agent, the length of its first prompt on the current model."""
-        from rich.panel import Panel
-        from rich.table import Table
-
         info = _describe(name)
         if measure and "launch" in info:
             if info.get("installed", "no").startswith("no"):
@@ -115,7 +116,6 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Reinstall even if already installed."),
     ) -> None:
         """Install a black-box agent into FORGE_HOME, or a plugin (path or package) into this environment."""
-
         reg = registry()
         if target in reg.scaffolds:
             spec = reg.scaffolds[target].value
@@ -131,7 +131,6 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Argument(..., help="An installed black-box scaffold, or a plugin's scaffold or distribution."),
     ) -> None:
         """Remove an installed agent from FORGE_HOME, or uninstall the plugin distribution that registered a scaffold."""
-
         reg = registry()
         entry = reg.scaffolds.get(target)
         if entry is not None and entry.value.kind == "black" and reg.plugins[entry.plugin].builtin:
@@ -156,7 +155,6 @@ def register(app: typer.Typer) -> None:
 
 def _describe(name: str) -> dict[str, Any]:
     """One scaffold as a dict, with its options resolved from ``forge.toml``."""
-
     reg = registry()
     spec = reg.scaffold(name)
     state = get_state()
@@ -188,8 +186,6 @@ def _describe(name: str) -> dict[str, Any]:
 
 def _first_prompt(name: str, refresh: bool) -> dict[str, Any]:
     """How long the installed agent's first prompt is on the current model (a measurement or the cache's)."""
-    import datetime
-
     from forge_cli.rollout.first_prompt import first_prompt_length  # heavy: the gateway
 
     try:
@@ -205,7 +201,6 @@ def _first_prompt(name: str, refresh: bool) -> dict[str, Any]:
 
 def _loop_line(spec: Any) -> str:
     """Whether a white-box scaffold's loop resolves (this imports the loop's module)."""
-
     label, problem = loop_label(spec), loop_status(spec)
     if problem is None:
         return f"{label} (resolves)"
@@ -220,8 +215,6 @@ def _plugin_named(reg: Any, name: str) -> str | None:
 
 
 def _progress(label: str) -> Any:
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     return Progress(
         SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(), TextColumn("[dim]{task.fields[line]}"),
         console=err_console, transient=True,
@@ -241,8 +234,6 @@ def _add_agent(spec: Any, force: bool) -> None:
 
 
 def _add_plugin(target: str, known: list[str]) -> None:
-    import difflib
-
     dist = installer.distribution_name(target)
     with _progress(target) as progress:
         task = progress.add_task(f"pip install {target}", line="")
@@ -256,8 +247,6 @@ def _add_plugin(target: str, known: list[str]) -> None:
     reg = registry()
     name = _plugin_named(reg, dist)
     if name is None:
-        import importlib.metadata
-
         try:
             has_entry_point = any(ep.group == "forge" for ep in importlib.metadata.distribution(dist).entry_points)
         except importlib.metadata.PackageNotFoundError:

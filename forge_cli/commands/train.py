@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.live import Live
 
 from forge_cli.commands._common import config_with
 from forge_cli.console import console, err_console
@@ -32,8 +36,6 @@ def register(app: typer.Typer) -> None:
         """Train the policy with RL: gateway, rollouts on tasks, data pool, windowed-FIFO scheduler,
         prefix-tree trainer, weights back into the engine. Writes RUN/metrics.jsonl, TensorBoard
         files and checkpoints (forge report RUN plots them)."""
-        import asyncio
-
         if steps is not None and steps < 1:
             raise ForgeError(f"--steps must be at least 1, got {steps}")
         if minutes is not None and not minutes > 0:
@@ -62,12 +64,6 @@ def register(app: typer.Typer) -> None:
 
 
 async def _with_display(prepared: Any, *, steps: int | None, live: bool) -> Any:
-    import asyncio
-    import contextlib
-    import signal
-
-    from rich.live import Live
-
     from forge_cli.train.run import execute  # heavy: the gateway, the trainer
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)

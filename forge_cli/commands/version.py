@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import typer
 
 from forge_cli import __version__
@@ -12,6 +14,4 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def version() -> None:
         """Print Forge's version and the Python it runs on."""
-        import platform
-
         console.print(f"forge {__version__} (Python {platform.python_version()})", highlight=False)

@@ -11,6 +11,7 @@ stand in for it (``model.path``).
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -79,8 +80,6 @@ def chat_template() -> str:
 
 
 def _corpus() -> list[str]:
-    import importlib
-
     texts = []
     for name in CORPUS_MODULES:
         module = importlib.import_module(name)

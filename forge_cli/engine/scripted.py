@@ -22,12 +22,15 @@ its ids kept through it, as a sampling engine's would be.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
+import inspect
 import json
 import re
 import threading
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import parse_qsl
 
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, context_limit, first_stop
 from forge_cli.engine.hf import load_hf, score
@@ -52,9 +55,6 @@ def load_policy(spec: str | Path | Policy) -> Policy:
             raise ForgeError(f"cannot import the scripted policy {text!r}: {exc}") from None
         if not query:
             return function
-        import functools
-        import inspect
-        from urllib.parse import parse_qsl
 
         def value(raw: str) -> Any:
             try:

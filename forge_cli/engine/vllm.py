@@ -18,6 +18,7 @@ chunked prefill they crash its CPU sampler (``CPU Generator does not use offset`
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -44,8 +45,6 @@ def vllm_engine_args(extra: dict[str, Any], forge_set: dict[str, Any]) -> dict[s
     its fields and none of those Forge sets itself (``forge_set``); a ``kv_transfer_config`` table
     becomes vLLM's ``KVTransferConfig`` (``speculative_config`` and the other config tables vLLM
     takes as dicts itself)."""
-    import dataclasses
-
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}

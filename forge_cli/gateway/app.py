@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from forge_cli.gateway.errors import APIError, error_response
+from forge_cli.gateway.middleware import Guard
 from forge_cli.gateway.openapi import document
 from forge_cli.gateway.state import GatewayState
 
@@ -17,7 +18,6 @@ BODY_TIMEOUT_S = 30.0  # a request's whole body must arrive within this long of 
 
 
 def create_app(state: GatewayState, *, max_body_bytes: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
-    from forge_cli.gateway.middleware import Guard
     from forge_cli.gateway.routes import admin, chat, completions, messages, responses
 
     app = FastAPI(title="Forge gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -85,7 +86,5 @@ def error_response(path: str, err: APIError, *, close: bool = False) -> JSONResp
 
 
 def sse(data: Any, event: str | None = None) -> str:
-    import json
-
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {data if isinstance(data, str) else json.dumps(data, separators=(',', ':'))}\n\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 REF = "#/components/schemas/{model}"
 _models: dict[str, type[BaseModel]] = {}
@@ -28,7 +29,6 @@ def body_schema(model: type[BaseModel], *, required: bool = True) -> dict[str, A
 def document(app: Any) -> dict[str, Any]:
     """The OpenAPI document of ``app``, every ``body_schema`` replaced by a ``$ref`` to its model."""
     from fastapi.openapi.utils import get_openapi
-    from pydantic.json_schema import models_json_schema
 
     spec = get_openapi(title=app.title, version=app.version, routes=app.routes,
                        description="OpenAI- and Anthropic-compatible endpoints of a Forge gateway; every call is recorded.")

@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from forge_cli.errors import ForgeError
+from forge_cli.gateway.app import create_app
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.listen import open_listeners, socket_path
 from forge_cli.gateway.state import GatewayState
@@ -101,7 +103,7 @@ class Gateway:
             await asyncio.shield(self._task)
 
     def stop(self) -> None:
-        """Ask the server to stop; :func:`serve_gateway`'s exit waits for it."""
+        """Ask the server to stop; :func:`serve_run`'s exit waits for it."""
         if self._server is not None:
             self._server.should_exit = True
 
@@ -121,7 +123,23 @@ async def serve_gateway(
     tool_formats: dict[str, Any] | None = None,
     on_starting: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Gateway]:
-    """Open the run named ``run`` (:func:`forge_cli.run.open_run`) and serve it.
+    """Open the run named ``run`` (:func:`forge_cli.run.open_run`) and serve it: the gateway, for a
+    caller that needs nothing else of the run (``forge gateway serve``, a rollout)."""
+    async with open_and_serve(config, run, engine=engine, tool_formats=tool_formats, on_starting=on_starting) as (_, gw):
+        yield gw
+
+
+@contextlib.asynccontextmanager
+async def open_and_serve(
+    config: Any,
+    run: str | None = None,
+    *,
+    engine: Any = None,
+    tool_formats: dict[str, Any] | None = None,
+    on_starting: Callable[[str], None] | None = None,
+) -> AsyncIterator[tuple[Run, Gateway]]:
+    """The run named ``run`` (created if new) and the gateway serving it, both: a caller that uses the
+    run itself (the trainer: its engine and pool) holds it, not the server.
 
     ``engine``: an engine already built; default: built from ``[model.engine]``. ``tool_formats``:
     default, every registered one. ``on_starting(message)`` is told what is being started.
@@ -137,7 +155,7 @@ async def serve_gateway(
 
     async with open_run(config, run, engine=engine, on_starting=on_starting, prepare=bind) as the_run:
         async with serve_run(config, the_run, listeners, tool_formats) as gw:
-            yield gw
+            yield the_run, gw
 
 
 def registered_formats() -> dict[str, Any]:
@@ -152,13 +170,14 @@ def check_tool_format(config: Any, tool_formats: dict[str, Any]) -> None:
 
 @contextlib.asynccontextmanager
 async def serve_run(config: Any, run: Run, listeners: list[Any], tool_formats: dict[str, Any]) -> AsyncIterator[Gateway]:
-    """Serve ``run`` on ``listeners`` (bound, not listening) until the block exits."""
+    """Serve ``run`` on ``listeners`` (bound, not listening: a TCP one, and a unix one or not) until
+    the block exits."""
     import uvicorn  # heavy: the HTTP server
 
-    from forge_cli.gateway.app import create_app  # heavy: FastAPI
 
     mode = auth_mode(config)
-    unix_path = socket_path(config.gateway.socket, run.dir)
+    tcp = next(sock for sock in listeners if sock.family != socket.AF_UNIX)
+    unix = next((Path(sock.getsockname()) for sock in listeners if sock.family == socket.AF_UNIX), None)
     async with contextlib.AsyncExitStack() as stack:
         state = GatewayState(run.engine, run.engine.tokenizer, tool_formats, pool=run.pool,
                              default_tool_format=config.model.tool_format, model_name=run.model_name, auth=mode,
@@ -175,10 +194,10 @@ async def serve_run(config: Any, run: Run, listeners: list[Any], tool_formats: d
                 task.result()
                 raise ForgeError("the gateway's HTTP server stopped while starting")
             await asyncio.sleep(0.01)
-        port = listeners[0].getsockname()[1]  # gateway.port = 0 picks a free one
+        port = tcp.getsockname()[1]  # gateway.port = 0 picks a free one
         host = config.gateway.host if ":" not in config.gateway.host else f"[{config.gateway.host}]"
         run.mark_started()
-        yield Gateway(state, run, f"http://{host}:{port}", unix_path, mode, server, task)
+        yield Gateway(state, run, f"http://{host}:{port}", unix, mode, server, task)
 
 
 @contextlib.contextmanager

@@ -146,7 +146,6 @@ class GatewayState:
                              error: str | None = None) -> Session:
         """End a session's trajectory (``completed`` or ``failed``, with its reward components) and
         forget the session: its key then answers 409, and its history is freed."""
-
         session = self.sessions.get(session_id)
         if session is None or session.trajectory_id is None or self.pool is None:
             raise APIError(404, f"no recorded session {session_id!r}")

@@ -43,7 +43,6 @@ def default_out(run_dirs: list[Path]) -> Path:
 def write_report(config: Any, runs: list[str], *, out: Path | None = None, dpi: int = DEFAULT_DPI) -> Report:
     """Read each run (a name under ``run.dir`` or a run folder's path), write its plots — the runs
     overlaid when there are several — and the summary into ``out`` (default :func:`default_out`)."""
-
     if not runs:
         raise ForgeError("name at least one run to report on (forge runs lists them)")
     if dpi < 10 or dpi > 1200:

@@ -30,11 +30,20 @@ the tool disappears; the trajectory goes on like any other.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import importlib.metadata as metadata
 import json
+import re
+import shutil
+import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+from packaging.requirements import Requirement
 
 from forge_cli.errors import ForgeError
 from forge_cli.installer import MARKER
@@ -123,11 +132,6 @@ def configure(scaffold: str, launch: Launch, servers: Mapping[str, list[str]], w
 
 def _closure(root: str) -> list[Any]:
     """The installed distributions ``root`` needs (its requirements for this platform, extras followed)."""
-    import importlib.metadata as metadata
-    import re
-
-    from packaging.requirements import Requirement
-
     found: dict[str, Any] = {}
 
     def walk(name: str, extras: frozenset[str] = frozenset()) -> None:
@@ -150,9 +154,6 @@ def _closure(root: str) -> list[Any]:
 
 
 def _key(scripts: Path) -> str:
-    import hashlib
-    import importlib.metadata as metadata
-
     digest = hashlib.sha256()
     for script in sorted(scripts.glob("*.py")):
         digest.update(script.name.encode() + b"\0" + script.read_bytes())
@@ -160,10 +161,6 @@ def _key(scripts: Path) -> str:
 
 
 def _build(target: Path, scripts: Path, key: str) -> None:
-    import shutil
-    import subprocess
-    import sysconfig
-
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target / "venv")], check=True,
                    capture_output=True)
     relative = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)
@@ -189,10 +186,6 @@ def tools_dir() -> Path:
 def tools_env(agents_home: Path) -> tuple[Path, Path]:
     """``(python, tools folder)`` of the MCP servers' environment under ``agents_home``, made now if it is
     missing or stale (see the module's docstring)."""
-    import fcntl
-    import shutil
-    import subprocess
-
     scripts = tools_dir()
     key = _key(scripts)
     target = Path(agents_home) / ENV_DIR

@@ -23,6 +23,8 @@ timeout keeps them; ending the trajectory (``finish_session``) is the caller's j
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,14 +70,12 @@ class BlackboxResult:
 
     def transcript(self) -> "Transcript":
         """What the task's verifier gets (:class:`forge_cli.tasks.types.Transcript`)."""
-
         return Transcript(answer=self.answer, messages=(), exit_code=self.exit_code, stdout=self.stdout)
 
 
 def find_install(spec: "ScaffoldSpec", agents_home: Path | None = None) -> "AgentInstall":
     """The recorded install of ``spec``'s program, under ``agents_home`` (default ``$FORGE_HOME/agents``);
     a ForgeError naming ``forge scaffold add`` when it is not installed (or its install is stale)."""
-
     if spec.kind != "black" or spec.install is None or spec.launch is None:
         raise ForgeError(f"scaffold '{spec.name}' is not a black-box scaffold with an install recipe and a launch")
     found = installed_under(spec, agents_home) if agents_home is not None else installer.installed(spec)
@@ -89,8 +89,6 @@ def find_install(spec: "ScaffoldSpec", agents_home: Path | None = None) -> "Agen
 
 def installed_under(spec: "ScaffoldSpec", agents_home: Path) -> "AgentInstall | None":
     """:func:`forge_cli.installer.installed`, for an agents folder other than ``$FORGE_HOME/agents``."""
-    import json
-
     assert spec.install is not None
     prefix = Path(agents_home) / spec.name
     try:
@@ -110,7 +108,6 @@ def launch_values(spec: "ScaffoldSpec", install: "AgentInstall", *, base_url: st
 
     ``$python`` is the python beside a pip agent's program (its own venv's); npm agents have none.
     """
-
     base = base_url.rstrip("/")
     values = {
         "bin": str(install.bin),
@@ -153,7 +150,7 @@ async def run_blackbox(
     ``agents_home`` is where agents are installed (default ``$FORGE_HOME/agents``). Without a
     ``sandbox``, a plain-subprocess :class:`~forge_cli.sandbox.local.LocalSandbox` (no bubblewrap:
     it reaches ``base_url`` on the host's loopback) on ``workdir`` is opened and closed here; a
-    caller's ``sandbox`` (one opened with a :class:`~forge_cli.sandbox.base.GatewayAccess`, for
+    caller's ``sandbox`` (one opened with a :class:`~forge_cli.sandbox.contract.GatewayAccess`, for
     isolation) is used as it is (its work directory is ``workdir``) and left open. ``extra_args`` are
     appended to the rendered command and ``extra_env`` added to its environment (a scaffold's
     ``extra_args`` / ``env`` options). ``mcp`` names Forge's MCP servers (the scaffold's ``mcp``
@@ -201,8 +198,6 @@ async def _with_mcp(scaffold: str, command: list[str], env: dict[str, str], file
                     ) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """The launch with the MCP servers ``names`` in the agent's own configuration, each started by the
     servers' environment under ``agents_home`` in the work directory (a search corpus written there)."""
-    import asyncio
-
     python, folder = await asyncio.to_thread(agent_mcp.tools_env, agents_home)
     servers = {}
     for name in dict.fromkeys(names):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from forge_cli.configs.common import validate_options
@@ -150,7 +150,6 @@ class _Rollout:
 
     async def admit(self, task: "Task") -> Any:
         """The task's group, submitted once admission lets it in."""
-
         while True:
             try:
                 return await asyncio.to_thread(self.submit, task)
@@ -191,8 +190,6 @@ class _Rollout:
                ended: list[tuple["TrajectoryResult", "Outcome | None"]]) -> list[TrajectoryResult]:
         """The group's rewards (DESIGN §6: each component, reward-to-go, group-normalised advantages
         per completion), written in one transaction; then the scheduler may hand the group out."""
-        from dataclasses import replace
-
         outcomes = {r.trajectory_id: outcome for r, outcome in ended if outcome is not None}
         texts = {t.id: [self.gw.output_text(c.output_ids) for c in t.completions] for t in self.pool.group(group_id).trajectories}
         tools = [tool.schema() for tool in self.suites[key].tools(task, self.gw.run_dir / "work" / "schemas")]
@@ -243,7 +240,6 @@ class _Rollout:
 
     async def run_scaffold(self, key: str, task: "Task", trajectory_id: str, session: Any) -> tuple[Any, list[Any], "Outcome"]:
         """Run the scaffold in the trajectory's session on the executor, and verify: ``(Transcript, events, Outcome)``."""
-
         job = Job(scaffold=self.spec.name, suite=key, verifier=self.request.verifier, task=task,
                   workdir=str(self.gw.run_dir / "work" / trajectory_id), base_url=session.base_url, api_key=session.api_key,
                   model=self.gw.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options),
@@ -304,7 +300,6 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     (``forge train``), so admission is the scheduler's bound over groups not yet trained on (the
     pool's ``max_active_groups``, and a staleness cap's), and ``request.groups`` may be None: then
     the rollout runs until it is cancelled (and fails what it started as "interrupted")."""
-
     registry = get_registry()
     spec = registry.scaffold(request.scaffold)
     if request.groups is None and not consumer:

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from forge_cli.errors import ForgeError
 from forge_cli.plugins import get_registry
@@ -58,7 +59,6 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
     machine): ``(Transcript, events, Outcome)``. ``spec`` and ``suite`` default to the ones the
     registry of this process names. A black-box program that runs over its budget raises
     :class:`AgentTimedOut`; one that fails otherwise a :class:`ForgeError` with its reason."""
-
     registry = None
     if spec is None or suite is None:
         registry = get_registry()
@@ -97,7 +97,6 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
 
 async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Transcript", sandbox: Any = None) -> "Outcome":
     """The suite's verifier on the work (in ``sandbox`` when it runs programs), within VERIFY_TIMEOUT_S."""
-
     try:
         return await asyncio.wait_for(verify_outcome(suite.verifier, job.task, workdir, transcript, sandbox),
                                       timeout=VERIFY_TIMEOUT_S)
@@ -108,7 +107,6 @@ async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Tran
 def launch_options(job: Job) -> dict[str, Any]:
     """What a black-box scaffold's own options (``[scaffolds.NAME]``: ``timeout_s``, ``extra_args``,
     ``env``, ``mcp``) change in its launch: the budget is the shorter of the trajectory's and the scaffold's."""
-
     timeout = job.options.get("timeout_s")
     return {"timeout_s": min(job.timeout_s, float(timeout)) if timeout else job.timeout_s,
             "extra_args": list(job.options.get("extra_args") or ()), "extra_env": dict(job.options.get("env") or {}),
@@ -118,8 +116,6 @@ def launch_options(job: Job) -> dict[str, Any]:
 def open_sandbox(registry: Any, job: Job, workdir: Path, options: Any = None) -> Any:
     """The job's sandbox (``job.sandbox``, registered) on ``workdir``, with the gateway reachable inside
     at the port of ``job.base_url`` through ``job.gateway_socket`` when the sandbox isolates the network."""
-    from urllib.parse import urlsplit
-
     entry = registry.sandboxes.get(job.sandbox)
     if entry is None or entry.value.open is None:
         known = ", ".join(n for n, e in registry.sandboxes.items() if e.value.open is not None)

@@ -121,7 +121,6 @@ def _read_cache() -> dict[str, Any]:
 
 async def _measure(config: Any, name: str, install: Any, model_path: Path, timeout_s: float) -> int:
     """Launch the agent against a scripted gateway of its own; the first completion's prompt length."""
-
     registry = get_registry()
     suite_name, split, seed = MEASURE_TASK
     task = resolve_suite(suite_name, None, registry).make(split, 1, seed)[0]
@@ -135,7 +134,7 @@ async def _measure(config: Any, name: str, install: Any, model_path: Path, timeo
         engine = ScriptedEngine(model_path, FilePolicy({"turns": ["Done."]}))
         async with serve_gateway(measuring, "measure", engine=engine) as gw:
             key = "forge-measure-" + hashlib.sha256(str(time.time()).encode()).hexdigest()[:16]
-            run = asyncio.create_task(run_blackbox(spec, base_url=f"{gw.url}/v1", api_key=key, model=gw.state.model_name,
+            run = asyncio.create_task(run_blackbox(spec, base_url=f"{gw.url}/v1", api_key=key, model=gw.model_name,
                                                    task=task, workdir=Path(tmp) / "work", timeout_s=timeout_s))
             try:
                 while not run.done():

@@ -85,7 +85,6 @@ class Episode:
 
     def report(self, kind: str, **data: Any) -> Event:
         """Record something that happened (a context-management action, a tool error) as a trajectory event."""
-
         event = Event(kind=kind, at=time.time(), data=data)
         self.events.append(event)
         return event
@@ -111,7 +110,6 @@ class Episode:
         ``summarize`` ask the gateway for token counts, ``summarize`` for a summary, as ``agent``);
         ``tools``: the schemas the next call sends (counted with the prompt). A removal is reported as
         a ``context.<policy>`` event (with ``agent`` when one is named)."""
-
         policy = context_policy(self.context_policy)
         if self._policy_client is None and policy.apply is None:
             self._policy_client = self.client()

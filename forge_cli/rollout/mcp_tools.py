@@ -9,7 +9,7 @@ wheel); :data:`SERVERS` is the one table of them, and what a scaffold's ``mcp`` 
 With ``mcp`` set, an episode's tools are exactly those the named servers list, nothing of the
 task suite's own. (A black-box agent that speaks MCP takes the same option and starts the servers
 itself: :mod:`forge_cli.rollout.agent_mcp`.) :func:`mcp_tools` launches each server *inside* a sandbox
-(:meth:`~forge_cli.sandbox.base.Sandbox.stdio_command` gives the host argv; the MCP SDK's stdio
+(:meth:`~forge_cli.sandbox.contract.Sandbox.stdio_command` gives the host argv; the MCP SDK's stdio
 client starts it and speaks JSON-RPC over its stdin/stdout), turns every ``list_tools`` entry into
 a :class:`~forge_cli.rollout.loop.Tool` whose schema is the server's input schema and whose run is
 ``call_tool``, and stops the servers when the episode ends. What the agent sees:
@@ -36,6 +36,7 @@ when servers start.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -44,6 +45,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Literal, Sequence
 
+import anyio
 from pydantic import BaseModel, Field, create_model
 
 from forge_cli.errors import ForgeError
@@ -111,7 +113,6 @@ def server(name: str) -> McpServer:
 
 async def write_corpus(sandbox: "Sandbox", task: "Task | None") -> str:
     """Write ``task``'s search corpus into the sandbox; the folder to search, relative to the work directory."""
-
     if task is None or task.suite != kvsearch.NAME:
         return "."
     for doc in kvsearch.corpus_of(task).documents:
@@ -235,7 +236,6 @@ def _describe(exc: BaseException) -> str:
 async def _start(stack: AsyncExitStack, server: McpServer, sandbox: "Sandbox", args: Sequence[str], python: str,
                  folder: str, start_timeout_s: float, call_timeout_s: float) -> list[Tool]:
     """Start ``server`` inside ``sandbox`` (stopped when ``stack`` closes): its tools."""
-    import anyio
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -307,8 +307,6 @@ def _leaf(group: BaseExceptionGroup) -> BaseException:
 
 
 def _remove(workdir: Path, placed: Sequence[str]) -> None:
-    import shutil
-
     for name in placed:
         shutil.rmtree(workdir / name, ignore_errors=True)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from forge_cli.train.prefix_tree import unique_tokens  # the trainer's own trie: what it will compute
@@ -17,8 +18,6 @@ if TYPE_CHECKING:
 
 def prefix_share(sequences: Sequence[Sequence[int]]) -> float | None:
     """tokens / unique tokens of their trie (1.0: nothing shared); ``None`` for no tokens."""
-    from types import SimpleNamespace
-
     total = sum(len(s) for s in sequences)
     return total / unique_tokens([SimpleNamespace(tokens=list(s)) for s in sequences]) if total else None
 

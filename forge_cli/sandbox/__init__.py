@@ -1,9 +1,10 @@
 """Sandboxes: where a black-box agent program runs (DESIGN §7, §10).
 
-- :mod:`forge_cli.sandbox.base` — the :class:`~forge_cli.sandbox.base.Sandbox` protocol every
+- :mod:`forge_cli.sandbox.contract` — the :class:`~forge_cli.sandbox.contract.Sandbox` protocol every
   backend implements (async ``exec`` with a wall-time limit, ``write_file``/``read_file``,
-  ``copy_in``/``copy_out``, ``close``) and the :class:`~forge_cli.sandbox.base.ExecResult` an
-  ``exec`` returns.
+  ``copy_in``/``copy_out``, ``close``), the :class:`~forge_cli.sandbox.contract.ExecResult` an
+  ``exec`` returns and the :class:`~forge_cli.sandbox.contract.GatewayAccess` a backend is opened
+  with; :mod:`forge_cli.sandbox.base`, what the backends share.
 - :mod:`forge_cli.sandbox.local` — the ``local`` backend: a subprocess in the trajectory's work
   directory, in its own session and process group, with a clean environment, a wall-time limit
   and rlimits; inside bubblewrap where it works (:mod:`~forge_cli.sandbox.bwrap`: a read-only

@@ -33,7 +33,7 @@ Inside (:func:`bwrap_argv`):
   the read-only system shows (``/etc/ssl/private``, a daemon's key) are then as closed to the
   program as to any other user, and the exit status forward.py writes is out of its reach. ``/tmp``,
   ``/dev/shm`` and ``/var/tmp`` are writable by all (sticky);
-- with a :class:`~forge_cli.sandbox.base.GatewayAccess`: the gateway's unix socket bound at
+- with a :class:`~forge_cli.sandbox.contract.GatewayAccess`: the gateway's unix socket bound at
   :data:`SOCKET_INSIDE` and ``forward.py`` at :data:`FORWARD_INSIDE`, run in front of the command
   so that ``http://127.0.0.1:PORT`` inside reaches the gateway.
 """

@@ -32,7 +32,6 @@ PREFIX = "forge-sandbox-"
 
 def _owner_tag(pid: int | None = None) -> str:
     """``PID-START`` of a process (this one by default); ``PID-?`` if it is gone."""
-
     pid = os.getpid() if pid is None else pid
     owner = owner_of(pid)
     return f"{pid}-{owner.rsplit(':', 1)[1] if owner else '?'}"

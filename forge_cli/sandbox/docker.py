@@ -1,7 +1,7 @@
 """The ``docker`` sandbox: one container per trajectory, through the Docker SDK, on a local engine.
 
 A :class:`DockerSandbox` starts its container on first use (a missing image or a dead engine is then
-an :class:`~forge_cli.sandbox.base.ExecResult` that never started, with the reason) from
+an :class:`~forge_cli.sandbox.contract.ExecResult` that never started, with the reason) from
 :data:`~forge_cli.sandbox.images`' ``forge-agent-base`` image (``forge sandbox build``):
 
 - **no network**: ``--network none``, only ``lo``. With a :class:`GatewayAccess` the gateway's unix
@@ -31,6 +31,7 @@ import shutil
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -179,7 +180,7 @@ def _ids(user: str) -> tuple[int, int]:
 
 
 class DockerSandbox(WorkdirFiles):
-    """The ``docker`` backend of :class:`~forge_cli.sandbox.base.Sandbox` (see the module's docstring).
+    """The ``docker`` backend of :class:`~forge_cli.sandbox.contract.Sandbox` (see the module's docstring).
 
     ``workdir`` is made if missing and stays the caller's (its owner is given back on :meth:`close`);
     ``gateway`` makes the gateway reachable inside; ``run_id`` labels the containers.
@@ -371,7 +372,7 @@ class DockerSandbox(WorkdirFiles):
         memory_bytes: int | None = None,
         cpu_time_s: float | None = None,
     ) -> ExecResult:
-        """Run ``command`` in the container to its end or its deadline; see :meth:`forge_cli.sandbox.base.Sandbox.exec`."""
+        """Run ``command`` in the container to its end or its deadline; see :meth:`forge_cli.sandbox.contract.Sandbox.exec`."""
         command = exec_argv("docker", self._closed, command, timeout_s)
         memory = memory_bytes
         cpu = cpu_time_s if cpu_time_s is not None else self.options.cpu_time_s
@@ -464,7 +465,6 @@ class DockerSandbox(WorkdirFiles):
 
     def _result(self, code: int | None, stdout: str, stderr: str, wall: float, timeout_s: float | None,
                 memory: int | None, cpu: float | None, *, oom: bool, bound: str | None, forks_refused: bool) -> ExecResult:
-        from dataclasses import replace
 
         limit = memory if memory is not None else (self.options.memory_mb * 2**20 if oom else None)
         full = bound is None and code != 0 and self._quota is not None and self._quota.full()

@@ -178,7 +178,6 @@ def build_folder(client: Any, tag: str, folder: Path, *, force: bool = False,
 
 def build_images(*, force: bool = False, only_base: bool = False, progress: Progress = lambda _: None) -> list[BuiltImage]:
     """The base image, then every image under ``sandboxes/images`` (see the module's docstring)."""
-
     client = connect()
     try:
         done = [build_base(client, force=force, progress=progress)]

@@ -47,7 +47,7 @@ once it is over (it can overshoot by what it writes in that time). ``RLIMIT_FSIZ
 file in both cases; ``/tmp`` and ``/dev/shm`` inside bubblewrap are tmpfs of ``tmp_bytes`` each. A
 program's stdout and stderr come through pipes of which only the last ``tail_bytes`` are kept:
 nothing of them is written to the host's disk. An exec killed for a bound says which in its
-:class:`~forge_cli.sandbox.base.ExecResult`.
+:class:`~forge_cli.sandbox.contract.ExecResult`.
 
 :meth:`LocalSandbox.close` kills what still runs, its MCP servers included, gives the work
 directory back as a plain folder (no setuid or setgid bit left in it) and deletes the sandbox's own
@@ -101,7 +101,7 @@ def _warn_once(key: str, message: str, *args: object) -> None:
 
 
 class LocalSandbox(WorkdirFiles):
-    """The ``local`` backend of :class:`~forge_cli.sandbox.base.Sandbox` (see the module's docstring).
+    """The ``local`` backend of :class:`~forge_cli.sandbox.contract.Sandbox` (see the module's docstring).
 
     ``workdir`` is made if missing and is not removed by :meth:`close` (it is the caller's);
     ``memory_bytes`` / ``cpu_time_s`` are the default limits of every exec (``None``: no limit).
@@ -262,7 +262,7 @@ class LocalSandbox(WorkdirFiles):
         memory_bytes: int | None = None,
         cpu_time_s: float | None = None,
     ) -> ExecResult:
-        """Run ``command`` to its end or its deadline; see :meth:`forge_cli.sandbox.base.Sandbox.exec`."""
+        """Run ``command`` to its end or its deadline; see :meth:`forge_cli.sandbox.contract.Sandbox.exec`."""
         command = exec_argv("local", self._closed, command, timeout_s)
         memory = memory_bytes if memory_bytes is not None else self.memory_bytes
         cpu = cpu_time_s if cpu_time_s is not None else self.cpu_time_s

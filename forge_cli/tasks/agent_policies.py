@@ -82,7 +82,6 @@ def _shown_files(text: str, package: str) -> dict[str, str]:
 
 def fix_command(files: dict[str, str]) -> str:
     """One shell command that makes the catalogue's repairs in ``files`` and runs the tests."""
-
     edits = [(path, old, new) for path, text in sorted(files.items()) for old, new in repair(text)[1]]
     return ("python3 - <<'FORGE_EOF'\nimport pathlib\n"
             f"for path, old, new in {edits!r}:\n"
@@ -143,7 +142,6 @@ def aider(context: dict[str, Any]) -> str:
     """aider in ``whole`` edit format: the repository's files are in its prompt (``--read .``, read-only);
     the reply names each file to change on a line of its own, then its whole new content in aider's fence.
     A later call of the same message (a lint or edit reflection) is answered without edits."""
-
     messages = context.get("messages") or []
     package = package_of(messages)
     if package is None:
@@ -257,7 +255,6 @@ def swe_fix(context: dict[str, Any], tools: AgentTools) -> str:
     at (and those ``api.py`` imports), replace each planted bug (:func:`forge_cli.tasks.swe_units.repair`)
     with the agent's edit tool (the ``files`` MCP server's, where the agent offers it), run the tests with
     its shell, then answer."""
-
     messages = context.get("messages") or []
     offered = {t.get("function", t).get("name") for t in context.get("tools") or [] if isinstance(t, dict)}
     if not offered:  # a side request without tools (opencode's session title)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shlex
 from typing import Any
 
 from forge_cli.errors import ForgeError
@@ -103,8 +104,6 @@ def kv_search(context: dict[str, Any]) -> str:
 
 def files_command(prompt: str) -> str | None:
     """A shell command that does what a ``files`` task asks (create a file with a line, or set a key)."""
-    import shlex
-
     create = re.search(r"Create a file named (\S+) containing exactly this line: (.+)$", prompt)
     if create:
         path, line = create.group(1), create.group(2).strip()
@@ -185,7 +184,6 @@ def swe_mini(context: dict[str, Any]) -> str:
     """Fix a swe-mini repository with the suite's tools: read the modules the failing tests point at
     (through ``api.py`` when a test goes through it), ``edit_file`` each planted bug away (it knows
     the catalogue's bug patterns, :func:`forge_cli.tasks.swe_units.repair`), run the tests, answer."""
-
     messages = context.get("messages") or []
     prompt = _user(messages)
     package = re.search(r"package `(\w+)`", prompt)
@@ -235,7 +233,6 @@ def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0) -> 
     """The scripted engine's ``policy`` reference that writes traces for the suites of ``weights``
     (a mix gets :func:`by_tools`), with ``slips`` for the calc teacher; a ForgeError if a suite has
     no demo policy."""
-
     missing = [name for name in weights if name not in DEMO_POLICIES]
     if missing:
         raise ForgeError(f"no demo policy writes warm-start traces for {', '.join(missing)} (there are demo policies "

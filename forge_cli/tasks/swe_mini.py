@@ -15,7 +15,7 @@ package's ``api`` module). ``task.meta`` holds the labels themselves (``lines_to
 ``modules``, ``names_function``, ``bugs``).
 
 The verifier (:class:`UnitTests`) runs *inside the trajectory's sandbox* through
-:meth:`~forge_cli.sandbox.base.Sandbox.exec` (``verify_in``; ``verify`` opens a local sandbox on
+:meth:`~forge_cli.sandbox.contract.Sandbox.exec` (``verify_in``; ``verify`` opens a local sandbox on
 the work directory): it passes only when every test file is byte-for-byte as generated (SHA-256)
 and the package gives the correct code's value for every call the tests make and for calls on
 inputs drawn afresh for this verification — evaluated by :mod:`~forge_cli.tasks.swe_checks`'
@@ -34,6 +34,7 @@ import random
 import secrets
 import threading
 import traceback
+import unittest
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -140,8 +141,6 @@ def _test_text(package: str, module: str, tests: list[tuple[str, list[tuple[str,
 
 def _assert_message(got: Any, want: Any) -> str:
     """What unittest's ``assertEqual(got, want)`` says when it fails (its own message, diff and all)."""
-    import unittest
-
     try:
         unittest.TestCase().assertEqual(got, want)
     except AssertionError as exc:
@@ -343,7 +342,6 @@ class UnitTests:
 
     def verify(self, task: Task, workdir: Path, transcript: Transcript) -> Outcome:
         """:meth:`verify_in` in a local sandbox opened on ``workdir`` (for callers without a sandbox)."""
-
         async def run() -> Outcome:
             async with LocalSandbox(workdir) as sandbox:
                 return await self.verify_in(task, sandbox, transcript)
@@ -386,7 +384,6 @@ RUN = {"type": "object", "properties": {}}
 
 def tools(task: Task, workdir: Path) -> Sequence["Tool"]:
     """``read_file``, ``write_file``, ``list_files``, ``edit_file`` and ``run_tests`` in ``workdir``."""
-
     def edit_file(arguments: Any) -> str:
         if not isinstance(arguments, dict):
             raise ForgeError("edit_file needs the arguments path, old and new")

@@ -9,6 +9,7 @@ returns an :class:`Outcome`. Nothing here touches token ids or the pool.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence, runtime_checkable
@@ -84,8 +85,6 @@ async def verify_outcome(verifier: Verifier, task: Task, workdir: Path, transcri
     """The verifier's outcome where it belongs: ``verify_in`` in ``sandbox`` (still open, the agent's
     work in its work directory) when the verifier runs programs and a sandbox is given, else
     ``verify`` in a worker thread (a verifier may block)."""
-    import asyncio
-
     if sandbox is not None and isinstance(verifier, SandboxVerifier):
         return await verifier.verify_in(task, sandbox, transcript)
     return await asyncio.to_thread(verifier.verify, task, workdir, transcript)

@@ -149,7 +149,6 @@ def load_user_suite(path: str | Path, verifier_ref: str | None = None, name: str
     ``file_tools`` gives white-box loops ``read_file``/``write_file``/``list_files`` in the work
     directory; by default they are given when some task has ``files``.
     """
-
     path = Path(path)
     default = re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-")
     suite_name = check_name("task suite", name if name is not None else default)

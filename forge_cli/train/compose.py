@@ -12,7 +12,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
-from forge_cli.gateway.server import Gateway, serve_gateway
+from forge_cli.gateway.server import Gateway, open_and_serve
 from forge_cli.records.metrics import MetricsRecord
 from forge_cli.run import Run
 from forge_cli.train.distributed import make_loop_trainer
@@ -44,8 +44,8 @@ async def build_training(config: Any, run: str | None = None, *, resume: bool = 
     """Compose the run called ``run`` for training (``resume``: the trainer's model from its latest
     checkpoint's folder, as :func:`forge_cli.train.resume.trainer_model` finds it)."""
     shown = on_event or (lambda kind, fields: None)
-    async with serve_gateway(config, run) as gateway, contextlib.AsyncExitStack() as stack:
-        logger = stack.enter_context(run_log(gateway.run.dir))
+    async with open_and_serve(config, run) as (the_run, gateway), contextlib.AsyncExitStack() as stack:
+        logger = stack.enter_context(run_log(the_run.dir))
 
         def tell(kind: str, fields: Any) -> None:
             if kind != "rollout":
@@ -53,9 +53,9 @@ async def build_training(config: Any, run: str | None = None, *, resume: bool = 
                 logger.info("%s %s", kind, {k: v for k, v in said.items() if k != "group_ids"})
             shown(kind, fields)
 
-        model = trainer_model(config, gateway.run.dir, resume)
+        model = trainer_model(config, the_run.dir, resume)
         trainer = make_loop_trainer(config, model)
         stack.callback(trainer.close)
-        log = MetricsLog(gateway.run.dir)
+        log = MetricsLog(the_run.dir)
         stack.callback(log.close)
-        yield Training(config, gateway.run, gateway, model, trainer, log, tell)
+        yield Training(config, the_run, gateway, model, trainer, log, tell)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rich.table import Table
+
 from forge_cli.records.metrics import EvalMetrics, StepMetrics, WarmstartMetrics
 
 
@@ -67,8 +69,6 @@ class TrainDisplay:
         return min(left) if left else None
 
     def __rich__(self) -> Any:
-        from rich.table import Table
-
         s, e, w, r = self.step, self.eval, self.warm, self.rollout
         table = Table(title=self.title, show_header=False, title_justify="left", min_width=60)
         table.add_column(style="bold")

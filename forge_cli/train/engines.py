@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from typing import Any, Sequence
 
 import torch
@@ -88,7 +89,6 @@ def init_distributed() -> bool:
     """Join the launcher's process group (NCCL on CUDA, gloo on CPU) unless this process is in one
     already; True if it joined here. Without a launcher it is a group of one (RANK 0, WORLD_SIZE 1).
     On CUDA each process takes the GPU of its ``LOCAL_RANK`` first, so that collectives run there."""
-
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(forge_home() / "torch_extensions"))
     alone = "WORLD_SIZE" not in os.environ and "MASTER_PORT" not in os.environ
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")):
@@ -106,8 +106,6 @@ def init_distributed() -> bool:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if alone:  # a group of one of our own meets through a file, not a TCP port two runs could both want
-        import tempfile
-
         store = tempfile.NamedTemporaryFile(prefix="forge-dist-", delete=False)
         store.close()
         os.unlink(store.name)

@@ -9,6 +9,7 @@ it between two train steps, so no weight swap happens while it samples.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,14 +40,12 @@ class Evaluation:
 def eval_request(config: Any, tasks: int, samples_per_task: int) -> Any:
     """The held-out rollout: the same scaffold and suites as training, the first ``tasks`` held-out
     tasks (the same ones at every evaluation, so the figures compare)."""
-
     return request_from_config(config, split="heldout", groups=tasks, n=samples_per_task, first_group=0, evaluation=True)
 
 
 async def evaluate_heldout(config: Any, run: Any, gateway: Any, *, tasks: int, samples_per_task: int) -> Evaluation:
     """Sample ``samples_per_task`` trajectories on each of ``tasks`` held-out tasks with the weights
     ``run``'s engine serves now, through ``gateway``; return the success rate (in all and per suite)."""
-    import time
 
     started = time.monotonic()
     summary = await rollout(config, eval_request(config, tasks, samples_per_task), gateway=gateway)

@@ -140,6 +140,7 @@ class StepMeter:
 
     def __init__(self, run: Any) -> None:
         self.run, self.live, self.difficulty = run, {"output_tokens": 0.0}, {}
+        self.t0 = self.t1 = self.t2 = 0.0  # this step's take began, its samples were ready, its training ended
         self.reset()
 
     def reset(self) -> None:

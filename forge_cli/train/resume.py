@@ -41,7 +41,6 @@ def trainer_model(config: Any, run_dir: Path, resume: bool) -> Any:
     """The trainer's own copy of the policy (the engine holds another), in train mode — a resumed
     run's with the latest checkpoint's weights, loaded before the train engine wraps it (DeepSpeed
     copies them to every rank and into its own master weights at ``initialize``)."""
-
     model, _ = load_hf(resolve_model_path(config.model.path))
     pointer = Path(run_dir) / "checkpoints" / "latest"
     if resume and pointer.is_file():
@@ -74,12 +73,12 @@ async def restore(run: Run, trainer: Any, model: Any, resume: bool) -> tuple[int
                              f"{run.dir.name}, or choose a new --run")
         return 0, run.engine.version, None
     state = await asyncio.to_thread(load_checkpoint, root, None, optimizer_of(trainer))  # weights: trainer_model
-    dropped = await asyncio.to_thread(run.pool.drop_unrewarded)
+    await asyncio.to_thread(run.pool.drop_unrewarded)
     if state is None:  # killed before its first checkpoint: start over on what the pool holds
-        given_back = await asyncio.to_thread(run.pool.unconsume_after, 0)
+        await asyncio.to_thread(run.pool.unconsume_after, 0)
         step, version = 0, run.engine.version
     else:
-        given_back = await asyncio.to_thread(run.pool.unconsume_after, state.policy_version)
+        await asyncio.to_thread(run.pool.unconsume_after, state.policy_version)
         step = state.step
         # versions the dead process published after the checkpoint named weights that are gone: the
         # engine goes on past the newest one that sampled anything, so no version means two policies
@@ -90,7 +89,6 @@ async def restore(run: Run, trainer: Any, model: Any, resume: bool) -> tuple[int
         await run.engine.load_weights(weights, version=version)
     await asyncio.to_thread(run.pool.publish_version, version)
     best = read_state(run.dir).get("best_heldout_success")
-    run.resumed = {"step": step, "policy_version": version, "groups_given_back": given_back, "groups_dropped": dropped}
     return step, version, best
 
 

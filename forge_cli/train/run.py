@@ -33,6 +33,7 @@ from forge_cli.tasks.demo_policies import policy_for
 from forge_cli.tasks.suites import resolve_suite
 from forge_cli.train.compose import build_training
 from forge_cli.train.distributed import run_follower, world
+from forge_cli.train.loop import train_loop
 from forge_cli.train.warmstart import keep_warm_model, run_warmstart, warm_key, warm_record
 
 DEFAULT_MINUTES = 15.0
@@ -61,7 +62,6 @@ def warm_model_dir() -> Path:
 
 def plan(config: Any, *, minutes: float | None = None) -> StartPlan:
     """The policy, warm start and budget of a new run (see the module's docstring)."""
-
     when = config.train.warmstart.when
     config = config.model_copy(deep=True)
     embedded = config.model.path is None
@@ -84,7 +84,6 @@ def with_embedded_options(config: Any) -> None:
     """Lay :data:`EMBEDDED_SCAFFOLD_OPTIONS` under what ``config`` sets (in place) when its policy is
     the embedded default (no ``model.path``) or a copy made from it (a warm copy, a checkpoint: they
     carry its marker), so a checkpoint given as ``--model`` samples the prompts it learned on."""
-
     if config.model.path is None or is_embedded_default(config.model.path):
         for scaffold, options in EMBEDDED_SCAFFOLD_OPTIONS.items():
             config.scaffolds[scaffold] = {**options, **config.scaffolds.get(scaffold, {})}
@@ -146,8 +145,6 @@ async def train(config: Any, *, run: str | None = None, resume: str | None = Non
 async def execute(prepared: PreparedRun, *, steps: int | None = None, on_event: Any = None) -> Any:
     """Run a prepared ``forge train``; returns the loop's :class:`~forge_cli.train.loop.TrainResult`
     (None on a DeepSpeed rank > 0, which follows rank 0 instead)."""
-    from forge_cli.train.loop import train_loop
-
     rank, _ = world()
     if rank > 0:
         await asyncio.to_thread(run_follower)
@@ -161,7 +158,6 @@ def check(config: Any, *, warmstart: bool) -> None:
     """What would fail the run once started fails it now, in one line, before a model is built or
     an engine started: the scaffold, its options, the suites of ``[rollout]`` (and a demo policy for
     each if the run may warm-start), the reward weights, a PostgreSQL pool that does not answer."""
-
     registry = get_registry()
     request = request_from_config(config, groups=None)
     spec = registry.scaffold(request.scaffold)

@@ -17,10 +17,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from forge_cli.errors import ForgeError
 from forge_cli.configs.train import ATTENTION_MODES, SPLITS, names_in
-from forge_cli.train.loss import loss_function
+from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Sample
+from forge_cli.train import tree_attention
+from forge_cli.train.loss import loss_function
 from forge_cli.train.prefix_tree import Packed, pack
 
 
@@ -50,14 +51,12 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
     # no KV cache: nothing decodes after this forward, and the cache would hold every layer's K/V
     kw = dict(input_ids=ids, position_ids=positions, logits_to_keep=keep, use_cache=False)
     if mode == "tree":
-        from forge_cli.train.tree_attention import TreePlan, tree_attention
-
         if getattr(model, "is_gradient_checkpointing", False):
             raise ForgeError("tree attention cannot run under gradient checkpointing (the recomputed forward would "
                              "not see the tree); set train.attention = 'dense'")
-        plan = TreePlan.from_subtree_end(batch.subtree_end, device, batch.prefix_len)
+        plan = tree_attention.TreePlan.from_subtree_end(batch.subtree_end, device, batch.prefix_len)
         plan.prefix_kv, plan.capture = prefix_kv, capture
-        with tree_attention(model):
+        with tree_attention.tree_attention(model):
             logits = model(**kw, tree_plan=plan).logits[0]  # [K, V]
         layers = getattr(model.config, "num_hidden_layers", None)
         if not plan.calls or (layers is not None and plan.calls != layers):
@@ -107,7 +106,6 @@ def attention_mode(model: Any, attention: str = "auto") -> str:
     on_cuda = next(model.parameters()).device.type == "cuda"
     if getattr(model.config, "_attn_implementation", None) == "flex_attention" and on_cuda:
         return "flex"
-    from forge_cli.train import tree_attention
 
     return "tree" if tree_attention.supports(model) else "dense"
 

@@ -14,16 +14,18 @@ fixed number of steps gives anything from 0 to 90 %.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import random
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from forge_cli.configs.model import ScriptedEngineConfig
 from forge_cli.configs.train import CrossEntropyLossConfig
-from forge_cli.engine import ScriptedEngineConfig
 from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Sample, TrajectoryStatus
 from forge_cli.records.metrics import WarmstartMetrics
@@ -62,16 +64,15 @@ class TraceWriter:
         self.config.pool.url = "sqlite"
         self.run_name = Path(run_dir).name
         self._last_index: int | None = None  # the queue_index of the last group read
+        self._run: Any = None
         self._gateway: Any = None
         self._stack: Any = None
 
     async def __aenter__(self) -> "TraceWriter":
-        import contextlib
-
-        from forge_cli.gateway.server import serve_gateway
+        from forge_cli.gateway.server import open_and_serve
 
         self._stack = contextlib.AsyncExitStack()
-        self._gateway = await self._stack.enter_async_context(serve_gateway(self.config, self.run_name))
+        self._run, self._gateway = await self._stack.enter_async_context(open_and_serve(self.config, self.run_name))
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -88,13 +89,12 @@ class TraceWriter:
         the solved ones, or with ``slips`` (the teacher's miscopies, ``[train.warmstart]
         teacher_slips``) every finished one — an imperfect teacher's data is not sorted by the
         verifier, which would already be using the reward."""
-
         request = request_from_config(self.config, groups=traces, n=1, split="train", first_group=self.next_group)
         self.next_group += traces
         await rollout(self.config, request, gateway=self._gateway)
         samples: list[Sample] = []
         # the groups of this batch alone, in queue order, which is the task stream's: one seed, one order
-        written = await asyncio.to_thread(self._gateway.pool.groups, after_index=self._last_index)
+        written = await asyncio.to_thread(self._run.pool.groups, after_index=self._last_index)
         self._last_index = max((g.queue_index for g in written), default=self._last_index)
         for group in written:
             for t in group.trajectories:
@@ -177,7 +177,6 @@ async def _keep_writing(writer: TraceWriter, data: FreshFirst, traces: int) -> N
 async def _learn(config: Any, run: Any, gateway: Any, trainer: Any, data: FreshFirst, started: float, deadline: float | None,
                  log: Any, tell: Callable[[str, Any], None]) -> tuple[int, float | None, str]:
     """The supervised steps: (steps, the last held-out success, why they stopped)."""
-
     ws = config.train.warmstart
     stop_at = started + ws.max_minutes * 60
     stop_at = min(stop_at, deadline) if deadline is not None else stop_at
@@ -223,8 +222,6 @@ def cosine_lr(lr: float, final_fraction: float, elapsed_s: float, budget_s: floa
     ``budget_s`` (and staying there after): seconds of a time budget, or steps of ``decay_steps``.
     Measured here: 3e-3 starts the copying transition soonest, but holding it after the transition
     undoes part of it, while 1e-3 keeps improving."""
-    import math
-
     progress = min(1.0, max(0.0, elapsed_s / budget_s)) if budget_s > 0 else 1.0
     return lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * progress)))
 
@@ -232,7 +229,6 @@ def cosine_lr(lr: float, final_fraction: float, elapsed_s: float, budget_s: floa
 def set_lr(engine: Any, lr: float) -> float:
     """Set the learning rate of ``engine``'s optimizer (on every rank through ``on_every_rank``);
     return the one it had."""
-
     groups = optimizer_of(engine).param_groups
     before = groups[0]["lr"]
     for group in groups:
@@ -242,7 +238,6 @@ def set_lr(engine: Any, lr: float) -> float:
 
 def clear_moments(engine: Any) -> None:
     """Forget the optimizer's moments (Adam's state), keeping its parameters."""
-
     optimizer = optimizer_of(engine)
     inner = getattr(optimizer, "optimizer", None)  # DeepSpeed's ZeRO wrapper keeps the torch optimizer inside
     for opt in (optimizer, inner):
@@ -275,7 +270,6 @@ def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, An
 
 def warm_record(config: Any, result: Any) -> dict[str, Any]:
     """What ``warmstart.json`` says of a warm start."""
-    from dataclasses import asdict
 
     return {"from": str(config.model.path), **warm_key(config), **asdict(result)}
 

@@ -8,10 +8,10 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field
 
-from forge_cli.gateway.protocol.types import MAX_TOKENS, AnthropicFormat, Bool, Float, Int, _Loose
+from forge_cli.gateway.protocol.types import MAX_TOKENS, AnthropicFormat, Bool, Float, Int, LooseModel
 
 
-class Block(_Loose):
+class Block(LooseModel):
     type: str
     text: Optional[str] = None
     id: Optional[str] = None
@@ -22,29 +22,29 @@ class Block(_Loose):
     is_error: Optional[Bool] = None
 
 
-class Message(_Loose):
+class Message(LooseModel):
     role: Literal["user", "assistant", "system"]
     content: Union[str, list[Block]]
 
 
-class ToolDef(_Loose):
+class ToolDef(LooseModel):
     name: str = Field(min_length=1, max_length=128)
     description: Optional[str] = None
     input_schema: Optional[dict[str, Any]] = None
     type: Optional[str] = None  # server tools (web_search_…) have a type and no schema
 
 
-class ToolChoice(_Loose):
+class ToolChoice(LooseModel):
     type: Literal["auto", "any", "tool", "none"]
     name: Optional[str] = None
     disable_parallel_tool_use: Optional[Bool] = None
 
 
-class OutputConfig(_Loose):
+class OutputConfig(LooseModel):
     format: Optional[AnthropicFormat] = None
 
 
-class CountTokensRequest(_Loose):
+class CountTokensRequest(LooseModel):
     """``POST /v1/messages/count_tokens``: a Messages request without ``max_tokens``."""
 
     model: str = "forge"

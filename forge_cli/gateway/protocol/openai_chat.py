@@ -7,26 +7,27 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field
 
-from forge_cli.gateway.protocol.types import MAX_SEED, MAX_TOKENS, Bool, ChatResponseFormat, Float, Int, _Loose
+from forge_cli.engine.base import MAX_SEED
+from forge_cli.gateway.protocol.types import MAX_TOKENS, Bool, ChatResponseFormat, Float, Int, LooseModel
 
 
-class FunctionCall(_Loose):
+class FunctionCall(LooseModel):
     name: str
     arguments: Union[str, dict[str, Any]] = "{}"
 
 
-class ToolCallIn(_Loose):
+class ToolCallIn(LooseModel):
     id: Optional[str] = None
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ContentPart(_Loose):
+class ContentPart(LooseModel):
     type: str
     text: Optional[str] = None
 
 
-class ChatMessage(_Loose):
+class ChatMessage(LooseModel):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Union[str, list[ContentPart], None] = None
     name: Optional[str] = None
@@ -34,32 +35,32 @@ class ChatMessage(_Loose):
     tool_call_id: Optional[str] = None
 
 
-class FunctionDef(_Loose):
+class FunctionDef(LooseModel):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
     description: Optional[str] = None
     parameters: Optional[dict[str, Any]] = None
     strict: Optional[Bool] = None
 
 
-class ToolDef(_Loose):
+class ToolDef(LooseModel):
     type: Literal["function"] = "function"
     function: FunctionDef
 
 
-class NamedFunction(_Loose):
+class NamedFunction(LooseModel):
     name: str = Field(min_length=1)
 
 
-class NamedToolChoice(_Loose):
+class NamedToolChoice(LooseModel):
     type: Literal["function"] = "function"
     function: NamedFunction
 
 
-class StreamOptions(_Loose):
+class StreamOptions(LooseModel):
     include_usage: Bool = False
 
 
-class ChatCompletionRequest(_Loose):
+class ChatCompletionRequest(LooseModel):
     model: str = "forge"
     messages: list[ChatMessage] = Field(min_length=1)
     tools: Optional[list[ToolDef]] = None

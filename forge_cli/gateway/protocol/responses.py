@@ -8,14 +8,14 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field
 
-from forge_cli.gateway.protocol.types import MAX_TOKENS, Bool, Float, Int, ResponsesFormat, _Loose
+from forge_cli.gateway.protocol.types import MAX_TOKENS, Bool, Float, Int, LooseModel, ResponsesFormat
 
 
-class TextConfig(_Loose):
+class TextConfig(LooseModel):
     format: Optional[ResponsesFormat] = None
 
 
-class ResponsesRequest(_Loose):
+class ResponsesRequest(LooseModel):
     model: str = "forge"
     input: Union[str, list[dict[str, Any]]]
     instructions: Optional[str] = None

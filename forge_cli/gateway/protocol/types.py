@@ -12,8 +12,6 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict
 
-from forge_cli.engine.base import MAX_SEED  # noqa: F401  (the one bound: what the engines take)
-
 Int = Annotated[int, Strict()]
 Bool = Annotated[bool, Strict()]
 Float = Annotated[float, Strict(), AllowInfNan(False)]
@@ -21,11 +19,11 @@ Float = Annotated[float, Strict(), AllowInfNan(False)]
 MAX_TOKENS = 2**31 - 1  # no model has a longer context; larger is a client bug
 
 
-class _Loose(BaseModel):
+class LooseModel(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class JsonSchemaSpec(_Loose):
+class JsonSchemaSpec(LooseModel):
     """OpenAI chat's ``response_format.json_schema``."""
 
     name: str = Field(min_length=1, max_length=64)
@@ -34,14 +32,14 @@ class JsonSchemaSpec(_Loose):
     strict: Optional[Bool] = None
 
 
-class ChatResponseFormat(_Loose):
+class ChatResponseFormat(LooseModel):
     """OpenAI chat's ``response_format``."""
 
     type: Literal["text", "json_object", "json_schema"]
     json_schema: Optional[JsonSchemaSpec] = None
 
 
-class ResponsesFormat(_Loose):
+class ResponsesFormat(LooseModel):
     """The Responses API's ``text.format`` (the schema sits at the top level)."""
 
     type: Literal["text", "json_object", "json_schema"]
@@ -51,7 +49,7 @@ class ResponsesFormat(_Loose):
     strict: Optional[Bool] = None
 
 
-class AnthropicFormat(_Loose):
+class AnthropicFormat(LooseModel):
     """Anthropic's ``output_config.format`` (and the beta's top-level ``output_format``)."""
 
     type: Literal["json_schema"]

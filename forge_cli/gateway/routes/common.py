@@ -21,9 +21,8 @@ The ``x-forge-agent`` header (:func:`agent_of`) names which agent of a trajector
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, AsyncIterator
 
 from fastapi import Request
@@ -122,17 +121,16 @@ def agent_of(request: Request) -> str | None:
 def training_params(params: SamplingParams) -> SamplingParams:
     """How a training session samples: as asked, but over the whole vocabulary (``top_p = 1``; the
     engines apply no top_k or penalties), so the engine's logprobs are the trainer's."""
-    return params if params.top_p == 1.0 else dataclasses.replace(params, top_p=1.0)
+    return params if params.top_p == 1.0 else replace(params, top_p=1.0)
 
 
 def sampling_record(params: SamplingParams, *, training: bool, raw: dict[str, Any] | None,
                     output_format: dict[str, Any] | None = None) -> Sampling:
     """A completion's :class:`Sampling`: what was used (top level), ``training``, what was ``asked``
     (the request's sampling fields as sent) and ``output_format`` (see the module's docstring)."""
+    used = {f.name: getattr(params, f.name) for f in fields(params)}  # every field, by its own name
     return Sampling(
-        max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p, stop=params.stop,
-        stop_token_ids=params.stop_token_ids, seed=params.seed, n=params.n, top_logprobs=params.top_logprobs,
-        training=training, asked={k: raw[k] for k in SAMPLING_FIELDS if raw and raw.get(k) is not None},
+        **used, training=training, asked={k: raw[k] for k in SAMPLING_FIELDS if raw and raw.get(k) is not None},
         output_format=output_format,  # recorded as asked, whether or not the engine could enforce it
     )
 
@@ -210,7 +208,7 @@ async def prepare(
             raise APIError(409, f"this trajectory's budget of {session.token_budget} output tokens is spent",
                            kind="invalid_request_error")
         if params.max_tokens > left:
-            params = dataclasses.replace(params, max_tokens=left)
+            params = replace(params, max_tokens=left)
     fmt = state.tool_format_for(session)
 
     def render() -> Rendered:  # in a worker thread: slow on long prompts

@@ -13,10 +13,21 @@ from openai.types.completion import Completion
 from openai.types.completion_choice import CompletionChoice, Logprobs
 from pydantic import BaseModel, ConfigDict, Field
 
+from forge_cli.engine.base import MAX_SEED
 from forge_cli.gateway.errors import APIError, sse
 from forge_cli.gateway.openapi import body_schema
-from forge_cli.gateway.protocol.types import MAX_SEED, MAX_TOKENS, Bool, Float, Int
-from forge_cli.gateway.routes.common import commit, generate, openai_usage, read_json, sampling, sse_event, state_of, validate, wire_json
+from forge_cli.gateway.protocol.types import MAX_TOKENS, Bool, Float, Int
+from forge_cli.gateway.routes.common import (
+    commit,
+    generate,
+    openai_usage,
+    read_json,
+    sampling,
+    sse_event,
+    state_of,
+    validate,
+    wire_json,
+)
 from forge_cli.gateway.token_text import json_logprob
 
 router = APIRouter()
