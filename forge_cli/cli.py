@@ -1,14 +1,15 @@
 """The ``forge`` command line (Typer + Rich).
 
 Each command lives in one module of :mod:`forge_cli.commands` with a ``register(app)`` function;
-plugins add theirs through the ``register_commands`` hook. Nothing heavy is imported here: each
-command imports what it needs inside its own function, so ``forge --help`` stays fast.
+plugins add theirs through the ``register_commands`` hook. The global options live in
+:mod:`forge_cli.commands._common` (``get_state``). Nothing heavy is imported here or at the top of a
+command module: a command imports a heavy module (the gateway, the trainer) inside its function, so
+``forge --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -16,7 +17,8 @@ import typer
 from typer.core import TyperGroup
 
 from forge_cli import __version__, plugins
-from forge_cli.config import load_config, parse_set_flags
+from forge_cli.commands._common import State, set_state
+from forge_cli.config import parse_set_flags
 from forge_cli.console import error
 from forge_cli.errors import ForgeError
 
@@ -46,28 +48,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@dataclass
-class State:
-    """Global options, read by commands through :func:`get_state`."""
-
-    config_path: Optional[Path] = None
-    overrides: dict[str, Any] = field(default_factory=dict)
-    _config: Any = None
-
-    def config(self) -> Any:
-        """The resolved :class:`~forge_cli.config.ForgeConfig` (loaded once)."""
-        if self._config is None:
-            self._config = load_config(self.config_path, overrides=self.overrides)
-        return self._config
-
-
-_state = State()
-
-
-def get_state() -> State:
-    return _state
-
-
 def build_app() -> typer.Typer:
     app = typer.Typer(
         cls=ForgeGroup,
@@ -92,8 +72,7 @@ def build_app() -> typer.Typer:
     ) -> None:
 
         plugins.flush_warnings()  # plugins that failed to import, once per invocation
-        global _state
-        _state = State(config_path=config, overrides=parse_set_flags(set_))
+        set_state(State(config_path=config, overrides=parse_set_flags(set_)))
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"forge_cli.commands.{name}").register(app)

@@ -3,13 +3,42 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
 
 from forge_cli import plugins
-from forge_cli.cli import get_state
 from forge_cli.config import load_config
 from forge_cli.console import console
 from forge_cli.plugins import Registry
+
+
+@dataclass
+class State:
+    """Global options, read by commands through :func:`get_state`."""
+
+    config_path: Optional[Path] = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    _config: Any = None
+
+    def config(self) -> Any:
+        """The resolved :class:`~forge_cli.config.ForgeConfig` (loaded once)."""
+        if self._config is None:
+            self._config = load_config(self.config_path, overrides=self.overrides)
+        return self._config
+
+
+_state = State()
+
+
+def set_state(state: State) -> None:
+    """The global options of this invocation (the CLI's callback sets them once)."""
+    global _state
+    _state = state
+
+
+def get_state() -> State:
+    return _state
 
 
 def registry() -> Registry:

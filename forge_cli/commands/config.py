@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from forge_cli.cli import get_state
-from forge_cli.commands._common import registry
+from forge_cli.commands._common import get_state, registry
 from forge_cli.config import find_config_file
 from forge_cli.console import console, err_console
 

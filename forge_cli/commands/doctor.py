@@ -5,8 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from forge_cli.cli import get_state
-from forge_cli.commands._common import print_json, registry
+from forge_cli.commands._common import get_state, print_json, registry
 from forge_cli.console import console, err_console, error
 from forge_cli.doctor import run_checks
 

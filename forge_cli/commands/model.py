@@ -9,8 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from forge_cli.cli import get_state
-from forge_cli.commands._common import config_with
+from forge_cli.commands._common import config_with, get_state
 from forge_cli.console import console, err_console
 from forge_cli.engine.default_model import SIZES, default_model_dir, init_default_model, resolve_model_path
 from forge_cli.errors import ForgeError

@@ -12,8 +12,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from forge_cli.cli import get_state
-from forge_cli.commands._common import print_json
+from forge_cli.commands._common import get_state, print_json
 from forge_cli.console import console, err_console, warn
 from forge_cli.errors import ForgeError
 from forge_cli.pool.scheduler import window_size

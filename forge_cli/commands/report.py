@@ -8,8 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from forge_cli.cli import get_state
-from forge_cli.commands._common import print_json
+from forge_cli.commands._common import get_state, print_json
 from forge_cli.console import console
 from forge_cli.report.render import DEFAULT_DPI, write_report
 from forge_cli.report.summary import FIELDS_TITLE, as_dict, field_table, table

@@ -7,8 +7,7 @@ import time
 import typer
 from rich.table import Table
 
-from forge_cli.cli import get_state
-from forge_cli.commands._common import print_json
+from forge_cli.commands._common import get_state, print_json
 from forge_cli.console import console
 from forge_cli.report.status import run_infos
 from forge_cli.report.summary import fmt_duration

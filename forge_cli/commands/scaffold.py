@@ -13,8 +13,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from forge_cli import installer, plugins
-from forge_cli.cli import get_state
-from forge_cli.commands._common import print_json, registry
+from forge_cli.commands._common import get_state, print_json, registry
 from forge_cli.config import find_config_file
 from forge_cli.console import console, err_console, warn
 from forge_cli.errors import ForgeError
