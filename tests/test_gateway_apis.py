@@ -152,6 +152,32 @@ def test_responses_stream_event_sequence(stack):
     assert [e.sequence_number for e in events] == list(range(len(events)))
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_responses_include_output_text_logprobs(stack, streamed):
+    """``include: ["message.output_text.logprobs"]``: the output text carries each sampled token's
+    logprob — the recorded one — with ``top_logprobs`` alternatives; without it, none (as before)."""
+    live, replies, _ = stack
+    client = live.openai(f"r-lp-{streamed}")
+    replies.queue.append("Sunny and warm.")
+    kw = {"model": "forge", "input": "Weather?", "include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    if streamed:
+        events = list(client.responses.create(**kw, stream=True))
+        done = next(e for e in events if e.type == "response.output_text.done")
+        response = events[-1].response
+        assert [(d.token, d.logprob) for d in done.logprobs] == [(lp.token, lp.logprob)
+                                                                  for lp in response.output[0].content[0].logprobs]
+    else:
+        response = client.responses.create(**kw)
+    [c] = recorded(stack, f"r-lp-{streamed}")
+    logprobs = response.output[0].content[0].logprobs
+    assert [lp.logprob for lp in logprobs] == pytest.approx(c.output_logprobs)
+    assert "".join(lp.token for lp in logprobs).startswith("Sunny and warm.")
+    assert all(len(lp.top_logprobs) == 2 and bytes(lp.bytes).decode("utf-8", "replace") == lp.token for lp in logprobs)
+    replies.queue.append("Sunny.")
+    plain = client.responses.create(model="forge", input="Weather?")
+    assert plain.output[0].content[0].logprobs == []
+
+
 def test_completions(stack):
     live, replies, _ = stack
     replies.queue.append("world")

@@ -262,3 +262,25 @@ def test_releasing_a_lock_never_removes_a_newer_holders_file(tmp_path):
     with pytest.raises(ForgeError, match="already being served"):
         claim_run(config, "r")
     second.release()
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_gateway_record_requests_keeps_the_raw_body_only_when_asked(tmp_path, tiny_model, record):
+    """``gateway.record_requests``: the call's raw request body is stored with its completion (for
+    debugging a client); off, the default, nothing but what training needs is."""
+    from forge_cli.gateway.server import serve_gateway
+
+    config = _config(tmp_path, tiny_model, **{"gateway.record_requests": record})
+
+    async def main():
+        async with serve_gateway(config, "rec") as gw:
+            info = await gw.open_session(SessionRequest(task_id="t1"))
+            async with httpx.AsyncClient(base_url=info.base_url, timeout=60) as client:
+                r = await client.post("/chat/completions", json={**PING, "temperature": 0.5},
+                                      headers={"Authorization": f"Bearer {info.api_key}"})
+                assert r.status_code == 200
+            return gw.pool.trajectory(info.trajectory_id).completions
+
+    (completion,) = asyncio.run(main())
+    assert completion.request == ({**PING, "temperature": 0.5} if record else None)
+    assert load_config(env={}).gateway.record_requests is False

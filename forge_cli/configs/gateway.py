@@ -24,6 +24,9 @@ class GatewayConfig(Section):
 
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Larger request bodies get a 413.")
     body_timeout_s: float = Field(30.0, gt=0, description="A request body not fully received by then gets a 408.")
+    record_requests: bool = Field(False, description=(
+        "Store each call's raw request body with its completion (forge pool show --json prints it), for debugging a "
+        "client; off: only what training needs is stored."))
 
     @field_validator("socket")
     @classmethod

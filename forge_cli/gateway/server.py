@@ -181,6 +181,7 @@ async def serve_run(config: Any, run: Run, listeners: list[Any], tool_formats: d
     async with contextlib.AsyncExitStack() as stack:
         state = GatewayState(run.engine, run.engine.tokenizer, tool_formats, pool=run.pool,
                              default_tool_format=config.model.tool_format, model_name=run.model_name, auth=mode,
+                             record_requests=config.gateway.record_requests,
                              admin_key="forge-admin-" + secrets.token_urlsafe(16))
         stack.callback(state.close)
         app = create_app(state, max_body_bytes=config.gateway.max_body_bytes, body_timeout_s=config.gateway.body_timeout_s)

@@ -51,3 +51,15 @@ def output_text(tokenizer: Any, eos_token_id: int | None, output_ids: list[int])
     if ids and ids[-1] == eos_token_id:
         ids = ids[:-1]
     return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def logprob_entries(tokenizer: Any, output: Any) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each output token's logprob entry (``token``, ``logprob``, ``bytes``) with its ``top_logprobs``
+    alternatives' entries: what Chat Completions' and Responses' logprob types both hold."""
+
+    def entry(token_id: int, lp: float) -> dict[str, Any]:
+        piece = tokenizer.decode([token_id], skip_special_tokens=False)
+        return {"token": piece, "logprob": json_logprob(lp), "bytes": list(token_bytes(tokenizer, token_id, piece))}
+
+    tops = output.top_logprobs or [[] for _ in output.output_ids]
+    return [(entry(t, lp), [entry(i, v) for i, v in top]) for t, lp, top in zip(output.output_ids, output.logprobs, tops)]

@@ -27,5 +27,6 @@ class ResponsesRequest(LooseModel):
     temperature: Optional[Float] = Field(None, ge=0, le=2)
     top_p: Optional[Float] = Field(None, gt=0, le=1)
     top_logprobs: Optional[Int] = Field(None, ge=0, le=20)
+    include: Optional[list[str]] = None  # "message.output_text.logprobs": the output text's token logprobs
     store: Optional[Bool] = None
     stream: Bool = False

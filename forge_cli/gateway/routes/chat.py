@@ -14,9 +14,15 @@ from typing import Any, AsyncIterator, Iterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from openai.types.chat import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage, ChatCompletionMessageFunctionToolCall,
-                               ChatCompletionTokenLogprob)
-from openai.types.chat import chat_completion, chat_completion_chunk
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionTokenLogprob,
+    chat_completion,
+    chat_completion_chunk,
+)
 from openai.types.chat.chat_completion_message_function_tool_call import Function
 from openai.types.chat.chat_completion_token_logprob import TopLogprob
 from openai.types.completion_usage import CompletionUsage
@@ -26,9 +32,21 @@ from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, arguments_json
-from forge_cli.gateway.routes.common import (Generated, commit, finish_reason, generate, openai_usage, prepare, read_json, sampling,
-                                             sse_event, stream, validate, wire_json)
-from forge_cli.gateway.token_text import json_logprob, token_bytes
+from forge_cli.gateway.routes.common import (
+    Generated,
+    commit,
+    finish_reason,
+    generate,
+    openai_usage,
+    prepare,
+    read_json,
+    sampling,
+    sse_event,
+    stream,
+    validate,
+    wire_json,
+)
+from forge_cli.gateway.token_text import logprob_entries
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -81,15 +99,8 @@ def _message(parsed: Any) -> ChatCompletionMessage:
 
 def _logprobs(state: Any, output: Any) -> list[ChatCompletionTokenLogprob]:
     """Each output token's logprob entry (with its ``top_logprobs``), as both ``logprobs.content`` types hold them."""
-    tok = state.tokenizer
-
-    def entry(token_id: int, lp: float) -> dict[str, Any]:
-        piece = tok.decode([token_id], skip_special_tokens=False)
-        return {"token": piece, "logprob": json_logprob(lp), "bytes": list(token_bytes(tok, token_id, piece))}
-
-    tops = output.top_logprobs or [[] for _ in output.output_ids]
-    return [ChatCompletionTokenLogprob(**entry(t, lp), top_logprobs=[TopLogprob(**entry(i, v)) for i, v in top])
-            for t, lp, top in zip(output.output_ids, output.logprobs, tops)]
+    return [ChatCompletionTokenLogprob(**token, top_logprobs=[TopLogprob(**top) for top in tops])
+            for token, tops in logprob_entries(state.tokenizer, output)]
 
 
 def _output_format(req: ChatCompletionRequest) -> dict[str, Any] | None:

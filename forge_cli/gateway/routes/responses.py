@@ -20,14 +20,35 @@ from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from openai.types.responses import (Response, ResponseCompletedEvent, ResponseContentPartAddedEvent, ResponseContentPartDoneEvent,
-                                    ResponseCreatedEvent, ResponseCustomToolCall, ResponseCustomToolCallInputDeltaEvent,
-                                    ResponseCustomToolCallInputDoneEvent, ResponseFunctionCallArgumentsDeltaEvent,
-                                    ResponseFunctionCallArgumentsDoneEvent, ResponseFunctionToolCall, ResponseIncompleteEvent,
-                                    ResponseInProgressEvent, ResponseOutputItem, ResponseOutputItemAddedEvent,
-                                    ResponseOutputItemDoneEvent, ResponseOutputMessage, ResponseOutputText, ResponseTextDeltaEvent,
-                                    ResponseTextDoneEvent, ResponseUsage, ToolChoiceCustom, ToolChoiceFunction)
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseContentPartAddedEvent,
+    ResponseContentPartDoneEvent,
+    ResponseCreatedEvent,
+    ResponseCustomToolCall,
+    ResponseCustomToolCallInputDeltaEvent,
+    ResponseCustomToolCallInputDoneEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
+    ResponseFunctionCallArgumentsDoneEvent,
+    ResponseFunctionToolCall,
+    ResponseIncompleteEvent,
+    ResponseInProgressEvent,
+    ResponseOutputItem,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseTextDeltaEvent,
+    ResponseTextDoneEvent,
+    ResponseUsage,
+    ToolChoiceCustom,
+    ToolChoiceFunction,
+)
 from openai.types.responses.response import IncompleteDetails
+from openai.types.responses.response_output_text import Logprob, LogprobTopLogprob
+from openai.types.responses.response_text_done_event import Logprob as DoneLogprob
+from openai.types.responses.response_text_done_event import LogprobTopLogprob as DoneTopLogprob
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel
 
@@ -37,7 +58,19 @@ from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.responses import ResponsesRequest
 from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, arguments_json
-from forge_cli.gateway.routes.common import Generated, commit, generate, prepare, read_json, sampling, stream, validate, wire_json
+from forge_cli.gateway.routes.common import (
+    Generated,
+    commit,
+    generate,
+    prepare,
+    read_json,
+    sampling,
+    state_of,
+    stream,
+    validate,
+    wire_json,
+)
+from forge_cli.gateway.token_text import logprob_entries
 from forge_cli.specs import ToolCall
 
 router = APIRouter()
@@ -149,10 +182,34 @@ def to_turns(req: ResponsesRequest) -> list[Turn]:
     return turns
 
 
-def _output_items(parsed: Any, namespace_of: dict[str, str], freeform: set[str], msg_id: str) -> list[ResponseOutputItem]:
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def _wants_logprobs(req: ResponsesRequest) -> bool:
+    """``include: ["message.output_text.logprobs"]``: the output text carries its tokens' logprobs."""
+    return LOGPROBS_INCLUDE in (req.include or [])
+
+
+def _logprobs(request: Request, req: ResponsesRequest, output: Any) -> list[Logprob]:
+    """The output's token logprobs (with ``top_logprobs`` alternatives) when the request includes them."""
+    if not _wants_logprobs(req):
+        return []
+    return [Logprob(**token, top_logprobs=[LogprobTopLogprob(**top) for top in tops])
+            for token, tops in logprob_entries(state_of(request).tokenizer, output)]
+
+
+def _done_logprobs(logprobs: list[Logprob]) -> list[DoneLogprob]:
+    """The text's logprobs as ``response.output_text.done`` types them (no ``bytes``)."""
+    return [DoneLogprob(token=lp.token, logprob=lp.logprob,
+                        top_logprobs=[DoneTopLogprob(token=t.token, logprob=t.logprob) for t in lp.top_logprobs])
+            for lp in logprobs]
+
+
+def _output_items(parsed: Any, namespace_of: dict[str, str], freeform: set[str], msg_id: str,
+                  logprobs: list[Logprob]) -> list[ResponseOutputItem]:
     items: list[ResponseOutputItem] = []
     if parsed.content or not parsed.calls:
-        text = ResponseOutputText(type="output_text", text=parsed.content, annotations=[], logprobs=[])
+        text = ResponseOutputText(type="output_text", text=parsed.content, annotations=[], logprobs=logprobs)
         items.append(ResponseOutputMessage(type="message", id=msg_id, status="completed", role="assistant", content=[text]))
     for call in parsed.calls:
         call_id = f"call_{secrets.token_hex(12)}"
@@ -192,7 +249,8 @@ async def responses(request: Request):
         forced = req.tool_choice.get("name")
         if not isinstance(forced, str) or forced not in {t.name for t in tools}:
             raise APIError(400, f"tool_choice: names {forced!r}, which is not in tools", param="tool_choice")
-    params = sampling(max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, stop=None, seed=None)
+    params = sampling(max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, stop=None, seed=None,
+                      top_logprobs=req.top_logprobs if _wants_logprobs(req) else None)
     kw: dict[str, Any] = {"tool_choice": choice, "forced_tool": forced, "raw": raw, "output_format": _output_format(req),
                           "turns_param": "input"}
     if req.stream:
@@ -200,7 +258,7 @@ async def responses(request: Request):
         return StreamingResponse(_live(request, prepared, req, namespace_of, freeform), media_type="text/event-stream")
     gen = await generate(request, to_turns(req), tools, params, **kw)
     body = _final(req, gen, namespace_of, freeform, params, rid=f"resp_{secrets.token_hex(12)}", created_at=int(time.time()),
-                  msg_id=f"msg_{secrets.token_hex(12)}")
+                  msg_id=f"msg_{secrets.token_hex(12)}", logprobs=_logprobs(request, req, gen.outputs[0]))
     response = JSONResponse(_json(body))
     await commit(request, gen)
     return response
@@ -241,14 +299,14 @@ def _usage(gen: Generated) -> ResponseUsage:
 
 
 def _final(req: ResponsesRequest, gen: Generated, namespace_of: dict[str, str], freeform: set[str], params: SamplingParams, *,
-           rid: str, created_at: int, msg_id: str) -> Response:
+           rid: str, created_at: int, msg_id: str, logprobs: list[Logprob]) -> Response:
     """The finished response (``completed``, or ``incomplete`` when the answer ran out of tokens);
-    ``params``: the temperature and top_p it reports."""
+    ``params``: the temperature and top_p it reports; ``logprobs``: its text's, when included."""
     out, parsed = gen.outputs[0], gen.parsed[0]
     incomplete = out.finish_reason == "length" and not parsed.calls
     return _response(req, freeform, id=rid, created_at=created_at, status="incomplete" if incomplete else "completed",
                      incomplete_details=IncompleteDetails(reason="max_output_tokens") if incomplete else None,
-                     output=_output_items(parsed, namespace_of, freeform, msg_id), usage=_usage(gen),
+                     output=_output_items(parsed, namespace_of, freeform, msg_id, logprobs), usage=_usage(gen),
                      temperature=params.temperature, top_p=params.top_p, max_output_tokens=req.max_output_tokens)
 
 
@@ -285,7 +343,9 @@ async def _live(request: Request, prepared: Any, req: ResponsesRequest, namespac
         text += value
         yield event(ResponseTextDeltaEvent(type="response.output_text.delta", sequence_number=next(seq), item_id=msg_id,
                                            output_index=0, content_index=0, delta=value, logprobs=[]))
-    body = _final(req, gen, namespace_of, freeform, prepared.params, rid=rid, created_at=created_at, msg_id=msg_id)
+    logprobs = _logprobs(request, req, gen.outputs[0])
+    body = _final(req, gen, namespace_of, freeform, prepared.params, rid=rid, created_at=created_at, msg_id=msg_id,
+                  logprobs=logprobs)
     items = body.output
     if items and isinstance(items[0], ResponseOutputMessage):
         final_text = items[0].content[0].text
@@ -293,10 +353,11 @@ async def _live(request: Request, prepared: Any, req: ResponsesRequest, namespac
             for line in opened():
                 yield line
         yield event(ResponseTextDoneEvent(type="response.output_text.done", sequence_number=next(seq), item_id=msg_id, output_index=0,
-                                          content_index=0, text=final_text, logprobs=[]))
+                                          content_index=0, text=final_text, logprobs=_done_logprobs(logprobs)))
         yield event(ResponseContentPartDoneEvent(type="response.content_part.done", sequence_number=next(seq), item_id=msg_id,
                                                  output_index=0, content_index=0,
-                                                 part=ResponseOutputText(type="output_text", text=final_text, annotations=[])))
+                                                 part=ResponseOutputText(type="output_text", text=final_text, annotations=[],
+                                                                         **({"logprobs": logprobs} if logprobs else {}))))
         yield event(ResponseOutputItemDoneEvent(type="response.output_item.done", sequence_number=next(seq), output_index=0,
                                                 item=items[0]))
     for index, item in enumerate(items):
