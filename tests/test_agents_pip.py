@@ -200,7 +200,7 @@ def test_forge_train_on_smolagents_in_bubblewrap(cli, tiny_model, tmp_path, inst
     assert all(s.samples >= 2 * 3 and s.loss == s.loss for s in steps)  # three calls a draw; no NaN
     pool = DataPool.sqlite(run / "pool.sqlite")
     consumed = [g for g in pool.groups() if g.status.value == "consumed"]
-    assert {g.id for g in consumed} == {gid for s in steps for gid in s["group_ids"]}
+    assert {g.id for g in consumed} == {gid for s in steps for gid in s.group_ids}
     for group in consumed:
         trajectories = [pool.trajectory(t.id) for t in group.trajectories]
         assert len(trajectories) == 2 and all(t.scaffold == "smolagents" and t.rewards.get("outcome") == 1.0
