@@ -2,14 +2,16 @@
 
 The graph is built with ``ast`` from every ``import`` in ``forge_cli/``, wherever it is written:
 at the top of a module, inside a function, under ``if TYPE_CHECKING``. It must have no cycle; no
-module may import one of a higher layer; and an import inside a function is only for a module that
-is heavy to import (one that loads, itself or through what it imports at its top, a library of
-:data:`HEAVY`), so that the graph a reader or a linter sees at the top of each file is the graph.
+module may import one of a higher layer; an import inside a function is only for what is heavy to
+import (a library a base install lacks — :func:`heavy` — or a Forge module that loads one its
+importer does not), so that the graph a reader or a linter sees at the top of each file is the
+graph; and what the CLI and the plugin host import needs only a base install.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,13 +36,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                               "forge_cli.__main__")),
 ]
 
-# Libraries that are slow to import or come with an optional extra (pyproject.toml): a module that
-# needs one is imported inside the function that uses it, never at the top of a light module.
-HEAVY = {
-    "torch", "vllm", "transformers", "deepspeed", "ray", "safetensors", "tokenizers", "numpy", "matplotlib",
-    "tensorboard", "fastapi", "uvicorn", "starlette", "httpx", "prometheus_client", "psycopg", "docker", "mcp",
-    "pyseccomp", "openai", "anthropic", "jinja2",
-}
+# What a base install has (pyproject.toml's ``dependencies`` and what they bring): every other
+# library is heavy, or comes with an optional extra, or both. A module that needs one is imported
+# inside the function that uses it, never at the top of a module the CLI or the plugin host loads.
+BASE = {"typer", "click", "rich", "pluggy", "pydantic", "pydantic_core", "annotated_types", "typing_extensions",
+        "packaging", "tomli"}
+LIGHT = set(sys.stdlib_module_names) | BASE | {"__future__"}
+
+
+def heavy(library: str) -> bool:
+    """Whether importing ``library`` needs more than a base install."""
+    return library not in LIGHT
 
 
 @dataclass
@@ -142,9 +148,9 @@ def layer_of(name: str) -> int:
 
 
 def heavy_libraries(graph: dict[str, Module]) -> dict[str, set[str]]:
-    """For each Forge module, the HEAVY libraries importing it loads: at its top, through the Forge
+    """For each Forge module, the heavy libraries importing it loads: at its top, through the Forge
     modules it imports at its top, or through the packages that contain them."""
-    loads = {name: set(m.third_party_top & HEAVY) for name, m in graph.items()}
+    loads = {name: {lib for lib in m.third_party_top if heavy(lib)} for name, m in graph.items()}
     changed = True
     while changed:
         changed = False
@@ -158,7 +164,7 @@ def heavy_libraries(graph: dict[str, Module]) -> dict[str, set[str]]:
 
 
 def heavy_modules(graph: dict[str, Module]) -> set[str]:
-    """Forge modules whose import loads a HEAVY library."""
+    """Forge modules whose import loads a heavy library."""
     return {name for name, libs in heavy_libraries(graph).items() if libs}
 
 
@@ -196,7 +202,7 @@ def test_the_graph_is_read():
     assert len(GRAPH) > 100
     assert "forge_cli.errors" in GRAPH["forge_cli.config"].top
     assert any(m.lazy for m in GRAPH.values()) and any(m.typing for m in GRAPH.values())
-    assert {"forge_cli.train.step", "forge_cli.gateway.app"} <= heavy_modules(GRAPH)
+    assert {"forge_cli.train.step", "forge_cli.gateway.app"} <= heavy_modules(GRAPH) and heavy("torch") and not heavy("json")
     assert "forge_cli.config" not in heavy_modules(GRAPH)
 
 
@@ -242,9 +248,9 @@ SCRIPTS = {"forge_cli.__main__", "forge_cli.sandbox.forward", "forge_cli.sandbox
 
 
 def test_libraries_imported_inside_functions_are_heavy():
-    """The standard library and light packages are imported at the top; inside a function only a
-    HEAVY library (or one only some platforms have, under ``try``). The programs that run inside a
-    sandbox (``SCRIPTS``) import as they please."""
+    """The standard library and the base install's packages are imported at the top; inside a
+    function only a heavy one (or one only some platforms have, under ``try``). The programs that run
+    inside a sandbox (``SCRIPTS``) import as they please."""
     found = []
     for name, module in sorted(GRAPH.items()):
         if name in SCRIPTS:
@@ -259,8 +265,22 @@ def test_libraries_imported_inside_functions_are_heavy():
                     roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) else \
                         [(node.module or "").split(".")[0]] if not node.level else ["forge_cli"]
                     found += [f"{name}:{node.lineno} imports {root} inside a function" for root in roots
-                              if root != "forge_cli" and root not in HEAVY]
+                              if root != "forge_cli" and not heavy(root)]
     assert not found, "\n".join(sorted(set(found)))
+
+
+# what a base install's `forge --help`, `forge scaffold list` and `forge plugins` import
+CLI_MODULES = ("forge_cli.cli", "forge_cli.commands", "forge_cli.builtin", "forge_cli.plugins", "forge_cli.config")
+
+
+def test_the_cli_and_the_plugin_host_need_only_a_base_install():
+    """A base install (``pip install forge-cli``, no extras) runs the CLI and lists what the plugins
+    registered: nothing they import at their top needs an extra (the heavy parts are imported where
+    they are used). Also what keeps ``forge --help`` fast."""
+    loads = heavy_libraries(GRAPH)
+    wrong = {name: sorted(libs) for name, libs in sorted(loads.items())
+             if libs and any(name == p or name.startswith(p + ".") for p in CLI_MODULES)}
+    assert not wrong, "\n".join(f"{name} loads {libs}" for name, libs in wrong.items())
 
 
 def test_each_module_imports_first():

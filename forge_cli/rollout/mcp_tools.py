@@ -45,7 +45,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Literal, Sequence
 
-import anyio
 from pydantic import BaseModel, Field, create_model
 
 from forge_cli.errors import ForgeError
@@ -236,6 +235,8 @@ def _describe(exc: BaseException) -> str:
 async def _start(stack: AsyncExitStack, server: McpServer, sandbox: "Sandbox", args: Sequence[str], python: str,
                  folder: str, start_timeout_s: float, call_timeout_s: float) -> list[Tool]:
     """Start ``server`` inside ``sandbox`` (stopped when ``stack`` closes): its tools."""
+    import anyio  # the MCP SDK's own async runtime: with the sandbox extra
+
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
