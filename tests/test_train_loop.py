@@ -258,3 +258,24 @@ def test_a_step_makes_updates_per_step_updates_on_its_batch_then_one_swap(update
     assert calls == [("step", ("s1", "s2"), "cispo", 0.7)] * updates + [("state_dict",), ("load_weights", updates + 1),
                                                                          ("publish", 7)]
     assert (stats.loss, version) == (float(updates), 7)  # the last update's stats
+
+
+def test_a_resumed_run_keeps_when_it_was_first_started(tmp_path):
+    """``train_state.json``'s ``started_at`` is the run's first start: a resumed run (another
+    ``recorded`` block on the same folder) keeps it, so ``forge runs`` does not move the run up."""
+    from types import SimpleNamespace
+
+    from forge_cli.records.metrics import read_state
+    from forge_cli.train.loop import LoopState, recorded
+
+    t = SimpleNamespace(run=SimpleNamespace(dir=tmp_path), tell=lambda kind, fields: None)
+
+    async def one_session(step: int) -> None:
+        async with recorded(t, LoopState(step, step, None), minutes=None):
+            pass
+
+    asyncio.run(one_session(0))
+    first = read_state(tmp_path)["started_at"]
+    asyncio.run(one_session(5))
+    state = read_state(tmp_path)
+    assert state["started_at"] == first and state["status"] == "finished" and state["step"] == 5

@@ -54,8 +54,9 @@ def register(app: typer.Typer) -> None:
         try:
             result = asyncio.run(_with_display(prepared, steps=steps, live=live and rank == 0))
         except (KeyboardInterrupt, asyncio.CancelledError):
-            err_console.print("training stopped after checkpointing its last step, if it had taken one "
-                              "(continue with forge train --resume RUN; forge runs lists them)")
+            name = prepared.run if prepared is not None and prepared.run else "RUN"
+            err_console.print(f"training stopped after checkpointing its last step, if it had taken one "
+                              f"(continue with forge train --resume {name}; forge runs lists them)")
             raise typer.Exit(130) from None
         if result is not None:
             best = "—" if result.best_heldout_success is None else f"{result.best_heldout_success:.1%}"

@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator
 
 from forge_cli.errors import ForgeError
 from forge_cli.pool.scheduler import Scheduler
-from forge_cli.records.metrics import StepMetrics
+from forge_cli.records.metrics import StepMetrics, read_state
 from forge_cli.rollout.driver import rollout
 from forge_cli.rollout.records import request_from_config
 from forge_cli.train.batch import build_samples
@@ -107,8 +107,9 @@ def check_budget(steps: int | None, minutes: float | None) -> None:
 async def recorded(t: Training, at: LoopState, minutes: float | None) -> AsyncIterator[None]:
     """The run's state file through the loop: running, then finished, stopped (Ctrl-C: the last step
     kept) or failed (with the error)."""
+    first = {} if read_state(t.run.dir).get("started_at") else {"started_at": time.time()}  # a resumed run keeps its own
     write_state(t.run.dir, status="running", step=at.step, policy_version=at.version, minutes=minutes, error=None,
-                started_at=time.time(), best_heldout_success=at.best)
+                best_heldout_success=at.best, **first)
     try:
         yield
     except BaseException as exc:
