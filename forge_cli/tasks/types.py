@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 from forge_cli.errors import ForgeError
-from forge_cli.specs import check_name
+from forge_cli.names import check_name
 
 if TYPE_CHECKING:
     from forge_cli.sandbox.contract import Sandbox

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from forge_cli.errors import ForgeError
-from forge_cli.specs import check_name
+from forge_cli.names import check_name
 from forge_cli.tasks.answers import ExactMatch
 from forge_cli.tasks.splits import SPLITS, Draft, check_request, rng_for, split_of
 from forge_cli.tasks.types import Outcome, Split, Task, TaskSuite, Transcript, Verifier

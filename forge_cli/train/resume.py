@@ -28,9 +28,9 @@ from forge_cli.engine.default_model import MARKER, TOKENIZER_FILES, resolve_mode
 from forge_cli.engine.hf import load_hf
 from forge_cli.engine.weights import load_into
 from forge_cli.errors import ForgeError
+from forge_cli.records.metrics import read_state
 from forge_cli.run import Run
 from forge_cli.train.distributed import world
-from forge_cli.train.metrics import read_state
 
 # what a servable copy of the policy (a checkpoint's model, a warm copy) takes from its source besides
 # the weights: the tokenizer, and the embedded default's marker (engine/default_model.py: MARKER)
