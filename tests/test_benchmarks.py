@@ -57,3 +57,43 @@ def test_sandbox_benchmark_latency_and_concurrency_run(tmp_path):
     assert [r["backend"] for r in result["latency"]] == backends
     assert all(r["start_ms"] > 0 and r["exec_ms"] > 0 for r in result["latency"])
     assert [(r["backend"], r["sandboxes"], r["ok"]) for r in result["concurrency"]] == [(b, 3, 3) for b in backends]
+
+
+def test_gateway_overhead_sends_every_request_and_says_what_each_got():
+    """Every level sends exactly --requests, also when the sessions do not divide it (2000 // 64 once
+    sent 1,984, read as 16 unanswered); a request not answered is counted as refused (by status, with
+    its reason) or failed (by the client's error), never dropped from the count."""
+    import asyncio
+
+    import httpx
+
+    from benchmarks.gateway_overhead import load, shares
+
+    assert shares(2000, 64) == [32] * 16 + [31] * 48 and sum(shares(2000, 256)) == 2000
+    assert shares(3, 5) == [1, 1, 1, 0, 0]
+    calls = 0
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls % 5 == 0:
+            return httpx.Response(429, json={"error": {"message": "too many sessions"}})
+        if calls % 7 == 0:
+            raise httpx.ReadTimeout("timed out", request=request)
+        return httpx.Response(200, json={})
+
+    res = asyncio.run(load("http://gateway", 7, 100, transport=httpx.MockTransport(answer)))
+    assert calls == 101  # the uncounted warm-up and the 100
+    refused, failed = res["refused"]["429"], res["failed"]["ReadTimeout"]
+    assert res["sent"] == 100 == len(res["latencies"]) + refused + failed and refused > 0 and failed > 0
+    assert "too many sessions" in res["reasons"]["429"] and res["reasons"]["ReadTimeout"] == "timed out"
+
+
+def test_gateway_overhead_benchmark_runs(tmp_path):
+    out = tmp_path / "gateway.json"
+    done = subprocess.run([sys.executable, "benchmarks/gateway_overhead.py", "--requests", "30", "--levels", "1", "7",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["concurrency"], r["sent"], r["answered"], r["refused"], r["failed"]) for r in rows] == [(1, 30, 30, {}, {}), (7, 30, 30, {}, {})]
+    assert all(r["p50_ms"] > 0 for r in rows)
