@@ -30,7 +30,7 @@ import pluggy
 if TYPE_CHECKING:
     import typer
 
-    from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat
+    from forge_cli.specs import ReasoningParser, RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat
     from forge_cli.tasks.types import TaskSuite
 
 hookspec = pluggy.HookspecMarker("forge")
@@ -53,8 +53,21 @@ def register_scaffolds(register: Callable[["ScaffoldSpec"], None]) -> None:
 def register_tool_formats(register: Callable[["ToolFormat"], None]) -> None:
     """Register tool-call formats by calling ``register(MyFormat())``.
 
-    A format is a :class:`~forge_cli.specs.ToolFormat` instance: it renders tool schemas into the
-    prompt and parses tool calls out of generated text. ``parse`` must never raise.
+    A format is a :class:`~forge_cli.specs.ToolFormat` instance: it parses tool calls out of
+    generated text and, with ``rendering = "text"``, writes tool schemas and earlier calls into the
+    prompt (with ``"template"`` the model's chat template does). ``parse`` must never raise. Forge
+    registers ``native`` (the model's own template and parser) and every tool-call parser vLLM
+    ships, under vLLM's name.
+    """
+
+
+@hookspec
+def register_reasoning_parsers(register: Callable[["ReasoningParser"], None]) -> None:
+    """Register reasoning parsers by calling ``register(MyParser())``.
+
+    A parser is a :class:`~forge_cli.specs.ReasoningParser` instance: ``split(text)`` returns the
+    model's thinking and its answer (``model.reasoning_parser`` names the one a gateway uses).
+    ``split`` must never raise. Forge registers every reasoning parser vLLM ships under vLLM's name.
     """
 
 

@@ -32,7 +32,7 @@ from forge_cli import __version__, hookspecs
 from forge_cli.configs.common import validate_options
 from forge_cli.console import warn
 from forge_cli.errors import ForgeError
-from forge_cli.specs import RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat
+from forge_cli.specs import ReasoningParser, RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat
 from forge_cli.tasks.types import TaskSuite
 
 ENTRY_POINT_GROUP = "forge"
@@ -41,6 +41,7 @@ ENTRY_POINT_GROUP = "forge"
 BUILTIN_PLUGINS: dict[str, str] = {
     "forge:scaffolds": "forge_cli.builtin.scaffolds",
     "forge:tool-formats": "forge_cli.builtin.tool_formats",
+    "forge:vllm-parsers": "forge_cli.builtin.vllm_parsers",
     "forge:sandboxes": "forge_cli.builtin.sandboxes",
     "forge:tasks": "forge_cli.builtin.tasks",
     "forge:rewards": "forge_cli.builtin.rewards",
@@ -50,6 +51,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
 REGISTER_HOOKS: dict[str, tuple[str, type, str]] = {
     "register_scaffolds": ("scaffolds", ScaffoldSpec, "scaffold"),
     "register_tool_formats": ("tool_formats", ToolFormat, "tool format"),
+    "register_reasoning_parsers": ("reasoning_parsers", ReasoningParser, "reasoning parser"),
     "register_sandboxes": ("sandboxes", SandboxSpec, "sandbox"),
     "register_tasks": ("tasks", TaskSuite, "task suite"),
     "register_rewards": ("rewards", RewardSpec, "reward"),
@@ -83,6 +85,7 @@ class Registry:
     def __init__(self) -> None:
         self.scaffolds: dict[str, Entry] = {}
         self.tool_formats: dict[str, Entry] = {}
+        self.reasoning_parsers: dict[str, Entry] = {}
         self.sandboxes: dict[str, Entry] = {}
         self.tasks: dict[str, Entry] = {}
         self.rewards: dict[str, Entry] = {}

@@ -16,13 +16,14 @@ start), the engine(s), the pool (trajectories a dead process left ``running`` ar
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from forge_cli.engine import make_engine
-from forge_cli.engine.default_model import resolve_model_path
+from forge_cli.engine.default_model import is_embedded_default, resolve_model_path
 from forge_cli.engine.router import Router
 from forge_cli.pool.store import open_pool
 from forge_cli.runs import claim_run
@@ -40,6 +41,7 @@ class Run:
     model_name: str
     interrupted: int
     started: bool = False
+    model_type: str | None = None  # config.json's model_type: the model's family (its tool and reasoning parsers)
 
     @property
     def version(self) -> int:
@@ -49,6 +51,27 @@ class Run:
     def mark_started(self) -> None:
         """The run's consumers are up: from now on a failure keeps the run folder."""
         self.started = True
+
+
+FORGE_FAMILY = "forge"  # the embedded default's family: Forge's template, trained on Forge's hermes text
+
+
+def model_family(configured: Path | None, model_path: Path | None) -> str | None:
+    """The served model's family: ``forge`` for the embedded default and folders made from it (a
+    warm copy, a checkpoint), else its ``config.json``'s ``model_type`` (None: not known)."""
+    if configured is None or is_embedded_default(configured):
+        return FORGE_FAMILY
+    return model_type_of(model_path)
+
+
+def model_type_of(model_path: Path | None) -> str | None:
+    """The ``model_type`` in a model folder's ``config.json`` (None: no folder, no file, or none said)."""
+    try:
+        data = json.loads((model_path / "config.json").read_text()) if model_path is not None else None
+    except (OSError, ValueError):
+        return None
+    value = data.get("model_type") if isinstance(data, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 async def build_engine(config: Any, model_path: Path, stack: contextlib.AsyncExitStack) -> Any:
@@ -94,6 +117,7 @@ async def open_run(config: Any, name: str | None = None, *, engine: Any = None,
         pool = open_pool(config.pool.url, lock.run_dir)
         stack.callback(pool.close)
         interrupted = pool.fail_interrupted()
-        run = Run(config, lock.run_dir, pool, engine, getattr(model_path, "name", None) or "forge", interrupted)
+        run = Run(config, lock.run_dir, pool, engine, getattr(model_path, "name", None) or "forge", interrupted,
+                  model_type=model_family(config.model.path, model_path))
         yield run
         run.mark_started()  # a block that ended well keeps what it recorded, started or not

@@ -8,6 +8,7 @@ duplicates, and records which plugin each came from.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import re
 import string
 import sys
@@ -262,11 +263,14 @@ class ParseError:
 
 @dataclass(frozen=True)
 class ParsedOutput:
-    """Generated text split into what the user sees (``content``) and the tool calls it made."""
+    """Generated text split into what the user sees (``content``), the tool calls it made, the
+    calls that did not parse (``errors``) and the model's thinking (``reasoning``, split off by the
+    model's reasoning parser; ``""`` when there was none or no parser is in use)."""
 
     content: str
     calls: list[ToolCall]
     errors: list[ParseError] = field(default_factory=list)
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -305,6 +309,19 @@ class ToolFormat:
     # A format with no markers streams no content before the end.
     markers: tuple[str, ...] = ()
 
+    # How tools and earlier calls reach the prompt. "text": this format writes them
+    # (:meth:`render_tools` into the system prompt, :meth:`format_calls` into assistant turns) for a
+    # model whose chat template takes no tools, or as a prompt protocol of its own (ReAct).
+    # "template": the model's chat template renders the tool schemas, structured assistant
+    # ``tool_calls`` and tool results itself, and this format only parses; render_tools and
+    # format_calls are then never called (see forge_cli.gateway.render).
+    rendering: Literal["text", "template"] = "text"
+
+    def bind(self, tokenizer: Any) -> "ToolFormat":
+        """This format for one model's tokenizer (a parser that reads special tokens needs it).
+        Called once per gateway and format, off the event loop; the default needs nothing."""
+        return self
+
     def render_tools(self, tools: list[dict[str, Any]]) -> str:
         """System-prompt text that lists ``tools`` (OpenAI function schemas) and how to call them."""
         raise NotImplementedError
@@ -314,16 +331,59 @@ class ToolFormat:
         raise NotImplementedError
 
     def parse(self, text: str) -> ParsedOutput:
-        """Split generated ``text`` into content and tool calls. Never raises."""
+        """Split generated ``text`` into content and tool calls. Never raises.
+
+        Opt-in, as pluggy's hooks: a ``parse(self, text, tools)`` also gets the request's tools (OpenAI
+        function schemas), for a parser that types argument values by their schema."""
         raise NotImplementedError
 
     def validate(self) -> None:
         check_name("tool format", self.name)
         if not self.description:
             raise ForgeError(f"tool format '{self.name}': a description is required")
-        for method in ("render_tools", "format_calls", "parse"):
+        if self.rendering not in ("text", "template"):
+            raise ForgeError(f"tool format '{self.name}': rendering must be 'text' or 'template', not {self.rendering!r}")
+        needed = ("render_tools", "format_calls", "parse") if self.rendering == "text" else ("parse",)
+        for method in needed:
             if getattr(type(self), method) is getattr(ToolFormat, method):
                 raise ForgeError(f"tool format '{self.name}': {method}() is not implemented")
+
+
+def parse_calls(fmt: ToolFormat, text: str, tools: list[dict[str, Any]]) -> ParsedOutput:
+    """``fmt.parse`` with the request's ``tools`` where its ``parse`` declares them (opt-in)."""
+    if "tools" in inspect.signature(fmt.parse).parameters:
+        return fmt.parse(text, tools=tools)  # type: ignore[call-arg]
+    return fmt.parse(text)
+
+
+class ReasoningParser:
+    """Splits a model's thinking from its answer: ``<think>…</think>`` and the like.
+
+    Subclasses set ``name`` and ``description`` and implement :meth:`split`. ``start`` and ``end``
+    are the markers around the thinking where the format has them (streaming sends what comes
+    before ``end`` as reasoning); a parser whose model starts thinking without a start marker (the
+    prompt opened it) leaves ``start`` empty.
+    """
+
+    name: str = ""
+    description: str = ""
+    start: str = ""
+    end: str = ""
+
+    def bind(self, tokenizer: Any) -> "ReasoningParser":
+        """This parser for one model's tokenizer; called once per gateway, off the event loop."""
+        return self
+
+    def split(self, text: str) -> tuple[str, str]:
+        """``(reasoning, content)`` of generated ``text``; reasoning ``""`` when there is none. Never raises."""
+        raise NotImplementedError
+
+    def validate(self) -> None:
+        check_name("reasoning parser", self.name)
+        if not self.description:
+            raise ForgeError(f"reasoning parser '{self.name}': a description is required")
+        if type(self).split is ReasoningParser.split:
+            raise ForgeError(f"reasoning parser '{self.name}': split() is not implemented")
 
 
 # ---------------------------------------------------------------------------------------------

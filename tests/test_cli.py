@@ -107,7 +107,10 @@ def test_plugins_lists_builtins(cli):
     assert result.exit_code == 0
     plugins = {p["name"]: p for p in json.loads(result.stdout)}
     assert "hermes" in plugins["forge:tool-formats"]["registered"]["tool_formats"]
-    assert len(plugins["forge:tool-formats"]["registered"]["tool_formats"]) == 12
+    assert len(plugins["forge:tool-formats"]["registered"]["tool_formats"]) == 6  # Forge's text formats and native
+    vllm = plugins["forge:vllm-parsers"]["registered"]
+    assert len(vllm["tool_formats"]) == 53 and "hermes" not in vllm["tool_formats"]  # Forge's hermes stands for vLLM's
+    assert len(vllm["reasoning_parsers"]) == 38 and "qwen3" in vllm["reasoning_parsers"]
     assert set(plugins["forge:sandboxes"]["registered"]["sandboxes"]) == {"local", "docker"}
     assert all(p["builtin"] for p in plugins.values())
 

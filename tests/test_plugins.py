@@ -15,7 +15,7 @@ GOOD = '''
 from typing import Any
 from forge_cli import hookimpl
 from forge_cli.specs import (
-    InstallRecipe, LaunchSpec, ParsedOutput, RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat,
+    InstallRecipe, LaunchSpec, ParsedOutput, ReasoningParser, RewardSpec, SandboxSpec, ScaffoldSpec, ToolFormat,
 )
 from forge_cli.tasks.types import Outcome, Task, TaskSuite
 
@@ -35,9 +35,20 @@ def register_scaffolds(register):
         launch=LaunchSpec(command=("$bin", "$prompt")),
     ))
 
+class Hash(ReasoningParser):
+    name = "hash"
+    description = "thinking after # up to the first blank line"
+    def split(self, text):
+        head, sep, rest = text.partition("\\n\\n")
+        return (head[1:], rest) if text.startswith("#") and sep else ("", text)
+
 @hookimpl
 def register_tool_formats(register):
     register(Upper())
+
+@hookimpl
+def register_reasoning_parsers(register):
+    register(Hash())
 
 @hookimpl
 def register_sandboxes(register):
@@ -122,6 +133,13 @@ def test_hook_register_tool_formats(good):
     assert reg.tool_formats["hermes"].plugin == "forge:tool-formats"
 
 
+def test_hook_register_reasoning_parsers(good):
+    reg = _loaded()
+    entry = reg.reasoning_parsers["hash"]
+    assert entry.plugin == "good-plugin" and entry.value.split("#plan\n\nanswer") == ("plan", "answer")
+    assert reg.reasoning_parsers["qwen3"].plugin == "forge:vllm-parsers" and len(reg.reasoning_parsers) == 39
+
+
 def test_hook_register_sandboxes(good):
     reg = _loaded()
     assert reg.sandboxes["good-box"].value.check() is None
@@ -150,6 +168,7 @@ def test_hook_register_commands(good, cli):
 HOOK_TESTS = {
     "register_scaffolds": test_hook_register_scaffolds,
     "register_tool_formats": test_hook_register_tool_formats,
+    "register_reasoning_parsers": test_hook_register_reasoning_parsers,
     "register_sandboxes": test_hook_register_sandboxes,
     "register_tasks": test_hook_register_tasks,
     "register_rewards": test_hook_register_rewards,

@@ -14,6 +14,7 @@ from forge_cli.pool.types import CompletionReward, NewCompletion, TrajectoryStat
 from tests.conftest import open_spec
 
 V3_COLUMNS = ("agent", "reward", "reward_to_go", "advantage", "reward_components")
+V4_COLUMNS = ("tool_calls", "history")  # the gateway's parsed calls and prompt history (3 -> 4)
 
 
 def _execute(pool, *statements: str) -> None:
@@ -48,21 +49,22 @@ def test_a_version_2_pool_is_migrated_on_open(pool_spec):
     pool.start_trajectory(tid)
     _complete(pool, tid)
     # make it a version-2 pool: completions without the version-3 columns
-    _execute(pool, *(f"ALTER TABLE completions DROP COLUMN {c}" for c in V3_COLUMNS),
+    _execute(pool, *(f"ALTER TABLE completions DROP COLUMN {c}" for c in V3_COLUMNS + V4_COLUMNS),
              "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     pool.close()
     old = open_spec(pool_spec)
     try:
         with old._read() as cur:
-            assert cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0] == "3"
+            assert cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0] == "4"
         (before,) = old.trajectory(tid).completions
         assert before.agent is None and before.reward is None and before.reward_components == {}
+        assert before.tool_calls is None and before.history is None  # not recorded before version 4
         after = _complete(old, tid, "worker")
         assert [c.agent for c in old.trajectory(tid).completions] == [None, "worker"] and after.seq == 1
         assert old.trajectory(tid).status is TrajectoryStatus.RUNNING
     finally:
         old.close()
-    again = open_spec(pool_spec)  # a version-3 pool opens as it is
+    again = open_spec(pool_spec)  # a version-4 pool opens as it is
     assert [c.agent for c in again.trajectory(tid).completions] == [None, "worker"]
     again.close()
 

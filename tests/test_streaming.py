@@ -7,12 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forge_cli.builtin.tool_formats import BUILTIN_FORMATS
+from forge_cli.builtin.tool_formats import TEXT_FORMATS
 from forge_cli.gateway.render import Tool, parse_output
 from forge_cli.gateway.streaming import ContentStream
 from forge_cli.specs import ToolCall
 
-FORMATS = [cls() for cls in BUILTIN_FORMATS]
+FORMATS = [cls() for cls in TEXT_FORMATS]
 TOOLS = [Tool("bash"), Tool("read_file")]
 
 

@@ -32,25 +32,15 @@ def _registry() -> plugins.Registry:
 
 
 REGISTRY = _registry()
-FORMATS = [entry.value for entry in REGISTRY.tool_formats.values()]
+# the formats that write their own text (vLLM's parsers and native render with a model's template
+# and parse with its tokenizer: tests/test_vllm_parsers.py)
+FORMATS = [entry.value for entry in REGISTRY.tool_formats.values() if entry.value.rendering == "text"]
 
 # One call written by hand in each format's documented syntax (what the model emits).
 CALL = ToolCall("ls", {"path": "/tmp", "all": True})
 WRITTEN = {
     "hermes": '<tool_call>\n{"name": "ls", "arguments": {"path": "/tmp", "all": true}}\n</tool_call>',
     "hermes-unlisted": '<tool_call>\n{"name": "ls", "arguments": {"path": "/tmp", "all": true}}\n</tool_call>',
-    "qwen3-coder": "<tool_call>\n<function=ls>\n<parameter=path>\n/tmp\n</parameter>\n<parameter=all>\ntrue\n"
-                   "</parameter>\n</function>\n</tool_call>",
-    "minimax-xml": '<minimax:tool_call>\n<invoke name="ls">\n<parameter name="path">/tmp</parameter>\n'
-                   '<parameter name="all">true</parameter>\n</invoke>\n</minimax:tool_call>',
-    "llama3-json": '{"name": "ls", "parameters": {"path": "/tmp", "all": true}}',
-    "mistral": '[TOOL_CALLS][{"name": "ls", "arguments": {"path": "/tmp", "all": true}}]',
-    "deepseek": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>ls\n```json\n"
-                '{"path": "/tmp", "all": true}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-    "glm": "<tool_call>ls\n<arg_key>path</arg_key>\n<arg_value>/tmp</arg_value>\n<arg_key>all</arg_key>\n"
-           "<arg_value>true</arg_value>\n</tool_call>",
-    "kimi-k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.ls:0<|tool_call_argument_begin|>"
-               '{"path": "/tmp", "all": true}<|tool_call_end|><|tool_calls_section_end|>',
     "react": 'Action: ls\nAction Input: {"path": "/tmp", "all": true}',
     "json-block": '```json\n{"name": "ls", "arguments": {"path": "/tmp", "all": true}}\n```',
     "xml-tags": "<ls>\n<path>/tmp</path>\n<all>true</all>\n</ls>",
@@ -77,7 +67,7 @@ def _plain(call: ToolCall) -> tuple:
 def test_each_known_format_is_registered_and_reads_its_own_syntax():
     """Forge's built-ins come from its own plugin, the example's from the third party; each
     format under its name parses a call written in that model family's syntax."""
-    assert {name for name, e in REGISTRY.tool_formats.items() if e.plugin == "forge:tool-formats"} == set(WRITTEN) - {"sexpr"}
+    assert {name for name, e in REGISTRY.tool_formats.items() if e.plugin == "forge:tool-formats"} == set(WRITTEN) - {"sexpr"} | {"native"}
     assert REGISTRY.tool_formats["sexpr"].plugin == "forge-scaffold-example"
     for name, text in WRITTEN.items():
         parsed = REGISTRY.tool_format(name).parse(text)
@@ -151,14 +141,3 @@ def test_hermes_unlisted_renders_no_tools_into_the_prompt_and_reads_hermes_calls
     assert unlisted == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
     text = HermesFormat().format_calls([ToolCall("calc", {"expression": "2+2"})])
     assert HermesUnlistedFormat().parse(text) == HermesFormat().parse(text)
-
-
-def test_llama3_python_tag_opens_a_call_and_is_data_inside_one():
-    """Found by the round-trip property: the tag inside a string argument was stripped."""
-    from forge_cli.builtin.tool_formats import Llama3JsonFormat
-
-    fmt = Llama3JsonFormat()
-    tagged = fmt.parse('<|python_tag|>{"name": "bash", "parameters": {"command": "ls"}}')
-    assert [(c.name, c.arguments) for c in tagged.calls] == [("bash", {"command": "ls"})] and tagged.content == ""
-    inside = fmt.parse(fmt.format_calls([ToolCall("echo", {"text": "<|python_tag|> stays"})]))
-    assert [c.arguments for c in inside.calls] == [{"text": "<|python_tag|> stays"}]

@@ -26,7 +26,7 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from forge_cli import hookimpl
-from forge_cli.builtin.tool_formats import BUILTIN_FORMATS
+from forge_cli.builtin.tool_formats import TEXT_FORMATS
 from forge_cli.paths import data_dir
 from forge_cli.rollout.agent_mcp import supports_mcp, unsupported
 from forge_cli.rollout.context import CONTEXT_POLICIES, context_policy, with_policy_options
@@ -96,7 +96,7 @@ def _formats(family: Family) -> tuple[str, ...]:
 
     # the ReAct format is the react family's (text parsed by the loop); the others are function calling.
     # hermes-unlisted is Hermes for a model trained on its tools: only its preset (tool-call-unlisted) uses it
-    return tuple(f.name for f in BUILTIN_FORMATS if f.name not in ("react", "hermes-unlisted"))
+    return tuple(f.name for f in TEXT_FORMATS if f.name not in ("react", "hermes-unlisted"))
 
 
 def systematic_scaffolds() -> list[ScaffoldSpec]:

@@ -70,7 +70,15 @@ class ModelConfig(Section):
         default_factory=VLLMEngineConfig,
         description='Rollout engine: [model.engine] with type = "vllm" | "hf" | "scripted" and that engine\'s fields '
                     '(model.engine = "hf" is short for type = "hf").')
-    tool_format: str = Field("hermes", description="Tool-call format for sessions that do not choose one.")
+    tool_format: str | None = Field(None, description=(
+        "Tool-call format for sessions that do not choose one; default: native (the model's own chat template "
+        "and tool parser) where the model's template takes tools, else hermes (Forge's text: the embedded model)."))
+    tool_parser: str | None = Field(None, description=(
+        "The parser that reads the model's calls under the native format (vLLM's names: hermes, qwen3_coder, "
+        "llama3_json, deepseek_v3, mistral, …; forge plugins lists them); default: the one for config.json's model_type."))
+    reasoning_parser: str | None = Field(None, description=(
+        "The parser that splits the model's thinking from its answer (vLLM's names: qwen3, deepseek_r1, …); "
+        "default: the one for config.json's model_type, if any; \"none\": no splitting."))
     max_model_len: int | None = Field(None, gt=1, description="Longest prompt + output, in tokens, for every engine; "
                                       "default: the model's own limit (max_position_embeddings).")
     replicas: int = Field(1, ge=1, le=64, description="Engine replicas behind the gateway's router.")

@@ -18,7 +18,15 @@ class Metrics:
         self.prefix_reuse = Counter(
             "forge_gateway_prefix_reuse", "Prompts that reused an earlier completion's exact ids", registry=self.registry
         )
-        self.parse_errors = Counter("forge_gateway_tool_parse_errors", "Tool calls that did not parse", registry=self.registry)
+        self.parse_errors = Counter("forge_gateway_tool_parse_errors", "Tool calls that did not parse, by the tool format that read them",
+                                    ["tool_format"], registry=self.registry)
+        self.reasoning = Counter("forge_gateway_reasoning_outputs", "Outputs whose thinking the reasoning parser split off, by parser",
+                                 ["parser"], registry=self.registry)
+
+        self.history = Counter(
+            "forge_gateway_prompt_history", "Recorded prompts by how their history matched what was sampled (first, exact, "
+            "reused, drifted), per scaffold, tool format and model family", ["kind", "scaffold", "tool_format", "family"],
+            registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,10 +1,17 @@
 """From a request's messages and tools to the exact prompt ids the engine sees, and back.
 
-Every API (chat completions, Responses, Messages) is first normalised into :class:`Turn`s; the
-session's tool format then writes tool schemas into the system prompt and earlier tool calls
-into assistant text; the model's chat template renders the whole; the tokenizer encodes it. So
-``decode(prompt_ids)`` is exactly the template rendering of the request. The output side splits
-generated text back into content and tool calls with the same format.
+Every API (chat completions, Responses, Messages) is first normalised into :class:`Turn`s. Then
+one of two renderings, by the session's tool format (``ToolFormat.rendering``):
+
+- ``"template"`` (``native`` and vLLM's parsers): the model's chat template gets the tools
+  (``apply_chat_template(messages, tools=…)``), assistant turns with structured ``tool_calls`` and
+  their thinking as ``reasoning_content``, tool results with ``tool_call_id`` and ``name`` — what a
+  model trained with tools saw in training;
+- ``"text"`` (Forge's own formats): the format writes tool schemas into the system prompt and
+  earlier calls into assistant text, for a template that takes no tools (the embedded model).
+
+The tokenizer encodes the rendering, so ``decode(prompt_ids)`` is exactly it. The output side
+splits generated text into thinking (the model's reasoning parser), content and tool calls.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.limits import token_floor, utf8_len
-from forge_cli.specs import ParsedOutput, ParseError, Tool, ToolCall, ToolFormat
+from forge_cli.specs import ParsedOutput, ParseError, ReasoningParser, Tool, ToolCall, ToolFormat, parse_calls
 
 MAX_TOOLS = 512
 
@@ -27,7 +34,9 @@ class Turn:
     role: str
     content: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
-    name: str | None = None
+    name: str | None = None  # a tool result's tool name
+    tool_call_id: str | None = None  # a tool result's call id
+    reasoning: str = ""  # an assistant turn's thinking, as the client sent it back
 
 
 @dataclass
@@ -67,6 +76,9 @@ def render_prompt(
     refused (400) before it is tokenised. Slow on long inputs: call it from a worker thread.
     """
     check_tools(tools)
+    if fmt.rendering == "template":
+        messages, schemas = template_messages(turns, tools, tool_choice=tool_choice, forced_tool=forced_tool)
+        return _apply_template(tokenizer, messages, max_len, tools=schemas)
     messages: list[dict[str, Any]] = []
     tool_text = fmt.render_tools([t.schema() for t in tools]) if tools and tool_choice != "none" else ""
     if tool_text:
@@ -88,14 +100,51 @@ def render_prompt(
             messages.append({"role": "assistant", "content": text})
         else:
             messages.append({"role": turn.role, "content": turn.content})
+    return _apply_template(tokenizer, messages, max_len)
+
+
+def _apply_template(tokenizer: Any, messages: list[dict[str, Any]], max_len: int | None, **kw: Any) -> Rendered:
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
     except Exception as exc:  # a template may reject a role order (e.g. two system turns)
         raise APIError(400, f"messages: the model's chat template rejected them: {exc}", param="messages") from None
     if max_len is not None:
         check_fits(tokenizer, text, max_len, "messages")
     ids = tokenizer.encode(text, add_special_tokens=False)
     return Rendered(ids, text)
+
+
+def template_messages(turns: list[Turn], tools: list[Tool], *, tool_choice: str | None = None,
+                      forced_tool: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The messages and tools as a chat template takes them (the Hugging Face convention, which the
+    families' templates share): structured ``tool_calls`` (arguments as an object where they are
+    one), ``reasoning_content``, ``tool_call_id`` and ``name`` on tool results. ``tool_choice``
+    ``required`` or a forced tool, which templates cannot say, is a line added to the system prompt."""
+    schemas = [t.schema() for t in tools] if tools and tool_choice != "none" else None
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        message: dict[str, Any] = {"role": turn.role, "content": turn.content}
+        if turn.role == "assistant":
+            if turn.tool_calls:
+                message["tool_calls"] = [
+                    {"id": c.id or f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for i, c in enumerate(turn.tool_calls)]
+            if turn.reasoning:
+                message["reasoning_content"] = turn.reasoning
+        elif turn.role == "tool":
+            if turn.tool_call_id is not None:
+                message["tool_call_id"] = turn.tool_call_id
+            if turn.name is not None:
+                message["name"] = turn.name
+        messages.append(message)
+    must = "You must call at least one tool." if tool_choice == "required" else (
+        f"You must call the tool {forced_tool}." if forced_tool else "")
+    if schemas and must:
+        if messages and messages[0]["role"] == "system":
+            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{must}"}
+        else:
+            messages.insert(0, {"role": "system", "content": must})
+    return messages, schemas
 
 
 def check_fits(tokenizer: Any, text: str, max_len: int, param: str) -> None:
@@ -106,8 +155,8 @@ def check_fits(tokenizer: Any, text: str, max_len: int, param: str) -> None:
                             f"context is {max_len} tokens", param=param)
 
 
-def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, fmt: ToolFormat, tools: list[Tool]) -> ParsedOutput:
-    """Generated ids → the text the client sees, split into content and tool calls when tools were offered."""
+def visible_text(tokenizer: Any, output_ids: list[int], stop: str | int | None) -> str:
+    """The generated text as the client sees it: no end-of-sequence or stop id, cut at a stop string."""
     ids = list(output_ids)
     eos = tokenizer.eos_token_id
     if ids and (ids[-1] == eos or (isinstance(stop, int) and ids[-1] == stop)):
@@ -115,9 +164,20 @@ def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, 
     text = tokenizer.decode(ids, skip_special_tokens=False)
     if isinstance(stop, str) and stop in text:
         text = text[: text.index(stop)]
+    return text
+
+
+def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, fmt: ToolFormat, tools: list[Tool],
+                 reasoning: ReasoningParser | None = None) -> ParsedOutput:
+    """Generated ids → the text the client sees: thinking split off by ``reasoning`` (the model's
+    reasoning parser, if any), the rest into content and tool calls when tools were offered."""
+    text = visible_text(tokenizer, output_ids, stop)
+    thought = ""
+    if reasoning is not None:
+        thought, text = reasoning.split(text)
     if not tools:
-        return ParsedOutput(content=text, calls=[])
-    parsed = fmt.parse(text)
+        return ParsedOutput(content=text, calls=[], reasoning=thought)
+    parsed = parse_calls(fmt, text, [t.schema() for t in tools])
     known = {t.name for t in tools}
     calls, errors = [], list(parsed.errors)
 
@@ -133,7 +193,7 @@ def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, 
         content = (content + "\n" + fmt.format_calls(dropped)).strip()
     if parsed.errors:
         content = (content + "\n" + "\n".join(e.text for e in parsed.errors)).strip()
-    return ParsedOutput(content=content, calls=calls, errors=errors)
+    return ParsedOutput(content=content, calls=calls, errors=errors, reasoning=thought)
 
 
 def arguments_json(call: ToolCall) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import secrets
 import socket
 from dataclasses import dataclass
@@ -145,7 +146,7 @@ async def open_and_serve(
     default, every registered one. ``on_starting(message)`` is told what is being started.
     """
     tool_formats = registered_formats() if tool_formats is None else tool_formats
-    check_tool_format(config, tool_formats)  # before minutes of engine start
+    check_tool_format(config, tool_formats)  # before minutes of engine start (what needs the model is checked after)
     listeners: list[Any] = []
 
     def bind(run_dir: Path, stack: contextlib.AsyncExitStack) -> None:
@@ -163,9 +164,18 @@ def registered_formats() -> dict[str, Any]:
     return {name: entry.value for name, entry in get_registry().tool_formats.items()}
 
 
+def registered_reasoning_parsers() -> dict[str, Any]:
+    """Every registered reasoning parser, by name."""
+    return {name: entry.value for name, entry in get_registry().reasoning_parsers.items()}
+
+
 def check_tool_format(config: Any, tool_formats: dict[str, Any]) -> None:
-    if config.model.tool_format not in tool_formats:
-        raise ForgeError(f"no tool format named {config.model.tool_format!r} (registered: {', '.join(sorted(tool_formats))})")
+    """The names in ``[model]`` exist (whether they fit the model is known once its tokenizer is loaded)."""
+    for what, name in (("tool_format", config.model.tool_format), ("tool_parser", config.model.tool_parser)):
+        if name is not None and name not in tool_formats:
+            near = difflib.get_close_matches(name, tool_formats, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(near)}? " if near else ""
+            raise ForgeError(f"model.{what}: no tool format named {name!r} ({hint}forge plugins lists the {len(tool_formats)} registered)")
 
 
 @contextlib.asynccontextmanager
@@ -179,8 +189,11 @@ async def serve_run(config: Any, run: Run, listeners: list[Any], tool_formats: d
     tcp = next(sock for sock in listeners if sock.family != socket.AF_UNIX)
     unix = next((Path(sock.getsockname()) for sock in listeners if sock.family == socket.AF_UNIX), None)
     async with contextlib.AsyncExitStack() as stack:
-        state = GatewayState(run.engine, run.engine.tokenizer, tool_formats, pool=run.pool,
-                             default_tool_format=config.model.tool_format, model_name=run.model_name, auth=mode,
+        state = await asyncio.to_thread(  # binding a vLLM parser imports vLLM: seconds
+            GatewayState, run.engine, run.engine.tokenizer, tool_formats, pool=run.pool,
+                             default_tool_format=config.model.tool_format, reasoning_parsers=registered_reasoning_parsers(),
+                             model_type=run.model_type, tool_parser=config.model.tool_parser,
+                             reasoning_parser=config.model.reasoning_parser, model_name=run.model_name, auth=mode,
                              record_requests=config.gateway.record_requests,
                              admin_key="forge-admin-" + secrets.token_urlsafe(16))
         stack.callback(state.close)

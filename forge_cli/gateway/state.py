@@ -23,9 +23,10 @@ from forge_cli.engine.base import Engine, GenerationOutput
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.metrics import Metrics
-from forge_cli.pool.types import NewCompletion, Sampling
+from forge_cli.pool.types import NewCompletion, PromptHistory, Sampling
 from forge_cli.records.session import SessionRequest
-from forge_cli.specs import ToolFormat
+from forge_cli.specs import ReasoningParser, ToolFormat
+from forge_cli.toolformats.native import ModelFormats
 
 MAX_ENDED = 65536  # ended sessions whose key and id are kept to answer 409 (a few MB at most)
 
@@ -36,6 +37,7 @@ class Session:
     api_key: str
     trajectory_id: str | None
     tool_format: str | None = None
+    scaffold: str | None = None  # the scaffold that opened it (drift is counted per scaffold)
     training: bool = False  # sampled for training: top_p = 1, no top_k, no penalties (see routes.common.training_params)
     token_budget: int | None = None  # output tokens the trajectory may sample in all; then its calls get a 409
     tokens_out: int = 0  # output tokens sampled so far
@@ -53,22 +55,26 @@ class GatewayState:
         tool_formats: dict[str, ToolFormat],
         *,
         pool: Any = None,
-        default_tool_format: str = "hermes",
+        default_tool_format: str | None = "hermes",  # None: the model's own (forge_cli.toolformats.native.ModelFormats)
+        reasoning_parsers: dict[str, ReasoningParser] | None = None,
+        model_type: str | None = None,
+        tool_parser: str | None = None,
+        reasoning_parser: str | None = None,
         model_name: str = "forge",
         auth: str = "loopback",
         admin_key: str | None = None,
         record_requests: bool = False,
         adhoc_timeout_s: float = 3600.0,
     ) -> None:
-        if default_tool_format not in tool_formats:
-            raise ForgeError(f"no tool format named {default_tool_format!r} (registered: {', '.join(sorted(tool_formats))})")
         if auth not in ("loopback", "strict"):
             raise ForgeError(f"auth must be 'loopback' or 'strict', not {auth!r}")
         self.engine = engine
         self.tokenizer = tokenizer
-        self.tool_formats = tool_formats
+        # the model's formats: default (native where its template takes tools), bound on first use
+        self.formats = ModelFormats(tokenizer, tool_formats, reasoning_parsers, model_type=model_type, tool_format=default_tool_format,
+                                    tool_parser=tool_parser, reasoning_parser=reasoning_parser)
+        self.default_tool_format = self.formats.default
         self.pool = pool
-        self.default_tool_format = default_tool_format
         self.model_name = model_name
         self.auth = auth
         self.admin_key = admin_key or "forge-admin-" + secrets.token_urlsafe(16)
@@ -92,8 +98,11 @@ class GatewayState:
         every completion is marked ``sampling.training = False``, which the trainer refuses."""
         task_id, scaffold, tool_format = request.task_id, request.scaffold, request.tool_format
         trajectory_id, training, token_budget = request.trajectory_id, request.training, request.token_budget
-        if tool_format is not None and tool_format not in self.tool_formats:
-            raise APIError(400, f"tool_format: no tool format named {tool_format!r} (registered: {', '.join(sorted(self.tool_formats))})", param="tool_format")
+        if tool_format is not None:
+            try:
+                await run_in_threadpool(self.formats.get, tool_format)  # binding a vLLM parser imports vLLM
+            except ForgeError as exc:
+                raise APIError(400, f"tool_format: {exc}", param="tool_format") from None
         if trajectory_id is None and self.pool is not None:
             group = await run_in_threadpool(lambda: self.pool.submit_group(task_id, 1, scaffold, timeout_s=self.adhoc_timeout_s))
             trajectory_id = group.trajectories[0].id
@@ -109,7 +118,7 @@ class GatewayState:
                 raise APIError(409, f"trajectory_id: trajectory {trajectory_id} is {status}; it can no longer record", param="trajectory_id")
         # the session id is a credential too (the /s/<session>/v1 URL): as long as a key
         session = Session(id=secrets.token_urlsafe(24), api_key=api_key or "forge-" + secrets.token_urlsafe(24),
-                          trajectory_id=trajectory_id, tool_format=tool_format, training=bool(training),
+                          trajectory_id=trajectory_id, tool_format=tool_format, scaffold=request.scaffold, training=bool(training),
                           token_budget=token_budget)
         self.sessions[session.id] = session
         self.by_key[session.api_key] = session.id
@@ -201,29 +210,41 @@ class GatewayState:
             raise APIError(409, f"this session's trajectory is {status}; it can no longer record", kind="invalid_request_error")
 
     def tool_format_for(self, session: Session) -> ToolFormat:
-        return self.tool_formats[session.tool_format or self.default_tool_format]
+        """The session's tool format, bound to the model (checked when the session was opened)."""
+        return self.formats.get(session.tool_format)
 
     # ---- prefix id reuse -------------------------------------------------------------------------
 
-    def reuse_ids(self, session: Session, text: str, ids: list[int]) -> list[int]:
-        """If ``text`` begins with an earlier completion's full text (its prompt and its output),
-        return that completion's exact ids followed by the encoding of the rest.
+    def reuse_ids(self, session: Session, text: str, ids: list[int], *, has_history: bool = True) -> tuple[list[int], PromptHistory]:
+        """The prompt's ids, and how they match what the session sampled before (token drift).
 
-        Re-tokenising a sampled answer can give other ids than were sampled; reusing them keeps
-        every turn of a conversation on one path of the trainer's prefix tree.
+        If ``text`` begins with an earlier completion's full text (its prompt and its output), the
+        prompt begins with that completion's exact ids: as rendered (``exact``), or, where
+        re-tokenising the sampled answer gave other ids, with the sampled ids put back and the rest
+        encoded (``reused``; never at the cost of exactness: the ids must decode to ``text``). Else,
+        when the request holds earlier turns (``has_history``), the rendering diverged from what was
+        sampled (``drifted``: a template that drops earlier thinking, a history the agent edited),
+        ``at`` the first position whose id differs from the closest earlier completion's; the prompt
+        then starts a new branch of the trajectory's prefix tree, trained exactly as any other.
         """
+        family = self.formats.family
+        if not session.history or not has_history:
+            return ids, PromptHistory("first", family=family)
         best: tuple[str, list[int]] | None = None
         for prior_text, prior_ids in session.history:
             if len(prior_text) < len(text) and text.startswith(prior_text) and (best is None or len(prior_text) > len(best[0])):
                 best = (prior_text, prior_ids)
-        if best is None:
-            return ids
-        candidate = best[1] + self.tokenizer.encode(text[len(best[0]):], add_special_tokens=False)
-        if self.tokenizer.decode(candidate) != text:  # never trade exactness for sharing
-            return ids
-        session.reused += 1
-        self.metrics.prefix_reuse.inc()
-        return candidate
+        if best is not None:
+            prior_ids = best[1]
+            if ids[: len(prior_ids)] == prior_ids:
+                return ids, PromptHistory("exact", family=family)
+            candidate = prior_ids + self.tokenizer.encode(text[len(best[0]):], add_special_tokens=False)
+            if self.tokenizer.decode(candidate) == text:
+                session.reused += 1
+                self.metrics.prefix_reuse.inc()
+                return candidate, PromptHistory("reused", family=family)
+        at = max(_common_prefix(ids, prior_ids) for _, prior_ids in session.history)
+        return ids, PromptHistory("drifted", at=at, family=family)
 
     def remember(self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], max_entries: int = 64) -> None:
         for out in outputs:
@@ -236,7 +257,7 @@ class GatewayState:
     async def record(
         self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], *, sampling: Sampling,
         started_at: float, tool_format: str, parse_errors: list[list[dict[str, Any]]], request: dict[str, Any] | None,
-        agent: str | None = None,
+        agent: str | None = None, tool_calls: list[list[dict[str, Any]]] | None = None, history: PromptHistory | None = None,
     ) -> None:
         """Append each output as one completion of the session's trajectory (``agent``: which of the
         trajectory's agents made the call, from the ``x-forge-agent`` header)."""
@@ -246,15 +267,24 @@ class GatewayState:
             return
         finished = time.time()
 
-        for out, errors in zip(outputs, parse_errors):
+        calls_of = tool_calls or [None] * len(outputs)
+        for out, errors, calls in zip(outputs, parse_errors, calls_of):
             try:
                 await run_in_threadpool(
-                lambda o=out, e=errors: self.pool.append_completion(NewCompletion(
+                lambda o=out, e=errors, k=calls: self.pool.append_completion(NewCompletion(
                     session.trajectory_id, prompt_ids=prompt_ids, output_ids=o.output_ids, output_logprobs=o.logprobs,
                     policy_version=o.policy_version, sampling=sampling, finish_reason=o.finish_reason,
                     started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=e,
-                    request=request if self.record_requests else None, agent=agent,
+                    request=request if self.record_requests else None, agent=agent, tool_calls=k, history=history,
                 ))
                 )
             except ForgeError as exc:  # e.g. the group timed out while this call was generating
                 raise APIError(409, f"the call could not be recorded: {exc}") from None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

@@ -23,7 +23,7 @@ from forge_cli.pool.schema import (
     unpack_floats,
     unpack_ints,
 )
-from forge_cli.pool.types import Completion, Event, Group, GroupStatus, Sampling, Trajectory, TrajectoryStatus
+from forge_cli.pool.types import Completion, Event, Group, GroupStatus, PromptHistory, Sampling, Trajectory, TrajectoryStatus
 
 
 class PoolReads:
@@ -54,7 +54,9 @@ class PoolReads:
                 r[0], r[1], r[2], unpack_ints(r[3]), unpack_ints(r[4]), unpack_floats(r[5]), r[6],
                 Sampling.from_dict(json.loads(r[7])),
                 r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None, r[14],
-                r[15], r[16], r[17], json.loads(r[18]) if r[18] is not None else {},
+                r[17], r[18], r[19], json.loads(r[20]) if r[20] is not None else {},
+                tool_calls=json.loads(r[15]) if r[15] is not None else None,
+                history=PromptHistory.from_dict(json.loads(r[16])) if r[16] is not None else None,
             )
             for r in cur.all(
                 f"SELECT {COMPLETION_COLS}, {COMPLETION_REWARD_COLS} FROM completions WHERE trajectory_id = ? ORDER BY seq",

@@ -15,7 +15,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -70,6 +70,8 @@ CREATE TABLE IF NOT EXISTS completions (
     parse_errors TEXT NOT NULL,
     request TEXT,
     agent TEXT,
+    tool_calls TEXT,
+    history TEXT,
     reward {real},
     reward_to_go {real},
     advantage {real},
@@ -109,12 +111,19 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE completions ADD COLUMN advantage {real}",
         "ALTER TABLE completions ADD COLUMN reward_components TEXT",
     ],
+    # 3 → 4: the tool calls the gateway parsed from a completion (JSON; what the agent was told it
+    # called, which the process reward judges), and how its prompt's history matched what was
+    # sampled before (JSON PromptHistory: exact, reused or drifted, and where)
+    3: [
+        "ALTER TABLE completions ADD COLUMN tool_calls TEXT",
+        "ALTER TABLE completions ADD COLUMN history TEXT",
+    ],
 }
 
 # the columns a record is read (and, for groups and completions, written) with
 COMPLETION_COLS = (
     "id, trajectory_id, seq, prompt_ids, output_ids, output_logprobs, policy_version, sampling, "
-    "finish_reason, started_at, finished_at, tool_format, parse_errors, request, agent"
+    "finish_reason, started_at, finished_at, tool_format, parse_errors, request, agent, tool_calls, history"
 )
 # the per-completion reward columns, read after COMPLETION_COLS
 COMPLETION_REWARD_COLS = "reward, reward_to_go, advantage, reward_components"

@@ -376,6 +376,8 @@ class DataPool(PoolReads):
             sampling_json = json.dumps(c.sampling.as_dict())
             errors_json = json.dumps(c.parse_errors or [])
             request_json = json.dumps(c.request) if c.request is not None else None
+            calls_json = json.dumps(c.tool_calls) if c.tool_calls is not None else None
+            history_json = json.dumps(c.history.as_dict()) if c.history is not None else None
         except (TypeError, ValueError) as exc:
             raise ForgeError(f"completion metadata is not JSON-serialisable: {exc}") from None
         with self._tx() as cur:
@@ -392,17 +394,18 @@ class DataPool(PoolReads):
             seq = int(row[0])
             cur.execute(
                 f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     cid, c.trajectory_id, seq, pack_ints(prompt_ids), pack_ints(output_ids), pack_floats(list(logprobs)),
                     c.policy_version, sampling_json, c.finish_reason, started_at, finished_at, c.tool_format, errors_json,
-                    request_json, c.agent, len(prompt_ids), len(output_ids),
+                    request_json, c.agent, calls_json, history_json, len(prompt_ids), len(output_ids),
                 ),
             )
         stored = unpack_floats(pack_floats(list(logprobs)))
         return Completion(
             cid, c.trajectory_id, seq, prompt_ids, output_ids, stored, c.policy_version, c.sampling, c.finish_reason,
             started_at, finished_at, c.tool_format, c.parse_errors or [], c.request, c.agent,
+            tool_calls=c.tool_calls, history=c.history,
         )
 
     def append_events(self, trajectory_id: str, events: list[Event | dict[str, Any]]) -> None:

@@ -84,6 +84,33 @@ class Sampling:
         return cls(**values)
 
 
+HISTORY_KINDS = ("first", "exact", "reused", "drifted")
+
+
+@dataclass(frozen=True)
+class PromptHistory:
+    """How a completion's prompt matched what its trajectory sampled before (token drift).
+
+    ``kind``: ``first`` (no earlier completion of the session to match), ``exact`` (the prompt's
+    rendered ids begin with an earlier completion's prompt and output ids), ``reused`` (its text
+    begins with an earlier completion's text but re-tokenising gave other ids: the sampled ids were
+    reused), ``drifted`` (the rendering differs from what was sampled — a template that drops
+    earlier thinking, a history the agent edited: the completion starts a new branch of the
+    trajectory's prefix tree). ``at``: for ``drifted``, the first prompt position whose id differs
+    from the closest earlier completion's ids. ``family``: the model family (config.json's model_type)."""
+
+    kind: str
+    at: int | None = None
+    family: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "at": self.at, "family": self.family}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PromptHistory":
+        return cls(str(data.get("kind", "first")), data.get("at"), data.get("family"))
+
+
 @dataclass(frozen=True)
 class NewCompletion:
     """One LLM call to record (:meth:`DataPool.append_completion`): a :class:`Completion` before the
@@ -103,6 +130,8 @@ class NewCompletion:
     parse_errors: list[dict[str, Any]] = field(default_factory=list)
     request: dict[str, Any] | None = None
     agent: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    history: PromptHistory | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +144,8 @@ class Completion:
     request's agent header), None when not told. ``reward`` (the reward credited to this call),
     ``reward_to_go`` (its discounted return) and ``advantage`` (group-normalised) stay None until
     the group's rewards are written (:meth:`DataPool.set_completion_rewards`);
-    ``reward_components`` are the named parts of ``reward``.
+    ``reward_components`` are the named parts of ``reward``. ``tool_calls`` are the calls the gateway
+    parsed and returned; ``history`` how the prompt matched earlier samples (:class:`PromptHistory`).
     """
 
     id: str
@@ -137,6 +167,10 @@ class Completion:
     reward_to_go: float | None = None
     advantage: float | None = None
     reward_components: dict[str, float] = field(default_factory=dict)
+    # the calls the gateway parsed ({"name", "arguments"} each; None: not recorded, an older pool)
+    # and how the prompt's history matched what was sampled (None: not recorded)
+    tool_calls: list[dict[str, Any]] | None = None
+    history: PromptHistory | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from forge_cli.configs.rewards import RewardsConfig
 from forge_cli.plugins import get_registry
-from forge_cli.specs import RewardValue
+from forge_cli.specs import RewardValue, ToolCall
 
 if TYPE_CHECKING:  # registering the built-in components imports no pool
     from forge_cli.pool.types import Completion, Trajectory
@@ -182,18 +182,25 @@ def process_penalties(
         return counts
     content = text
     schemas = offered_tools(completion, tools)
-    if parse is not None and completion.tool_format and schemas:
-        parsed = parse(completion.tool_format, text)
+    parsed = parse(completion.tool_format, text) if parse is not None and completion.tool_format and schemas else None
+    if parsed is not None:
         content = parsed.content
+    # the calls the gateway parsed and returned (recorded since pool schema 4), else parsed again
+    calls = ([ToolCall(c["name"], c["arguments"]) for c in completion.tool_calls] if completion.tool_calls is not None
+             else parsed.calls if parsed is not None else [])
+    if schemas:
         counts["invalid_arguments"] = float(sum(
-            1 for call in parsed.calls if call.name in schemas and schema_errors(_arguments(call), schemas[call.name])
+            1 for call in calls if call.name in schemas and schema_errors(_arguments(call), schemas[call.name])
         ))
     counts["language_mixing"] = language_mixing(content, settings.process.min_words)
     return counts
 
 
 def _registry_parse(tool_format: str, text: str) -> Any:
-    return get_registry().tool_format(tool_format).parse(text)
+    """The text parsed again by its format: None for one that reads a model's tokens (bound by the
+    gateway to its tokenizer: native, vLLM's parsers), whose calls the completion records."""
+    fmt = get_registry().tool_format(tool_format)
+    return fmt.parse(text) if fmt.rendering == "text" else None
 
 
 def process_reward(

@@ -1,4 +1,4 @@
-"""Formats whose calls are JSON objects: Hermes, Llama-3, Mistral, DeepSeek, Kimi-K2, ReAct, fenced JSON."""
+"""Formats whose calls are JSON objects: Hermes, ReAct, fenced JSON."""
 
 from __future__ import annotations
 
@@ -86,67 +86,6 @@ class HermesUnlistedFormat(HermesFormat):
         return ""
 
 
-class DeepSeekFormat(_Delimited):
-    """DeepSeek-V3: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME`` + a fenced JSON block."""
-
-    markers = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>")
-    name = "deepseek"
-    description = "DeepSeek-V3: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json {...}```<｜tool▁call▁end｜>…"
-    open, close = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
-    instructions = "To call a function write <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGUMENTS\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
-
-    def body(self, call: ToolCall) -> str:
-        return f"{call.name}\n```json\n{dumps(call.arguments).replace('`', chr(92) + 'u0060')}\n```"
-
-    def read(self, body: str) -> ToolCall:
-        name, sep, rest = body.partition("\n")
-        rest = rest.strip()
-        if not sep or not name.strip():
-            raise ValueError("missing the function name line")
-        if not (rest.startswith("```json") and rest.endswith("```")):
-            raise ValueError("arguments must be a ```json fenced block")
-        args = decode_json(rest[len("```json") : -3].strip())
-        if not isinstance(args, (dict, str)):
-            raise ValueError("arguments must be a JSON object")
-        return ToolCall(name=name.strip(), arguments=args)
-
-    def format_calls(self, calls: list[ToolCall]) -> str:
-        return "<｜tool▁calls▁begin｜>" + "".join(f"{self.open}{self.body(c)}{self.close}" for c in calls) + "<｜tool▁calls▁end｜>"
-
-    def parse(self, text: str) -> ParsedOutput:
-        out = super().parse(text.replace("<｜tool▁calls▁begin｜>", "").replace("<｜tool▁calls▁end｜>", ""))
-        return out
-
-
-class KimiK2Format(_Delimited):
-    """Kimi-K2: ``<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{…}<|tool_call_end|>``."""
-
-    markers = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>")
-    name = "kimi-k2"
-    description = "Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>…"
-    open, close = "<|tool_call_begin|>", "<|tool_call_end|>"
-    instructions = "To call a function write <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>ARGUMENTS_JSON<|tool_call_end|><|tool_calls_section_end|>"
-
-    def format_calls(self, calls: list[ToolCall]) -> str:
-        inner = "".join(
-            f"{self.open}functions.{c.name}:{i}<|tool_call_argument_begin|>{dumps(c.arguments)}{self.close}" for i, c in enumerate(calls)
-        )
-        return f"<|tool_calls_section_begin|>{inner}<|tool_calls_section_end|>"
-
-    def read(self, body: str) -> ToolCall:
-        head, sep, args = body.partition("<|tool_call_argument_begin|>")
-        match = re.fullmatch(r"(?:functions\.)?(.+?)(?::\d+)?", head.strip())
-        if not sep or not match:
-            raise ValueError("expected functions.NAME:INDEX<|tool_call_argument_begin|>ARGUMENTS")
-        value = decode_json(args)
-        if not isinstance(value, (dict, str)):
-            raise ValueError("arguments must be a JSON object")
-        return ToolCall(name=match.group(1), arguments=value)
-
-    def parse(self, text: str) -> ParsedOutput:
-        return super().parse(text.replace("<|tool_calls_section_begin|>", "").replace("<|tool_calls_section_end|>", ""))
-
-
 class FencedJsonFormat(_Delimited):
     """A fenced block: ```` ```json {"name": …, "arguments": {…}} ``` ````."""
 
@@ -165,78 +104,6 @@ class FencedJsonFormat(_Delimited):
         if not (isinstance(obj, dict) and "name" in obj and ("arguments" in obj or "parameters" in obj)):
             raise ValueError('a call block needs "name" and "arguments"')
         return call_from_obj(obj)
-
-
-class Llama3JsonFormat(ToolFormat):
-    """Llama 3.1/3.2 JSON calls: ``{"name": …, "parameters": {…}}``, one per line."""
-
-    markers = ("{", "<|python_tag|>")
-    name = "llama3-json"
-    description = 'Llama-3.1 JSON: {"name": ..., "parameters": {...}} on a line of its own (optionally after <|python_tag|>).'
-
-    def render_tools(self, tools: list[dict[str, Any]]) -> str:
-        return (
-            "Given the following functions, please respond with a JSON for a function call with its proper arguments "
-            'that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": '
-            "dictionary of argument name and its value}. Do not use variables.\n\n" + _tool_list(tools)
-        )
-
-    def format_calls(self, calls: list[ToolCall]) -> str:
-        return "\n".join(dumps({"name": c.name, "parameters": c.arguments}) for c in calls)
-
-    def parse(self, text: str) -> ParsedOutput:
-        # the tag opens a call at the start of a line; inside a call's JSON it is data (a string
-        # argument may hold it) and stays
-        body = re.sub(r"(?m)^([ \t]*)<\|python_tag\|>", r"\1", text)
-        calls: list[ToolCall] = []
-        errors: list[ParseError] = []
-        pieces: list[str] = []
-        pos = 0
-        for match in re.finditer(r'(?m)^[ \t]*\{\s*"name"', body):
-            if match.start() < pos:
-                continue
-            start = body.index("{", match.start())
-            try:
-                obj, end = _DECODER.raw_decode(body, start)
-                calls.append(call_from_obj(obj, ("parameters", "arguments")))
-                pieces.append(body[pos : match.start()])
-                pos = end
-            except ValueError as exc:
-                line_end = body.find("\n", start)
-                stop = len(body) if line_end == -1 else line_end
-                errors.append(ParseError(text=body[start:stop], reason=str(exc)))
-                pieces.append(body[pos : match.start()])
-                pos = stop
-        pieces.append(body[pos:])
-        return ParsedOutput(content="".join(pieces).strip(), calls=calls, errors=errors)
-
-
-class MistralFormat(ToolFormat):
-    """Mistral: ``[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`` after any text."""
-
-    markers = ("[TOOL_CALLS]",)
-    name = "mistral"
-    description = 'Mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]; tools listed in [AVAILABLE_TOOLS].'
-
-    def render_tools(self, tools: list[dict[str, Any]]) -> str:
-        return f"[AVAILABLE_TOOLS]{json.dumps(tools, ensure_ascii=False)}[/AVAILABLE_TOOLS]\nTo call tools write [TOOL_CALLS] followed by a JSON list of {{\"name\": ..., \"arguments\": {{...}}}}."
-
-    def format_calls(self, calls: list[ToolCall]) -> str:
-        return "[TOOL_CALLS]" + dumps([{"name": c.name, "arguments": c.arguments} for c in calls])
-
-    def parse(self, text: str) -> ParsedOutput:
-        marker = text.find("[TOOL_CALLS]")
-        if marker == -1:
-            return ParsedOutput(content=text.strip(), calls=[])
-        content = text[:marker]
-        rest = text[marker + len("[TOOL_CALLS]") :].lstrip()
-        try:
-            value, end = _DECODER.raw_decode(rest)
-            items = value if isinstance(value, list) else [value]
-            calls = [call_from_obj(item) for item in items]
-        except ValueError as exc:
-            return ParsedOutput(content=content.strip(), calls=[], errors=[ParseError(text=text[marker:], reason=str(exc))])
-        return ParsedOutput(content=(content + rest[end:]).strip(), calls=calls)
 
 
 class ReActFormat(ToolFormat):

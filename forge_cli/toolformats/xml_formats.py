@@ -1,5 +1,6 @@
-"""Formats whose calls are markup with one element per argument: Qwen3-Coder, MiniMax-M2, GLM-4.5,
-and plain XML tags. Argument values are written as text; non-strings (and strings that would
+"""Formats whose calls are markup with one element per argument: plain XML tags (the families'
+markup formats, Qwen3-Coder, MiniMax-M2, GLM-4.5, are vLLM's parsers: forge_cli.toolformats.vllm_parsers).
+Argument values are written as text; non-strings (and strings that would
 read back as something else) as JSON — see :func:`~forge_cli.toolformats.common.encode_value`."""
 
 from __future__ import annotations
@@ -78,65 +79,6 @@ class _Markup(ToolFormat):
 
     def unclosed_markers(self) -> tuple[str, ...]:
         return ()
-
-
-class Qwen3CoderFormat(_Markup):
-    markers = ("<tool_call>",)
-    name = "qwen3-coder"
-    description = "Qwen3-Coder XML: <tool_call><function=NAME><parameter=ARG>value</parameter></function></tool_call>."
-    example = "<tool_call>\n<function=NAME>\n<parameter=ARG>\nvalue\n</parameter>\n</function>\n</tool_call>"
-    block = re.compile(rf"<tool_call>\s*<function=(?P<name>{NAME})>(?P<body>.*?)</function>\s*</tool_call>", re.DOTALL)
-    arg = re.compile(r"<parameter=(?P<key>[^>\n]+)>\n?(?P<value>.*?)\n?</parameter>", re.DOTALL)
-
-    def wrap(self, name: str, args: str) -> str:
-        return f"<tool_call>\n<function={name}>\n{args}</function>\n</tool_call>"
-
-    def one_arg(self, key: str, value: str) -> str:
-        return f"<parameter={key}>\n{value}\n</parameter>\n"
-
-    def unclosed_markers(self) -> tuple[str, ...]:
-        return ("<tool_call>",)
-
-
-class MiniMaxXmlFormat(_Markup):
-    markers = ("<minimax:tool_call>", "<invoke")
-    name = "minimax-xml"
-    description = 'MiniMax-M2: <minimax:tool_call><invoke name="NAME"><parameter name="ARG">value</parameter></invoke></minimax:tool_call>.'
-    example = '<minimax:tool_call>\n<invoke name="NAME">\n<parameter name="ARG">value</parameter>\n</invoke>\n</minimax:tool_call>'
-    block = re.compile(rf'<invoke name="(?P<name>{NAME})">(?P<body>.*?)</invoke>', re.DOTALL)
-    arg = re.compile(r'<parameter name="(?P<key>[^"\n]+)">(?P<value>.*?)</parameter>', re.DOTALL)
-
-    def wrap(self, name: str, args: str) -> str:
-        return f'<invoke name="{name}">\n{args}</invoke>'
-
-    def one_arg(self, key: str, value: str) -> str:
-        return f'<parameter name="{key}">{value}</parameter>\n'
-
-    def format_calls(self, calls: list[ToolCall]) -> str:
-        return f"<minimax:tool_call>\n{super().format_calls(calls)}\n</minimax:tool_call>"
-
-    def parse(self, text: str) -> ParsedOutput:
-        out = super().parse(text)
-        content = re.sub(r"</?minimax:tool_call>", "", out.content).strip()
-        return ParsedOutput(content=content, calls=out.calls, errors=out.errors)
-
-
-class GlmFormat(_Markup):
-    markers = ("<tool_call>",)
-    name = "glm"
-    description = "GLM-4.5: <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>."
-    example = "<tool_call>NAME\n<arg_key>ARG</arg_key>\n<arg_value>value</arg_value>\n</tool_call>"
-    block = re.compile(rf"<tool_call>(?P<name>{NAME})\s*(?P<body>.*?)</tool_call>", re.DOTALL)
-    arg = re.compile(r"<arg_key>(?P<key>[^<\n]+)</arg_key>\s*<arg_value>(?P<value>.*?)</arg_value>", re.DOTALL)
-
-    def wrap(self, name: str, args: str) -> str:
-        return f"<tool_call>{name}\n{args}</tool_call>"
-
-    def one_arg(self, key: str, value: str) -> str:
-        return f"<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n"
-
-    def unclosed_markers(self) -> tuple[str, ...]:
-        return ("<tool_call>",)
 
 
 class XmlTagsFormat(_Markup):

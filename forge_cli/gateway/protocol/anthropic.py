@@ -20,6 +20,8 @@ class Block(LooseModel):
     tool_use_id: Optional[str] = None
     content: Union[str, list["Block"], None] = None
     is_error: Optional[Bool] = None
+    thinking: Optional[str] = None  # a thinking block's text, sent back in an assistant turn
+    signature: Optional[str] = None
 
 
 class Message(LooseModel):

@@ -33,6 +33,8 @@ class ChatMessage(LooseModel):
     name: Optional[str] = None
     tool_calls: Optional[list[ToolCallIn]] = None
     tool_call_id: Optional[str] = None
+    reasoning_content: Optional[str] = None  # an assistant turn's thinking, sent back (vLLM's, DeepSeek's name)
+    reasoning: Optional[str] = None  # the same, by OpenRouter's and newer vLLM's name
 
 
 class FunctionDef(LooseModel):

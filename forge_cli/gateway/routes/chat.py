@@ -83,18 +83,22 @@ def to_turns(messages: list[ChatMessage]) -> list[Turn]:
             calls.append(ToolCall(name=tc.function.name, arguments=args, id=tc.id))
         if calls and role != "assistant":
             raise APIError(400, f"messages[{i}]: only assistant messages carry tool_calls", param=f"messages[{i}]")
-        turns.append(Turn(role=role, content=content_text(m, i), tool_calls=calls, name=m.name))
+        turns.append(Turn(role=role, content=content_text(m, i), tool_calls=calls, name=m.name, tool_call_id=m.tool_call_id,
+                          reasoning=(m.reasoning_content or m.reasoning or "") if role == "assistant" else ""))
     return turns
 
 
 def _message(parsed: Any) -> ChatCompletionMessage:
+    """The assistant message; its thinking as ``reasoning_content`` (vLLM's and DeepSeek's field, an
+    extra the SDK keeps) when the model's reasoning parser split some off."""
     content = parsed.content if (parsed.content or not parsed.calls) else None
+    extra: dict[str, Any] = {"reasoning_content": parsed.reasoning} if parsed.reasoning else {}
     if not parsed.calls:
-        return ChatCompletionMessage(role="assistant", content=content)
+        return ChatCompletionMessage(role="assistant", content=content, **extra)
     calls = [ChatCompletionMessageFunctionToolCall(id=f"call_{secrets.token_hex(8)}", type="function",
                                                    function=Function(name=c.name, arguments=arguments_json(c)))
              for c in parsed.calls]
-    return ChatCompletionMessage(role="assistant", content=content, tool_calls=calls)
+    return ChatCompletionMessage(role="assistant", content=content, tool_calls=calls, **extra)
 
 
 def _logprobs(state: Any, output: Any) -> list[ChatCompletionTokenLogprob]:
@@ -201,6 +205,8 @@ async def _live(state: Any, request: Request, prepared: Any, cid: str, created: 
     async for kind, value in stream(request, prepared):
         if kind == "text":
             yield chunk(0, _delta(content=value))
+        elif kind == "reasoning":
+            yield chunk(0, _delta(reasoning_content=value))
         else:
             gen = value
     out, parsed = gen.outputs[0], gen.parsed[0]
@@ -218,6 +224,9 @@ def _stream(state: Any, gen: Generated, cid: str, created: int, req: ChatComplet
 
     for i, (out, parsed) in enumerate(zip(gen.outputs, gen.parsed)):
         yield chunk(i, _delta(role="assistant", content=""))
+        if parsed.reasoning:
+            for piece in _pieces(parsed.reasoning):
+                yield chunk(i, _delta(reasoning_content=piece))
         if parsed.content:
             for piece in _pieces(parsed.content):
                 yield chunk(i, _delta(content=piece))

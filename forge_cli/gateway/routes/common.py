@@ -39,7 +39,7 @@ from forge_cli.gateway.middleware import drain
 from forge_cli.gateway.render import Rendered, Tool, Turn, check_fits, parse_output, render_prompt
 from forge_cli.gateway.state import GatewayState, Session
 from forge_cli.gateway.streaming import ContentStream
-from forge_cli.pool.types import Sampling
+from forge_cli.pool.types import PromptHistory, Sampling
 from forge_cli.specs import ParsedOutput
 
 DEFAULT_MAX_TOKENS = 1024
@@ -161,6 +161,7 @@ class Prepared:
     raw: dict[str, Any] | None
     output_format: dict[str, Any] | None = None
     agent: str | None = None
+    history: PromptHistory | None = None  # how the prompt matched what the session sampled before
 
 
 @dataclass
@@ -211,11 +212,15 @@ async def prepare(
             params = replace(params, max_tokens=left)
     fmt = state.tool_format_for(session)
 
+    history: PromptHistory | None = None
+
     def render() -> Rendered:  # in a worker thread: slow on long prompts
+        nonlocal history
         if prompt is None:
             rendered = render_prompt(tok, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool,
                                      max_len=engine.max_model_len)
-            rendered.prompt_ids = state.reuse_ids(session, rendered.text, rendered.prompt_ids)
+            rendered.prompt_ids, history = state.reuse_ids(session, rendered.text, rendered.prompt_ids,
+                                                           has_history=any(t.role == "assistant" for t in turns))
             return rendered
         if isinstance(prompt, str):
             check_fits(tok, prompt, engine.max_model_len, "prompt")
@@ -225,7 +230,13 @@ async def prepare(
 
     rendered = await run_in_threadpool(render)
     params = _check(engine, rendered.prompt_ids, params)
-    return Prepared(session, fmt, rendered, params, tools, turns, raw, output_format, agent)
+    return Prepared(session, fmt, rendered, params, tools, turns, raw, output_format, agent, history)
+
+
+def parser_name(fmt: Any) -> str:
+    """The name of what parsed a format's calls: ``native``'s parser, else the format itself."""
+    parser = getattr(fmt, "parser", None)
+    return f"{fmt.name}:{parser.name}" if parser is not None else fmt.name
 
 
 def _check(engine: Any, prompt_ids: list[int], params: SamplingParams) -> SamplingParams:
@@ -257,10 +268,13 @@ def _context(p: Prepared) -> dict[str, Any]:
 async def _finish(request: Request, p: Prepared, outputs: list[GenerationOutput], started: float) -> Generated:
     """Parse, count and remember what the engine produced (recording is :func:`commit`)."""
     state = state_of(request)
-    parsed = [parse_output(state.tokenizer, o.output_ids, o.stop_reason, p.fmt, p.tools) for o in outputs]
+    reasoning = state.formats.reasoning()
+    parsed = [parse_output(state.tokenizer, o.output_ids, o.stop_reason, p.fmt, p.tools, reasoning) for o in outputs]
     state.metrics.tokens.labels("prompt").inc(len(p.rendered.prompt_ids))
     state.metrics.tokens.labels("output").inc(sum(len(o.output_ids) for o in outputs))
-    state.metrics.parse_errors.inc(sum(len(x.errors) for x in parsed))
+    state.metrics.parse_errors.labels(parser_name(p.fmt)).inc(sum(len(x.errors) for x in parsed))
+    if reasoning is not None:
+        state.metrics.reasoning.labels(reasoning.name).inc(sum(1 for x in parsed if x.reasoning))
     await run_in_threadpool(state.remember, p.session, p.rendered.prompt_ids, outputs)  # decodes the whole prompt
     return Generated(p.rendered.prompt_ids, outputs, parsed, p.session, p, started)
 
@@ -271,8 +285,13 @@ async def commit(request: Request, gen: Generated) -> None:
     assert p is not None
     sampling = sampling_record(p.params, training=p.session.training, raw=p.raw, output_format=p.output_format)
     errors = [[{"text": e.text, "reason": e.reason} for e in x.errors] for x in gen.parsed]
-    await state_of(request).record(p.session, p.rendered.prompt_ids, gen.outputs, sampling=sampling, started_at=gen.started,
-                                   tool_format=p.fmt.name, parse_errors=errors, request=p.raw, agent=p.agent)
+    calls = [[{"name": c.name, "arguments": c.arguments} for c in x.calls] for x in gen.parsed]
+    state = state_of(request)
+    await state.record(p.session, p.rendered.prompt_ids, gen.outputs, sampling=sampling, started_at=gen.started,
+                       tool_format=p.fmt.name, parse_errors=errors, request=p.raw, agent=p.agent, tool_calls=calls,
+                       history=p.history)
+    if p.history is not None:
+        state.metrics.history.labels(p.history.kind, p.session.scaffold or "external", p.fmt.name, state.formats.family).inc()
 
 
 async def generate(request: Request, turns: list[Turn], tools: list[Tool], params: SamplingParams, **kw: Any) -> Generated:
@@ -287,21 +306,28 @@ async def generate(request: Request, turns: list[Turn], tools: list[Tool], param
 
 
 async def stream(request: Request, p: Prepared) -> AsyncIterator[tuple[str, Any]]:
-    """Generate one sample as it is made: ``("text", piece)`` events of safe content, then
+    """Generate one sample as it is made: ``("reasoning", piece)`` events of thinking (with a
+    reasoning parser) and ``("text", piece)`` events of safe content, then
     ``("done", Generated)`` (already recorded), whose parsed content equals everything streamed
     plus what :meth:`ContentStream.rest` adds (sent as a last text event before ``done``)."""
     state = state_of(request)
-    content = ContentStream(state.tokenizer, p.fmt if p.tools else None, p.params.stop)
+    content = ContentStream(state.tokenizer, p.fmt if p.tools else None, p.params.stop, state.formats.reasoning())
     started = time.time()
     final = None
     async for item in state.engine.generate_stream(p.rendered.prompt_ids, p.params, context=_context(p)):
         if isinstance(item, GenerationOutput):
             final = item
-        elif piece := content.feed(item):
+            continue
+        thinking, piece = content.feed_parts(item)
+        if thinking:
+            yield "reasoning", thinking
+        if piece:
             yield "text", piece
     assert final is not None
     gen = await _finish(request, p, [final], started)
     await commit(request, gen)
+    if rest := content.rest_reasoning(gen.parsed[0].reasoning):
+        yield "reasoning", rest
     if rest := content.rest(gen.parsed[0].content):
         yield "text", rest
     yield "done", gen

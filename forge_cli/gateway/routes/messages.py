@@ -13,7 +13,8 @@ from typing import Any, AsyncIterator
 
 from anthropic.types import (InputJSONDelta, Message, MessageDeltaUsage, MessageTokensCount, RawContentBlockDeltaEvent,
                              RawContentBlockStartEvent, RawContentBlockStopEvent, RawMessageDeltaEvent, RawMessageStartEvent,
-                             RawMessageStopEvent, TextBlock, TextDelta, ToolUseBlock, Usage)
+                             RawMessageStopEvent, SignatureDelta, TextBlock, TextDelta, ThinkingBlock, ThinkingDelta,
+                             ToolUseBlock, Usage)
 from anthropic.types.raw_message_delta_event import Delta
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -51,13 +52,14 @@ def to_turns(req: CountTokensRequest) -> list[Turn]:
     turns: list[Turn] = []
     if req.system:
         turns.append(Turn("system", _text(req.system, "system")))
+    names: dict[str, str] = {}  # tool_use id -> tool name: a tool result names its tool for the template
     for i, m in enumerate(req.messages):
         where = f"messages[{i}].content"
         if isinstance(m.content, str):
             turns.append(Turn(m.role, m.content))
             continue
         if m.role == "assistant":
-            text, calls = [], []
+            text, calls, thinking = [], [], []
             for j, b in enumerate(m.content):
                 if b.type == "text":
                     text.append(b.text or "")
@@ -65,16 +67,21 @@ def to_turns(req: CountTokensRequest) -> list[Turn]:
                     if not b.name:
                         raise APIError(400, f"{where}[{j}]: tool_use needs a name", param=where)
                     calls.append(ToolCall(name=b.name, arguments=b.input if isinstance(b.input, (dict, str)) else {}, id=b.id))
-                elif b.type not in ("thinking", "redacted_thinking"):
+                    if b.id:
+                        names[b.id] = b.name
+                elif b.type == "thinking":
+                    thinking.append(b.thinking or "")  # rendered as the template renders thinking
+                elif b.type != "redacted_thinking":
                     raise APIError(400, f"{where}[{j}]: content block type {b.type!r} is not supported in assistant turns", param=where)
-            turns.append(Turn("assistant", "".join(text), calls))
+            turns.append(Turn("assistant", "".join(text), calls, reasoning="".join(thinking)))
             continue
         # user (or system) turns: tool results first (they answer the previous turn), then text
         text_blocks: list[Block] = []
         for j, b in enumerate(m.content):
             if b.type == "tool_result":
                 result = _text(b.content, f"{where}[{j}].content")
-                turns.append(Turn("tool", f"[error] {result}" if b.is_error else result))
+                turns.append(Turn("tool", f"[error] {result}" if b.is_error else result, name=names.get(b.tool_use_id or ""),
+                                  tool_call_id=b.tool_use_id))
             else:
                 text_blocks.append(b)
         if text_blocks:
@@ -91,10 +98,13 @@ def to_tools(req: CountTokensRequest) -> list[Tool]:
     return tools
 
 
-def _blocks(parsed: Any) -> list[TextBlock | ToolUseBlock]:
-    """The answer's content: its text (an empty answer is one empty text block), then one block per
-    tool call, whose ``input`` is an object (arguments that are not one are ``{"input": …}``)."""
-    blocks: list[TextBlock | ToolUseBlock] = []
+def _blocks(parsed: Any) -> list[ThinkingBlock | TextBlock | ToolUseBlock]:
+    """The answer's content: its thinking (when the reasoning parser split some off; no signature:
+    it is sent back as it came), its text (an empty answer is one empty text block), then one block
+    per tool call, whose ``input`` is an object (arguments that are not one are ``{"input": …}``)."""
+    blocks: list[ThinkingBlock | TextBlock | ToolUseBlock] = []
+    if parsed.reasoning:
+        blocks.append(ThinkingBlock(type="thinking", thinking=parsed.reasoning, signature=""))
     if parsed.content or not parsed.calls:
         blocks.append(TextBlock(type="text", text=parsed.content))
     for call in parsed.calls:
@@ -172,23 +182,43 @@ async def _live(request: Request, prepared: Any, model: str) -> AsyncIterator[st
     start = Message(id=f"msg_{secrets.token_hex(12)}", type="message", role="assistant", model=model, content=[], stop_reason=None,
                     stop_sequence=None, usage=_usage(len(prepared.rendered.prompt_ids), 0))
     yield _event(RawMessageStartEvent(type="message_start", message=start))
-    text_start = RawContentBlockStartEvent(type="content_block_start", index=0, content_block=TextBlock(type="text", text=""))
-    index, text_open, gen = 0, False, None
+    index, open_kind, gen = 0, None, None  # the block being streamed: "thinking", "text" or None
+
+    def start(kind: str) -> Any:
+        block = ThinkingBlock(type="thinking", thinking="", signature="") if kind == "thinking" else TextBlock(type="text", text="")
+        return _event(RawContentBlockStartEvent(type="content_block_start", index=index, content_block=block))
+
+    def stop() -> Any:
+        return _event(RawContentBlockStopEvent(type="content_block_stop", index=index))
+
     async for kind, value in stream(request, prepared):
         if kind == "done":
             gen = value
             continue
-        if not text_open:
-            yield _event(text_start)
-            text_open = True
-        yield _event(RawContentBlockDeltaEvent(type="content_block_delta", index=0, delta=TextDelta(type="text_delta", text=value)))
+        want = "thinking" if kind == "reasoning" else "text"
+        if open_kind != want:
+            if want == "thinking" and open_kind == "text":
+                continue  # thinking that comes after the text began (a parser's final trim): a block cannot reopen
+            if open_kind is not None:
+                yield stop()
+                index += 1
+            yield start(want)
+            open_kind = want
+        delta = ThinkingDelta(type="thinking_delta", thinking=value) if want == "thinking" else TextDelta(type="text_delta", text=value)
+        yield _event(RawContentBlockDeltaEvent(type="content_block_delta", index=index, delta=delta))
     out, parsed = gen.outputs[0], gen.parsed[0]
-    if not text_open and not parsed.calls:  # an empty answer is still one (empty) text block
-        yield _event(text_start)
-        text_open = True
-    if text_open:
-        yield _event(RawContentBlockStopEvent(type="content_block_stop", index=0))
-        index = 1
+    if open_kind == "thinking":
+        yield _event(RawContentBlockDeltaEvent(type="content_block_delta", index=index,
+                                               delta=SignatureDelta(type="signature_delta", signature="")))
+        yield stop()
+        index += 1
+        open_kind = None
+    if open_kind is None and not parsed.calls:
+        yield start("text")  # an empty answer is still one (empty) text block
+        open_kind = "text"
+    if open_kind == "text":
+        yield stop()
+        index += 1
     for block in _blocks(parsed):
         if not isinstance(block, ToolUseBlock):
             continue
@@ -218,7 +248,7 @@ async def count_tokens(request: Request):
     if in_path is not None or key in state.by_key or state.auth == "strict":
         fmt = state.tool_format_for(await state.resolve(key, in_path))  # the same auth as a call
     else:
-        fmt = state.tool_formats[state.default_tool_format]
+        fmt = state.formats.get()
     tools = to_tools(req)
     choice, forced = _tool_choice(req, tools)
     turns = to_turns(req)

@@ -33,6 +33,9 @@ from openai.types.responses import (
     ResponseFunctionCallArgumentsDoneEvent,
     ResponseFunctionToolCall,
     ResponseIncompleteEvent,
+    ResponseReasoningItem,
+    ResponseReasoningTextDeltaEvent,
+    ResponseReasoningTextDoneEvent,
     ResponseInProgressEvent,
     ResponseOutputItem,
     ResponseOutputItemAddedEvent,
@@ -47,6 +50,7 @@ from openai.types.responses import (
 )
 from openai.types.responses.response import IncompleteDetails
 from openai.types.responses.response_output_text import Logprob, LogprobTopLogprob
+from openai.types.responses.response_reasoning_item import Content as ReasoningContent
 from openai.types.responses.response_text_done_event import Logprob as DoneLogprob
 from openai.types.responses.response_text_done_event import LogprobTopLogprob as DoneTopLogprob
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
@@ -145,6 +149,14 @@ def to_turns(req: ResponsesRequest) -> list[Turn]:
     if req.instructions:
         turns.append(Turn("system", req.instructions))
     items = [{"type": "message", "role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    names: dict[str, str] = {}  # call_id -> tool name: a tool result names its tool for the template
+    thinking = ""  # a reasoning item's text: the thinking of the assistant turn that follows it
+
+    def assistant(content: str, calls: list[ToolCall]) -> None:
+        nonlocal thinking
+        turns.append(Turn("assistant", content, calls, reasoning=thinking))
+        thinking = ""
+
     for i, item in enumerate(items):
         where = f"input[{i}]"
         kind = item.get("type", "message" if "role" in item else None)
@@ -154,7 +166,10 @@ def to_turns(req: ResponsesRequest) -> list[Turn]:
             role = {"developer": "system"}.get(item.get("role"), item.get("role"))
             if role not in ("system", "user", "assistant"):
                 raise APIError(400, f"{where}.role: must be developer, system, user or assistant (got {item.get('role')!r})", param=where)
-            turns.append(Turn(role, _content(item.get("content"), f"{where}.content")))
+            if role == "assistant":
+                assistant(_content(item.get("content"), f"{where}.content"), [])
+            else:
+                turns.append(Turn(role, _content(item.get("content"), f"{where}.content")))
         elif kind in ("function_call", "custom_tool_call"):
             name = item.get("name")
             if not isinstance(name, str):
@@ -168,18 +183,32 @@ def to_turns(req: ResponsesRequest) -> list[Turn]:
             else:
                 args = {"input": str(item.get("input", ""))}
             call = ToolCall(name=name, arguments=args, id=item.get("call_id"))
-            if turns and turns[-1].role == "assistant":  # parallel calls join one assistant turn
+            if isinstance(call.id, str):
+                names[call.id] = name
+            if turns and turns[-1].role == "assistant" and not thinking:  # parallel calls join one assistant turn
                 turns[-1].tool_calls.append(call)
             else:
-                turns.append(Turn("assistant", "", [call]))
+                assistant("", [call])
         elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output", "")
-            turns.append(Turn("tool", output if isinstance(output, str) else _content(output, f"{where}.output")))
-        elif kind in ("reasoning", "item_reference", "compaction"):
+            call_id = item.get("call_id") if isinstance(item.get("call_id"), str) else None
+            turns.append(Turn("tool", output if isinstance(output, str) else _content(output, f"{where}.output"),
+                              name=names.get(call_id or ""), tool_call_id=call_id))
+        elif kind == "reasoning":
+            thinking = _reasoning_text(item, where)
+        elif kind in ("item_reference", "compaction"):
             continue
         else:
             raise APIError(400, f"{where}.type: input item type {kind!r} is not supported", param=where)
     return turns
+
+
+def _reasoning_text(item: dict[str, Any], where: str) -> str:
+    """A reasoning item's thinking: its ``reasoning_text`` content, else its summary's text."""
+    parts = item.get("content") or item.get("summary") or []
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        raise APIError(400, f"{where}: a reasoning item's content and summary must be lists of parts", param=where)
+    return "".join(str(p.get("text", "")) for p in parts if p.get("type") in ("reasoning_text", "summary_text"))
 
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -208,6 +237,8 @@ def _done_logprobs(logprobs: list[Logprob]) -> list[DoneLogprob]:
 def _output_items(parsed: Any, namespace_of: dict[str, str], freeform: set[str], msg_id: str,
                   logprobs: list[Logprob]) -> list[ResponseOutputItem]:
     items: list[ResponseOutputItem] = []
+    if parsed.reasoning:  # the thinking first, as OpenAI's reasoning models return it
+        items.append(_reasoning_item(reasoning_id(msg_id), parsed.reasoning, "completed"))
     if parsed.content or not parsed.calls:
         text = ResponseOutputText(type="output_text", text=parsed.content, annotations=[], logprobs=logprobs)
         items.append(ResponseOutputMessage(type="message", id=msg_id, status="completed", role="assistant", content=[text]))
@@ -223,6 +254,15 @@ def _output_items(parsed: Any, namespace_of: dict[str, str], freeform: set[str],
             items.append(ResponseFunctionToolCall(type="function_call", id=f"fc_{secrets.token_hex(12)}", call_id=call_id,
                                                   name=call.name, arguments=arguments_json(call), status="completed", **namespace))
     return items
+
+
+def reasoning_id(msg_id: str) -> str:
+    return "rs_" + msg_id.removeprefix("msg_")
+
+
+def _reasoning_item(item_id: str, text: str, status: str) -> ResponseReasoningItem:
+    content = [ReasoningContent(type="reasoning_text", text=text)] if text else []
+    return ResponseReasoningItem(type="reasoning", id=item_id, summary=[], content=content, status=status)
 
 
 def _output_format(req: ResponsesRequest) -> dict[str, Any] | None:
@@ -324,42 +364,70 @@ async def _live(request: Request, prepared: Any, req: ResponsesRequest, namespac
     yield event(ResponseCreatedEvent(type="response.created", sequence_number=next(seq), response=pending))
     yield event(ResponseInProgressEvent(type="response.in_progress", sequence_number=next(seq), response=pending))
 
+    rs_id = reasoning_id(msg_id)
+    at = 0  # the message's output index: 1 after a reasoning item
+
     def opened() -> list[str]:  # the message item and its text part, before any text
         item = ResponseOutputMessage(type="message", id=msg_id, status="in_progress", role="assistant", content=[])
         part = ResponseOutputText(type="output_text", text="", annotations=[])
-        return [event(ResponseOutputItemAddedEvent(type="response.output_item.added", sequence_number=next(seq), output_index=0,
+        return [event(ResponseOutputItemAddedEvent(type="response.output_item.added", sequence_number=next(seq), output_index=at,
                                                    item=item)),
                 event(ResponseContentPartAddedEvent(type="response.content_part.added", sequence_number=next(seq), item_id=msg_id,
-                                                    output_index=0, content_index=0, part=part))]
+                                                    output_index=at, content_index=0, part=part))]
 
-    text, gen = "", None
+    def closed_reasoning(thought: str) -> list[str]:  # the reasoning item, done: before the message
+        return [event(ResponseReasoningTextDoneEvent(type="response.reasoning_text.done", sequence_number=next(seq), item_id=rs_id,
+                                                     output_index=0, content_index=0, text=thought)),
+                event(ResponseOutputItemDoneEvent(type="response.output_item.done", sequence_number=next(seq), output_index=0,
+                                                  item=_reasoning_item(rs_id, thought, "completed")))]
+
+    text, thought, thinking_open, gen = "", "", False, None
     async for kind, value in stream(request, prepared):
         if kind == "done":
             gen = value
             continue
+        if kind == "reasoning":
+            if text:
+                continue  # thinking after the text began (a parser's final trim): the item is closed
+            if not thinking_open:
+                thinking_open, at = True, 1
+                yield event(ResponseOutputItemAddedEvent(type="response.output_item.added", sequence_number=next(seq), output_index=0,
+                                                         item=_reasoning_item(rs_id, "", "in_progress")))
+            thought += value
+            yield event(ResponseReasoningTextDeltaEvent(type="response.reasoning_text.delta", sequence_number=next(seq), item_id=rs_id,
+                                                        output_index=0, content_index=0, delta=value))
+            continue
+        if thinking_open and not text:
+            for line in closed_reasoning(thought):
+                yield line
         if not text:
             for line in opened():
                 yield line
         text += value
         yield event(ResponseTextDeltaEvent(type="response.output_text.delta", sequence_number=next(seq), item_id=msg_id,
-                                           output_index=0, content_index=0, delta=value, logprobs=[]))
+                                           output_index=at, content_index=0, delta=value, logprobs=[]))
+    if thinking_open and not text:
+        for line in closed_reasoning(thought):
+            yield line
     logprobs = _logprobs(request, req, gen.outputs[0])
     body = _final(req, gen, namespace_of, freeform, prepared.params, rid=rid, created_at=created_at, msg_id=msg_id,
                   logprobs=logprobs)
     items = body.output
-    if items and isinstance(items[0], ResponseOutputMessage):
-        final_text = items[0].content[0].text
+    message = next((item for item in items if isinstance(item, ResponseOutputMessage)), None)
+    if message is not None:
+        at = items.index(message)
+        final_text = message.content[0].text
         if not text:  # nothing streamed (an empty answer): open the item now
             for line in opened():
                 yield line
-        yield event(ResponseTextDoneEvent(type="response.output_text.done", sequence_number=next(seq), item_id=msg_id, output_index=0,
+        yield event(ResponseTextDoneEvent(type="response.output_text.done", sequence_number=next(seq), item_id=msg_id, output_index=at,
                                           content_index=0, text=final_text, logprobs=_done_logprobs(logprobs)))
         yield event(ResponseContentPartDoneEvent(type="response.content_part.done", sequence_number=next(seq), item_id=msg_id,
-                                                 output_index=0, content_index=0,
+                                                 output_index=at, content_index=0,
                                                  part=ResponseOutputText(type="output_text", text=final_text, annotations=[],
                                                                          **({"logprobs": logprobs} if logprobs else {}))))
-        yield event(ResponseOutputItemDoneEvent(type="response.output_item.done", sequence_number=next(seq), output_index=0,
-                                                item=items[0]))
+        yield event(ResponseOutputItemDoneEvent(type="response.output_item.done", sequence_number=next(seq), output_index=at,
+                                                item=message))
     for index, item in enumerate(items):
         if isinstance(item, ResponseFunctionToolCall):
             args = item.arguments
