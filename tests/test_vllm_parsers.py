@@ -184,3 +184,16 @@ def test_an_edited_history_is_recorded_as_drift_where_it_diverged(live):
     assert two.prompt_ids[at] != (one.prompt_ids + one.output_ids)[at]
     metrics = httpx.get(f"{gateway.url}/metrics").text
     assert 'forge_gateway_prompt_history_total{family="forge",kind="drifted",scaffold="external",tool_format="native"} 1.0' in metrics
+
+
+def test_pool_stats_report_drift_per_scaffold_format_and_family(live):
+    gateway, replies, pool = live
+    client = gateway.openai("k-stats")
+    client.chat.completions.create(model="forge", messages=[{"role": "user", "content": "hi"}])
+    client.chat.completions.create(model="forge", messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "edited"},
+                                                            {"role": "user", "content": "and?"}])
+    rows = {(r["scaffold"], r["tool_format"], r["family"]): r for r in pool.stats()["prompt_history"]}
+    row = rows[("external", "native", "forge")]
+    recorded = [c.history.kind for t in pool.groups() for tr in t.trajectories for c in tr.completions]
+    assert {k: row[k] for k in ("first", "exact", "reused", "drifted")} == {k: recorded.count(k) for k in ("first", "exact", "reused", "drifted")}
+    assert row["drifted"] >= 1 and row["drift_rate"] == round(row["drifted"] / (row["exact"] + row["reused"] + row["drifted"]), 4)

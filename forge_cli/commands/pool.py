@@ -77,6 +77,14 @@ def register(app: typer.Typer) -> None:
         table.add_row("off-policy age", f"mean {age['mean']}  max {age['max']}  over {age['n']} consumed completions"
                       if age["n"] else "none consumed yet")
         console.print(table)
+        if data["prompt_history"]:
+            drift = Table("scaffold", "tool format", "family", "first", "exact", "reused", "drifted", "drift rate",
+                          title="prompt history (token drift)", title_justify="left")
+            for row in data["prompt_history"]:
+                rate = "–" if row["drift_rate"] is None else f"{100 * row['drift_rate']:.1f} %"
+                drift.add_row(row["scaffold"], row["tool_format"], row["family"], *(str(row[k]) for k in ("first", "exact", "reused", "drifted")),
+                              rate)
+            console.print(drift)
 
     @group.command("show")
     def show(
@@ -122,15 +130,20 @@ def register(app: typer.Typer) -> None:
             for e in traj.events:
                 events.add_row(f"{e.at:.3f}", e.kind, str(e.data))
             console.print(events)
-        comps = Table("seq", "prompt", "output", "version", "finish", "mean logprob", "tool format", "parse errors", title="completions", title_justify="left")
+        comps = Table("seq", "prompt", "output", "version", "finish", "mean logprob", "tool format", "parse errors", "history",
+                      title="completions", title_justify="left")
         for c in traj.completions:
             mean = sum(c.output_logprobs) / len(c.output_logprobs) if c.output_logprobs else 0.0
             comps.add_row(str(c.seq), str(len(c.prompt_ids)), str(len(c.output_ids)), str(c.policy_version), c.finish_reason,
-                          f"{mean:.3f}", c.tool_format or "", str(len(c.parse_errors)))
+                          f"{mean:.3f}", c.tool_format or "", str(len(c.parse_errors)), _history(c.history))
         console.print(comps)
         if tokens:
             for c in traj.completions:
-                console.print(f"[bold]seq {c.seq}[/] prompt {c.prompt_ids}\n        output {c.output_ids}", soft_wrap=True)
+                prompt = str(c.prompt_ids)
+                if c.history is not None and c.history.kind == "drifted" and c.history.at is not None:
+                    # the prompt as sampled before, then where it diverged
+                    prompt = f"{c.prompt_ids[:c.history.at]} [red]‖ drifted here ‖[/] {c.prompt_ids[c.history.at:]}"
+                console.print(f"[bold]seq {c.seq}[/] prompt {prompt}\n        output {c.output_ids}", soft_wrap=True)
 
     @group.command("export")
     def export(
@@ -149,3 +162,9 @@ def register(app: typer.Typer) -> None:
                 err_console.print(f"wrote {count} trajectories to {output}")
             else:
                 pool.export_jsonl(sys.stdout)
+
+
+def _history(history: Any) -> str:
+    if history is None:
+        return "–"
+    return f"drifted at {history.at}" if history.kind == "drifted" else history.kind

@@ -23,7 +23,8 @@ from forge_cli.pool.schema import (
     unpack_floats,
     unpack_ints,
 )
-from forge_cli.pool.types import Completion, Event, Group, GroupStatus, PromptHistory, Sampling, Trajectory, TrajectoryStatus
+from forge_cli.pool.types import (HISTORY_KINDS, Completion, Event, Group, GroupStatus, PromptHistory, Sampling, Trajectory,
+                                  TrajectoryStatus)
 
 
 class PoolReads:
@@ -123,6 +124,8 @@ class PoolReads:
                 )
             ]
             timed_out_groups = cur.one("SELECT COUNT(*) FROM groups WHERE timed_out = 1")[0]
+            histories = cur.all("SELECT t.scaffold, c.tool_format, c.history FROM completions c "
+                                "JOIN trajectories t ON t.id = c.trajectory_id WHERE c.history IS NOT NULL")
         tokens = int(n_prompt) + int(n_output)
         return {
             "location": self.location,
@@ -141,6 +144,7 @@ class PoolReads:
                 "mean": round(sum(ages) / len(ages), 3) if ages else None,
                 "max": max(ages) if ages else None,
             },
+            "prompt_history": prompt_history_rows(histories),
         }
 
     def export_jsonl(self, out: Any) -> int:
@@ -152,7 +156,8 @@ class PoolReads:
                     "group": {k: v for k, v in group.__dict__.items() if k != "trajectories"},
                     **{k: v for k, v in t.__dict__.items() if k not in ("completions", "events")},
                     "events": [e.__dict__ for e in t.events],
-                    "completions": [{**c.__dict__, "sampling": c.sampling.as_dict()} for c in t.completions],
+                    "completions": [{**c.__dict__, "sampling": c.sampling.as_dict(),
+                                     "history": c.history.as_dict() if c.history is not None else None} for c in t.completions],
                 }
                 out.write(json.dumps(record, default=_json_default) + "\n")
                 count += 1
@@ -163,3 +168,21 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "value"):
         return value.value
     return str(value)
+
+
+def prompt_history_rows(rows: list[Any]) -> list[dict[str, Any]]:
+    """Token drift per (scaffold, tool format, model family): how many recorded prompts matched what
+    was sampled before (``exact``, ``reused``), ``drifted``, or had no history (``first``), and the
+    drift rate over those with a history."""
+    counts: dict[tuple[str, str, str], dict[str, int]] = {}
+    for scaffold, tool_format, history in rows:
+        record = PromptHistory.from_dict(json.loads(history))
+        key = (scaffold, tool_format or "", record.family or "unknown")
+        bucket = counts.setdefault(key, {kind: 0 for kind in HISTORY_KINDS})
+        bucket[record.kind] = bucket.get(record.kind, 0) + 1
+    out = []
+    for (scaffold, tool_format, family), bucket in sorted(counts.items()):
+        matched = bucket["exact"] + bucket["reused"] + bucket["drifted"]
+        out.append({"scaffold": scaffold, "tool_format": tool_format, "family": family, **bucket,
+                    "drift_rate": round(bucket["drifted"] / matched, 4) if matched else None})
+    return out
