@@ -160,8 +160,9 @@ class ScaffoldSpec:
     itself (the contract is :mod:`forge_cli.rollout.loop`); without a ``loop`` the scaffold is
     listed but cannot run. ``context_policy`` is a name from
     :data:`forge_cli.rollout.context.CONTEXT_POLICIES` (``full``, ``truncate``,
-    ``discard-tool-output``, ``summarize``, ``keep-last-k``), ``tool_format`` its default format.
-    *Black-box*: a program Forge installs (``install``) and launches (``launch``) with the
+    ``discard-tool-output``, ``summarize``, ``keep-last-k``), ``tool_format`` its default format
+    (None: the model's own — ``native`` where its chat template takes tools, ``hermes`` for the
+    embedded model; see forge_cli.toolformats.native). *Black-box*: a program Forge installs (``install``) and launches (``launch``) with the
     gateway's URL and key in its environment; its context management is its own
     (``context_policy = "agent"``).
 
@@ -174,7 +175,7 @@ class ScaffoldSpec:
     kind: ScaffoldKind
     description: str
     api: AgentApi = "openai-chat"
-    tool_format: str = "hermes"
+    tool_format: str | None = None
     context_policy: str = ""  # "": "full" for a white-box scaffold, "agent" for a black-box one
     family: str | None = None
     loop: str | Callable[..., Any] | None = None

@@ -178,7 +178,7 @@ def test_every_family_and_policy_and_format_is_registered():
     for legacy in ("react", "truncate-bc", "discard-tool-output", "summarize", "keep-last-k"):
         assert legacy in names
     for expected in ("tool-call", "tool-call-truncate", "react-summarize", "plan-and-execute-keep-last-k",
-                     "orchestrator-discard-tool-output", "tool-call_qwen3-coder", "tool-call-truncate_glm"):
+                     "orchestrator-discard-tool-output", "tool-call_hermes", "tool-call-truncate_xml-tags"):
         assert expected in names
     registry = plugins.get_registry()
     for name in names:
@@ -191,7 +191,7 @@ def run_one(gateway, spec, task, tools, options):
 
     async def episode():
         session = await state.create_session(SessionRequest(task_id=task.id, scaffold=spec.name, tool_format=spec.tool_format))
-        formats[session.id] = spec.tool_format
+        formats[session.id] = spec.tool_format or state.default_tool_format
         result = await run_episode(spec, base_url=f"{live.url}/v1", api_key=session.api_key, prompt=task.prompt,
                                    options=options, tools=tools, registry=plugins.get_registry())
         return session, result
@@ -228,7 +228,7 @@ def test_scaffold_runs_an_episode_through_the_gateway(gateway, name):
         assert prompt == ctx["prompt_text"]
         assert all(_text(m) in prompt for m in ctx["messages"] if m["role"] in ("user", "tool") and isinstance(m["content"], str))
         assert c.output_ids[-1] == tok.eos_token_id and tok.decode(c.output_ids[:-1]) == reply
-        assert c.tool_format == spec.tool_format and c.parse_errors == []
+        assert c.tool_format == (spec.tool_format or state.default_tool_format) and c.parse_errors == []
         if mode in ("planner", "orchestrator"):
             assert c.agent == mode
         elif spec.family == "plan-and-execute":

@@ -83,20 +83,21 @@ def load_definitions() -> list[ScaffoldSpec]:
     return specs
 
 
-def scaffold_name(family: str, policy: str, tool_format: str) -> str:
+def scaffold_name(family: str, policy: str, tool_format: str | None) -> str:
     """The systematic name of a combination: ``FAMILY[-POLICY][_FORMAT]``."""
     policy = context_policy(policy).name
     name = family if policy == "none" else f"{family}-{policy}"
     return name if tool_format == FAMILIES[family].default_format else f"{name}_{tool_format}"
 
 
-def _formats(family: Family) -> tuple[str, ...]:
+def _formats(family: Family) -> tuple[str | None, ...]:
     if family.formats is not None:
         return family.formats
 
-    # the ReAct format is the react family's (text parsed by the loop); the others are function calling.
-    # hermes-unlisted is Hermes for a model trained on its tools: only its preset (tool-call-unlisted) uses it
-    return tuple(f.name for f in TEXT_FORMATS if f.name not in ("react", "hermes-unlisted"))
+    # None: the model's own format (native, or hermes for the embedded model), then Forge's text
+    # formats. The ReAct format is the react family's (text parsed by the loop); hermes-unlisted is
+    # Hermes for a model trained on its tools: only its preset (tool-call-unlisted) uses it
+    return (None, *(f.name for f in TEXT_FORMATS if f.name not in ("react", "hermes-unlisted")))
 
 
 def systematic_scaffolds() -> list[ScaffoldSpec]:
@@ -110,7 +111,7 @@ def systematic_scaffolds() -> list[ScaffoldSpec]:
                 spec = ScaffoldSpec(
                     name=scaffold_name(family.name, policy, fmt), kind="white", family=family.name, loop=family.loop,
                     context_policy=policy, tool_format=fmt,
-                    description=f"{family.description}{described}; tool format {fmt}.")
+                    description=f"{family.description}{described}; tool format {fmt or 'the model’s own'}.")
                 specs.append(dataclasses.replace(spec, options=_white_options(spec)))
     return specs
 

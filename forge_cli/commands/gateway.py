@@ -25,7 +25,9 @@ def register(app: typer.Typer) -> None:
         engine: Optional[str] = typer.Option(None, "--engine", help="vllm, hf or scripted (default model.engine.type)."),
         policy: Optional[str] = typer.Option(None, "--policy", help="Scripted engine: a JSON rules/turns file or module:function (model.engine.policy)."),
         auth: Optional[str] = typer.Option(None, "--auth", help="auto, loopback or strict (default gateway.auth)."),
-        tool_format: Optional[str] = typer.Option(None, "--tool-format", help="Default tool-call format (default model.tool_format)."),
+        tool_format: Optional[str] = typer.Option(None, "--tool-format", help="Default tool-call format (default model.tool_format: native where the model's template takes tools)."),
+        tool_parser: Optional[str] = typer.Option(None, "--tool-parser", help="vLLM's tool parser for the native format (default model.tool_parser: the model family's)."),
+        reasoning_parser: Optional[str] = typer.Option(None, "--reasoning-parser", help='vLLM\'s reasoning parser (default model.reasoning_parser: the model family\'s; "none": none).'),
         run: Optional[str] = typer.Option(None, "--run", help="Name of the run under run.dir (letters, digits, '.', '_', '-'; not a path); created if new; default: a new timestamped run."),
         replicas: Optional[int] = typer.Option(None, "--replicas", help="Engine replicas behind a cache-aware router (default model.replicas, 1)."),
         unix_socket: Optional[str] = typer.Option(None, "--socket", help='Also listen on this unix socket (default gateway.socket: "auto" = RUN/gateway.sock; "" = none).'),
@@ -35,6 +37,8 @@ def register(app: typer.Typer) -> None:
         config = config_with([("gateway.host", "--host", host), ("gateway.port", "--port", port),
                               *engine_flags(model, engine, policy),
                               ("gateway.auth", "--auth", auth), ("model.tool_format", "--tool-format", tool_format),
+                              ("model.tool_parser", "--tool-parser", tool_parser),
+                              ("model.reasoning_parser", "--reasoning-parser", reasoning_parser),
                               ("model.replicas", "--replicas", replicas), ("gateway.socket", "--socket", unix_socket)])
         try:
             asyncio.run(_serve_until_stopped(config, run))

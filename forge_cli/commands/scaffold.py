@@ -64,7 +64,8 @@ def register(app: typer.Typer) -> None:
             installed = row["installed"]
             style = "green" if installed != "no" else "dim"
             table.add_row(
-                row["name"], row["kind"], row["tool_format"], row["context_policy"], row["plugin"], f"[{style}]{installed}[/]"
+                row["name"], row["kind"], row["tool_format"] or "[dim]the model's[/]", row["context_policy"], row["plugin"],
+                f"[{style}]{installed}[/]"
             )
         console.print(table)
 
@@ -164,7 +165,7 @@ def _describe(name: str) -> dict[str, Any]:
         "description": spec.description,
         "plugin": reg.scaffolds[name].plugin,
         "api": spec.api,
-        "tool_format": spec.tool_format,
+        "tool_format": spec.tool_format or "the model's own (model.tool_format: native where its template takes tools)",
         "context_policy": spec.context_policy,
         "definition": str(spec.source_file) if spec.source_file else None,
     }

@@ -70,7 +70,7 @@ class Family:
     name: str
     loop: str
     options: type[BaseModel]
-    default_format: str
+    default_format: str | None  # None: the model's own (native, or hermes for the embedded model)
     description: str
     formats: tuple[str, ...] | None = None
 
@@ -78,14 +78,14 @@ class Family:
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("tool-call", "forge_cli.rollout.families.tool_call:run", ToolCallOptions, "hermes",
+        Family("tool-call", "forge_cli.rollout.families.tool_call:run", ToolCallOptions, None,
                "Function-calling tool loop over the chat API (tools in the request, tool_calls back)"),
         Family("react", "forge_cli.rollout.families.react:run", ToolLoopOptions, "react",
                "ReAct text loop: tools described in the prompt, actions parsed from the text, observations as user text",
                formats=("react",)),
-        Family("plan-and-execute", "forge_cli.rollout.families.plan_execute:run", PlanOptions, "hermes",
+        Family("plan-and-execute", "forge_cli.rollout.families.plan_execute:run", PlanOptions, None,
                "A planner call writes numbered steps; an executor tool loop carries out each step on its own context"),
-        Family("orchestrator", "forge_cli.rollout.families.orchestrator:OrchestratorLoop", OrchestratorOptions, "hermes",
+        Family("orchestrator", "forge_cli.rollout.families.orchestrator:OrchestratorLoop", OrchestratorOptions, None,
                "An orchestrator delegates sub-tasks to worker sub-agents, each a tool loop on its own branch of context"),
     )
 }
