@@ -35,7 +35,7 @@ FAMILY_PARSERS: dict[str, tuple[str, str | None]] = {
     "qwen3_5_moe": ("qwen3_coder", "qwen3"),
     "llama": ("llama3_json", None),  # Llama 3.1 / 3.2 / 3.3 (an older Llama's template takes no tools)
     "llama4": ("llama4_pythonic", None),
-    "deepseek_v3": ("deepseek_v3", "deepseek_r1"),
+    "deepseek_v3": ("deepseek_v3", "deepseek_v3"),  # V3: no thinking unless asked (R1: --reasoning-parser deepseek_r1)
     "deepseek_v32": ("deepseek_v32", "deepseek_v3"),
     "mistral": ("mistral", None),
     "mistral3": ("mistral", "mistral"),

@@ -1,0 +1,198 @@
+"""Real model families through the gateway: each family's real tokenizer and (test-written) chat
+template, vLLM's parser for the family, a scripted policy that writes the family's own call syntax.
+
+For each family: render → sample → parse → send back as history (with thinking) → render again,
+checking the prompt ids against the plain computation (``apply_chat_template`` + ``encode``), the
+parsed calls, the reasoning split, the recorded ids and the prompt-history record. Qwen3's template
+drops thinking from turns before the last user message: the next prompt drifts from what was
+sampled, at the first sampled token, and the gateway records where. The weights are a tiny random
+model with the family's vocabulary: the policy writes the text, the model only scores it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from forge_cli.engine.scripted import ScriptedEngine
+from forge_cli.gateway.state import GatewayState
+from forge_cli.plugins import get_registry
+from forge_cli.pool.store import DataPool
+from tests.conftest import LiveGateway, tool_formats
+from tests.families import SPECS, completion_text, family_model_dir
+
+pytestmark = pytest.mark.slow
+
+FAMILIES = ("qwen3", "qwen3_5", "llama3_1", "deepseek_v3")
+THINKS = {"qwen3", "qwen3_5"}  # the families whose template renders thinking (and drops it before the last user turn)
+LS = {"type": "function", "function": {"name": "ls", "description": "List a folder.", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}, "all": {"type": "boolean"}}, "required": ["path"]}}}
+ARGS = {"path": "/tmp", "all": True}
+SYSTEM = {"role": "system", "content": "You are a careful assistant."}
+USER = {"role": "user", "content": "What is in /tmp?"}
+
+
+class Replies:
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+
+    def __call__(self, context):
+        return self.queue.pop(0)
+
+
+def _scored_model(family: str, where):
+    """The family's tokenizer and config's family, with a tiny random Llama to score the policy's text."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    source = family_model_dir(family)
+    folder = where / family
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(source / name, folder / name)
+    tok = AutoTokenizer.from_pretrained(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, max_position_embeddings=4096, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, tmp_path_factory):
+    name = request.param
+    folder = _scored_model(name, tmp_path_factory.mktemp("scored"))
+    replies = Replies()
+    engine = ScriptedEngine(folder, replies, max_model_len=4096)
+    pool = DataPool.sqlite(tmp_path_factory.mktemp("pool") / "pool.sqlite")
+    reasoning = {n: e.value for n, e in get_registry().reasoning_parsers.items()}
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), reasoning_parsers=reasoning, default_tool_format=None,
+                         model_type=SPECS[name].model_type, pool=pool, admin_key="admin")
+    live = LiveGateway(state)
+    yield name, live, replies, pool
+    live.stop()
+    pool.close()
+
+
+def _assistant(calls=None, content="", thinking=None):
+    turn = {"role": "assistant", "content": content}
+    if calls:
+        turn["tool_calls"] = calls
+    if thinking is not None:
+        turn["reasoning_content"] = thinking
+    return turn
+
+
+def _expected_ids(tok, messages):
+    text = tok.apply_chat_template(messages, tools=[LS], tokenize=False, add_generation_prompt=True)
+    return tok.encode(text, add_special_tokens=False)
+
+
+def _completions(live, pool, key):
+    state = live.state
+    return pool.trajectory(state.sessions[state.by_key[key]].trajectory_id).completions
+
+
+def test_a_familys_round_trip_through_the_chat_api(family):
+    name, live, replies, pool = family
+    tok = live.state.tokenizer
+    thinks = name in THINKS
+    assert live.state.default_tool_format == "native" and live.state.formats.family == SPECS[name].model_type
+    thought = "The user wants the listing; ls will tell." if thinks else None
+    # 1. the model calls a tool (in its own syntax, after thinking)
+    wanted = _assistant([{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": ARGS}}], thinking=thought)
+    replies.queue.append(completion_text(name, [SYSTEM, USER, wanted], [LS]))
+    client = live.openai(f"k-{name}")
+    first = client.chat.completions.create(model="m", messages=[SYSTEM, USER], tools=[LS])
+    [call] = first.choices[0].message.tool_calls
+    assert call.function.name == "ls" and json.loads(call.function.arguments) == ARGS
+    assert (getattr(first.choices[0].message, "reasoning_content", None) or "").strip() == (thought or "")
+    # 2. the agent sends the call back with its thinking and the tool's result
+    sent = {"role": "assistant", "content": None, "tool_calls": [call.model_dump(exclude_none=True)]}
+    if thinks:
+        sent["reasoning_content"] = first.choices[0].message.reasoning_content
+    result = {"role": "tool", "tool_call_id": call.id, "content": "a.txt\nb.txt"}
+    answer = _assistant(content="Two files: a.txt and b.txt.", thinking="Two lines came back." if thinks else None)
+    history = [SYSTEM, USER, sent, result]
+    replies.queue.append(completion_text(name, [SYSTEM, USER, {**wanted, "tool_calls": [{**wanted["tool_calls"][0], "id": call.id}]},
+                                                result, answer], [LS]))
+    second = client.chat.completions.create(model="m", messages=history, tools=[LS])
+    assert second.choices[0].message.content == "Two files: a.txt and b.txt." and not second.choices[0].message.tool_calls
+    # 3. a new question: a template that drops earlier thinking makes the prompt drift
+    replies.queue.append("Nothing else.")
+    final = {"role": "assistant", "content": second.choices[0].message.content}
+    if thinks:
+        final["reasoning_content"] = second.choices[0].message.reasoning_content
+    client.chat.completions.create(model="m", messages=[*history, final, {"role": "user", "content": "And /var?"}], tools=[LS])
+
+    one, two, three = _completions(live, pool, f"k-{name}")
+    # the prompts are the template's rendering of what was sent, exactly (arguments as an object)
+    expected_sent = {**sent, "tool_calls": [{"id": call.id, "type": "function", "function": {"name": "ls", "arguments": ARGS}}]}
+    assert one.prompt_ids == _expected_ids(tok, [SYSTEM, USER])
+    expected_two = _expected_ids(tok, [SYSTEM, USER, expected_sent, result])
+    assert tok.decode(two.prompt_ids) == tok.decode(expected_two)
+    assert one.tool_calls == [{"name": "ls", "arguments": ARGS}] and two.tool_calls == [] and one.parse_errors == []
+    assert one.tool_format == "native" and {one.history.family, two.history.family} == {SPECS[name].model_type}
+    # the tool loop keeps the sampled ids: the second prompt begins with the first call, as sampled
+    assert one.history.kind == "first" and two.history.kind in ("exact", "reused")
+    assert two.prompt_ids[: len(one.prompt_ids) + len(one.output_ids)] == one.prompt_ids + one.output_ids
+    if thinks:  # the earlier thinking is gone from the rendering: a new branch, from the first sampled token
+        assert three.history.kind == "drifted" and three.history.at == len(one.prompt_ids)
+        assert tok.decode(one.output_ids).startswith("<think>") and "<think>" not in tok.decode(three.prompt_ids)
+    else:
+        assert three.history.kind in ("exact", "reused")
+
+
+def test_thinking_streams_and_comes_back_in_every_apis_shape(family):
+    """Chat Completions streams ``reasoning_content`` deltas; Responses returns a ``reasoning`` item
+    and Messages a ``thinking`` block; each, sent back, renders as the template renders thinking
+    (a family without thinking: the same round trip, with none)."""
+    name, live, replies, pool = family
+    import anthropic
+
+    tok = live.state.tokenizer
+    plan = "Plan: list it." if name in THINKS else ""  # a family whose template has no thinking: none comes back
+    wanted = _assistant([{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": ARGS}}],
+                        thinking=plan or None)
+    reply = completion_text(name, [USER, wanted], [LS])
+    # streamed chat: the thinking arrives as reasoning_content deltas, the call at the end
+    replies.queue.append(reply)
+    chunks = list(live.openai(f"s-{name}").chat.completions.create(model="m", messages=[USER], tools=[LS], stream=True))
+    thinking = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert thinking.strip() == plan and content == "" and calls[0].function.name == "ls"
+    # Responses: a reasoning item, sent back as input, renders as the template renders thinking
+    replies.queue.append(reply)
+    tool = {"type": "function", "name": "ls", "description": "List a folder.", "parameters": LS["function"]["parameters"]}
+    first = live.openai(f"r-{name}").responses.create(model="m", input=[USER], tools=[tool])
+    kinds = [item.type for item in first.output]
+    assert kinds == (["reasoning"] if plan else []) + ["function_call"]
+    fc = first.output[-1]
+    thought = first.output[0].content[0].text if plan else None
+    assert (thought or "").strip() == plan
+    replies.queue.append("Done.")
+    back = [USER, *[item.model_dump(exclude_none=True) for item in first.output],
+            {"type": "function_call_output", "call_id": fc.call_id, "output": "a.txt"}]
+    live.openai(f"r-{name}").responses.create(model="m", input=back, tools=[tool])
+    one, two = _completions(live, pool, f"r-{name}")
+    expected = _expected_ids(tok, [USER, _assistant([{"id": fc.call_id, "type": "function", "function": {"name": "ls", "arguments": ARGS}}],
+                                                    thinking=thought),
+                                   {"role": "tool", "tool_call_id": fc.call_id, "name": "ls", "content": "a.txt"}])
+    assert tok.decode(two.prompt_ids) == tok.decode(expected) and two.history.kind in ("exact", "reused")
+    # Messages: a thinking block, sent back, the same
+    replies.queue.append(reply)
+    client = anthropic.Anthropic(base_url=live.url, api_key=f"a-{name}", max_retries=0)
+    tool_a = {"name": "ls", "description": "List a folder.", "input_schema": LS["function"]["parameters"]}
+    msg = client.messages.create(model="m", max_tokens=200, messages=[USER], tools=[tool_a])
+    assert [b.type for b in msg.content] == (["thinking"] if plan else []) + ["tool_use"]
+    assert (msg.content[0].thinking.strip() if plan else "") == plan
+    replies.queue.append("Done.")
+    client.messages.create(model="m", max_tokens=200, tools=[tool_a], messages=[
+        USER, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": msg.content[-1].id, "content": "a.txt"}]}])
+    _, after = _completions(live, pool, f"a-{name}")
+    assert after.history.kind in ("exact", "reused")
+    assert after.prompt_ids[: len(one.prompt_ids)] == one.prompt_ids  # the same first prompt, whichever API
