@@ -97,3 +97,28 @@ def test_gateway_overhead_benchmark_runs(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [(r["concurrency"], r["sent"], r["answered"], r["refused"], r["failed"]) for r in rows] == [(1, 30, 30, {}, {}), (7, 30, 30, {}, {})]
     assert all(r["p50_ms"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_drift_benchmark_agents_keep_their_sampled_ids_on_qwen3(tmp_path):
+    """The seven agents' captured second requests on Qwen3 (native): where Forge renders both sides
+    the sampled ids survive (the thinking the agents drop is put back); aider's earlier answer comes
+    before a new user turn, where Qwen's template drops thinking; smolagents rewrites its calls as
+    text. The families: the tool loop keeps the ids; a new question drifts only where the template
+    drops thinking, at the first sampled token."""
+    out = tmp_path / "drift.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "drift.py"), "--out", str(out)], check=True, cwd=ROOT, timeout=900)
+    data = json.loads(out.read_text())
+    agents = {r["agent"]: r for r in data["agents"]}
+    assert len(agents) == 7
+    for name in ("opencode", "codex", "claude-code", "mini-swe-agent", "openai-agents"):
+        assert agents[name]["kind"] in ("exact", "reused"), agents[name]
+    assert agents["aider"]["kind"] == "drifted" and agents["aider"]["cause"] == "the template drops earlier thinking"
+    assert agents["smolagents"]["kind"] == "drifted" and agents["smolagents"]["cause"] == "the agent rewrites its turn"
+    families = {r["family"]: r for r in data["families"]}
+    assert set(families) == {"qwen3", "qwen3_5", "llama3_1", "deepseek_v3"}
+    assert all(r["tool_loop"] in ("exact", "reused") for r in families.values())
+    for name in ("qwen3", "qwen3_5"):
+        assert families[name]["new_question"] == "drifted" and families[name]["drift_at"] == families[name]["first_output_at"]
+    for name in ("llama3_1", "deepseek_v3"):
+        assert families[name]["new_question"] in ("exact", "reused")

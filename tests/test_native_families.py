@@ -12,7 +12,6 @@ model with the family's vocabulary: the policy writes the text, the model only s
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -21,7 +20,8 @@ from forge_cli.gateway.state import GatewayState
 from forge_cli.plugins import get_registry
 from forge_cli.pool.store import DataPool
 from tests.conftest import LiveGateway, tool_formats
-from tests.families import SPECS, completion_text, family_model_dir
+from tests.families import SPECS, completion_text
+from tests.families.scored import scored_model
 
 pytestmark = pytest.mark.slow
 
@@ -42,28 +42,10 @@ class Replies:
         return self.queue.pop(0)
 
 
-def _scored_model(family: str, where):
-    """The family's tokenizer and config's family, with a tiny random Llama to score the policy's text."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    source = family_model_dir(family)
-    folder = where / family
-    folder.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(source / name, folder / name)
-    tok = AutoTokenizer.from_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, max_position_embeddings=4096, tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module", params=FAMILIES)
 def family(request, tmp_path_factory):
     name = request.param
-    folder = _scored_model(name, tmp_path_factory.mktemp("scored"))
+    folder = scored_model(name, tmp_path_factory.mktemp("scored"))
     replies = Replies()
     engine = ScriptedEngine(folder, replies, max_model_len=4096)
     pool = DataPool.sqlite(tmp_path_factory.mktemp("pool") / "pool.sqlite")

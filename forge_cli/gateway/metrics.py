@@ -28,5 +28,9 @@ class Metrics:
             "reused, drifted), per scaffold, tool format and model family", ["kind", "scaffold", "tool_format", "family"],
             registry=self.registry)
 
+        self.thinking_restored = Counter(
+            "forge_gateway_thinking_restored", "Assistant turns sent back without their thinking that got the sampled thinking back",
+            registry=self.registry)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -11,6 +11,8 @@ names, and nothing lets one key reach another session.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import secrets
 import time
 from collections import OrderedDict
@@ -45,6 +47,7 @@ class Session:
     requests: int = 0
     reused: int = 0  # requests whose prompt began with an earlier completion's exact ids
     history: list[tuple[str, list[int]]] = field(default_factory=list)  # (text, ids) of each prompt+output
+    thoughts: dict[tuple[Any, ...], str] = field(default_factory=dict)  # an answer (content, calls) -> the thinking sampled before it
 
 
 class GatewayState:
@@ -177,6 +180,7 @@ class GatewayState:
         self.sessions.pop(session.id, None)
         self.by_key.pop(session.api_key, None)
         session.history.clear()
+        session.thoughts.clear()
         self._opened.discard(session.trajectory_id)
         self.ended["key:" + session.api_key] = self.ended["session:" + session.id] = None
         while len(self.ended) > 2 * MAX_ENDED:
@@ -246,6 +250,33 @@ class GatewayState:
         at = max(_common_prefix(ids, prior_ids) for _, prior_ids in session.history)
         return ids, PromptHistory("drifted", at=at, family=family)
 
+    def remember_thinking(self, session: Session, answers: list[Any], max_entries: int = 64) -> None:
+        """Keep the thinking the model sampled before each answer (a parsed output), to put it back
+        when the agent sends the answer without it (:meth:`restore_thinking`)."""
+        for parsed in answers:
+            if parsed.reasoning:
+                session.thoughts[answer_key(parsed.content, parsed.calls)] = parsed.reasoning
+        while len(session.thoughts) > max_entries:
+            session.thoughts.pop(next(iter(session.thoughts)))
+
+    def restore_thinking(self, session: Session, turns: list[Any]) -> list[Any]:
+        """Most agents drop the ``reasoning_content`` they were sent; a template that renders thinking
+        then writes their turn differently from how it was sampled. An assistant turn sent back
+        without thinking whose content and calls are an answer this session sampled gets that
+        answer's thinking back, so the template renders it as it was sampled (where the template
+        keeps thinking at all: one that drops it for earlier turns still drifts, counted)."""
+        if not session.thoughts:
+            return turns
+        out = []
+        for turn in turns:
+            if turn.role == "assistant" and not turn.reasoning:
+                thought = session.thoughts.get(answer_key(turn.content, turn.tool_calls))
+                if thought:
+                    turn = dataclasses.replace(turn, reasoning=thought)
+                    self.metrics.thinking_restored.inc()
+            out.append(turn)
+        return out
+
     def remember(self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], max_entries: int = 64) -> None:
         for out in outputs:
             full = prompt_ids + out.output_ids
@@ -288,3 +319,17 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+def answer_key(content: str, calls: list[Any]) -> tuple[Any, ...]:
+    """An assistant answer as sent and as sampled compare: its text, and each call's name and
+    arguments (a JSON string read as the object it holds)."""
+    def args(value: Any) -> str:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return value
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+    return ((content or "").strip(), *((c.name, args(c.arguments)) for c in calls))

@@ -217,7 +217,8 @@ async def prepare(
     def render() -> Rendered:  # in a worker thread: slow on long prompts
         nonlocal history
         if prompt is None:
-            rendered = render_prompt(tok, turns, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool,
+            shown = state.restore_thinking(session, turns) if fmt.rendering == "template" else turns
+            rendered = render_prompt(tok, shown, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool,
                                      max_len=engine.max_model_len)
             rendered.prompt_ids, history = state.reuse_ids(session, rendered.text, rendered.prompt_ids,
                                                            has_history=any(t.role == "assistant" for t in turns))
@@ -276,6 +277,7 @@ async def _finish(request: Request, p: Prepared, outputs: list[GenerationOutput]
     if reasoning is not None:
         state.metrics.reasoning.labels(reasoning.name).inc(sum(1 for x in parsed if x.reasoning))
     await run_in_threadpool(state.remember, p.session, p.rendered.prompt_ids, outputs)  # decodes the whole prompt
+    state.remember_thinking(p.session, parsed)
     return Generated(p.rendered.prompt_ids, outputs, parsed, p.session, p, started)
 
 
