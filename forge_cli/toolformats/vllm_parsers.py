@@ -69,6 +69,15 @@ CALL_MARKERS: dict[str, tuple[str, ...]] = {
     "minimax_m2": ("<minimax:tool_call>",),
 }
 
+# What closes a call, per parser with markers: a call begun and not closed (cut off by max_tokens)
+# is a parse error and is not returned — vLLM's parsers return it with whatever arguments they got.
+CALL_ENDS: dict[str, str] = {
+    "qwen3_json": "</tool_call>", "qwen3_coder": "</tool_call>", "qwen3_xml": "</tool_call>",
+    "deepseek_v3": "<｜tool▁calls▁end｜>", "deepseek_v31": "<｜tool▁calls▁end｜>",
+    "kimi_k2": "<|tool_calls_section_end|>", "glm45": "</tool_call>", "glm47": "</tool_call>",
+    "minimax_m2": "</minimax:tool_call>",
+}
+
 _import_lock = threading.Lock()
 
 
@@ -145,6 +154,11 @@ class BoundVLLMToolFormat(ToolFormat):
                 continue
             calls.append(ToolCall(name=tc.function.name, arguments=args))
         content = (info.content or "") if info.tools_called else text
+        end = CALL_ENDS.get(self.name)
+        if end and self.markers and text.count(self.markers[0]) > text.count(end) and calls:
+            at = text.rfind(self.markers[0])  # the last call was cut off: its arguments cannot be trusted
+            errors.append(ParseError(text=text[at:], reason=f"a call was begun and not closed ({end!r} missing): cut off?"))
+            calls = calls[: max(0, len(calls) - (text.count(self.markers[0]) - text.count(end)))]
         expected = max((text.count(m) for m in self.markers[:1]), default=0)
         if expected > len(calls) + len(errors):  # vLLM dropped a call without a word: say so
             at = text.find(self.markers[0])
