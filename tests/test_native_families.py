@@ -178,3 +178,40 @@ def test_thinking_streams_and_comes_back_in_every_apis_shape(family):
     _, after = _completions(live, pool, f"a-{name}")
     assert after.history.kind in ("exact", "reused")
     assert after.prompt_ids[: len(one.prompt_ids)] == one.prompt_ids  # the same first prompt, whichever API
+
+
+def test_mistral_renders_through_mistral_common_and_keeps_its_call_ids(tmp_path_factory):
+    """Mistral's template is code (mistral-common, through transformers' MistralCommonBackend): the
+    prompt ids are mistral-common's own (its text does not encode back to them), the call keeps the
+    model's nine-character id (mistral-common checks it when the call comes back), and the tool loop
+    keeps the sampled ids."""
+    from tests.families.native import mistral_completion, render_mistral
+
+    folder = scored_model("mistral", tmp_path_factory.mktemp("scored"))
+    replies = Replies()
+    engine = ScriptedEngine(folder, replies, max_model_len=4096)
+    pool = DataPool.sqlite(tmp_path_factory.mktemp("pool") / "pool.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), default_tool_format=None, model_type="mistral", pool=pool)
+    live = LiveGateway(state)
+    try:
+        assert state.default_tool_format == "native" and state.formats.tool_parser == "mistral"
+        wanted = _assistant([{"id": "abcdefghi", "type": "function", "function": {"name": "ls", "arguments": ARGS}}])
+        _, ids = mistral_completion([USER, wanted], [LS])
+        replies.queue.append(ids)  # ids: mistral-common's text does not encode its special tokens back
+        client = live.openai("k-mistral")
+        first = client.chat.completions.create(model="m", messages=[USER], tools=[LS])
+        [call] = first.choices[0].message.tool_calls
+        assert (call.id, call.function.name, json.loads(call.function.arguments)) == ("abcdefghi", "ls", ARGS)
+        result = {"role": "tool", "tool_call_id": call.id, "content": "a.txt"}
+        sent = {"role": "assistant", "content": None, "tool_calls": [call.model_dump(exclude_none=True)]}
+        _, answer = mistral_completion([USER, wanted, result, _assistant(content="One file.")], [LS])
+        replies.queue.append(answer)
+        second = client.chat.completions.create(model="m", messages=[USER, sent, result], tools=[LS])
+        assert second.choices[0].message.content == "One file."
+        one, two = pool.trajectory(state.sessions[state.by_key["k-mistral"]].trajectory_id).completions
+        assert one.prompt_ids == render_mistral([USER], [LS])[1]
+        assert two.prompt_ids == render_mistral([USER, wanted, result], [LS])[1]
+        assert one.tool_calls == [{"name": "ls", "arguments": ARGS}] and two.history.kind == "exact"
+    finally:
+        live.stop()
+        pool.close()

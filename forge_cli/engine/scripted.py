@@ -5,7 +5,8 @@ to assistant *text*; the engine tokenises it, appends EOS, and computes each id'
 real model, so the recorded ids and logprobs are as real as a sampled completion's. It drives
 scaffolds and real agent programs through whole episodes before any model can solve a task.
 
-A policy is a Python callable ``policy(context) -> str``, an import path ``"module:function"``
+A policy is a Python callable ``policy(context) -> str`` (or a list of token ids, for a tokenizer
+whose text does not encode its special tokens, as mistral-common's does not), an import path ``"module:function"``
 (``"module:function?key=value&…"`` passes keyword arguments, values read as JSON),
 or a JSON file::
 
@@ -138,7 +139,9 @@ class ScriptedEngine(Engine):
             await asyncio.sleep(self.decode_s_per_token * max(len(o.output_ids) for o in outputs))
         return outputs
 
-    def _score(self, prompt_ids: list[int], text: str, params: SamplingParams) -> GenerationOutput:
+    def _score(self, prompt_ids: list[int], text: str | list[int], params: SamplingParams) -> GenerationOutput:
+        if not isinstance(text, str):  # token ids: for a tokenizer whose text does not encode its special tokens (mistral-common)
+            return self._score_ids(prompt_ids, [int(i) for i in text], params)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         reason, why = "stop", self.eos_token_id
         hit = first_stop(text, params.stop)
@@ -146,6 +149,16 @@ class ScriptedEngine(Engine):
             at, why = hit
             ids = self.tokenizer.encode(text[: at + len(why)], add_special_tokens=False)
         elif self.eos_token_id is not None:
+            ids = ids + [self.eos_token_id]
+        if len(ids) > params.max_tokens:
+            ids, reason, why = ids[: params.max_tokens], "length", None
+        with self._lock:
+            lps, tops = score(self.model, prompt_ids, ids, params.temperature, params.top_logprobs)
+        return GenerationOutput(ids, lps, reason, self.version, why, top_logprobs=tops)
+
+    def _score_ids(self, prompt_ids: list[int], ids: list[int], params: SamplingParams) -> GenerationOutput:
+        reason, why = "stop", self.eos_token_id
+        if self.eos_token_id is not None:
             ids = ids + [self.eos_token_id]
         if len(ids) > params.max_tokens:
             ids, reason, why = ids[: params.max_tokens], "length", None

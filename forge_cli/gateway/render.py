@@ -23,6 +23,7 @@ from typing import Any
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.limits import token_floor, utf8_len
 from forge_cli.specs import ParsedOutput, ParseError, ReasoningParser, Tool, ToolCall, ToolFormat, parse_calls
+from forge_cli.toolformats.native import renders_own_ids
 
 MAX_TOOLS = 512
 
@@ -106,10 +107,15 @@ def render_prompt(
 def _apply_template(tokenizer: Any, messages: list[dict[str, Any]], max_len: int | None, **kw: Any) -> Rendered:
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
-    except Exception as exc:  # a template may reject a role order (e.g. two system turns)
+        if max_len is not None:
+            check_fits(tokenizer, text, max_len, "messages")
+        if renders_own_ids(tokenizer):
+            encoded = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, **kw)
+            return Rendered(list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded), text)
+    except APIError:
+        raise
+    except Exception as exc:  # a template may reject a role order (e.g. two system turns), mistral-common an id
         raise APIError(400, f"messages: the model's chat template rejected them: {exc}", param="messages") from None
-    if max_len is not None:
-        check_fits(tokenizer, text, max_len, "messages")
     ids = tokenizer.encode(text, add_special_tokens=False)
     return Rendered(ids, text)
 

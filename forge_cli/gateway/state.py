@@ -28,7 +28,7 @@ from forge_cli.gateway.metrics import Metrics
 from forge_cli.pool.types import NewCompletion, PromptHistory, Sampling
 from forge_cli.records.session import SessionRequest
 from forge_cli.specs import ReasoningParser, ToolFormat
-from forge_cli.toolformats.native import ModelFormats
+from forge_cli.toolformats.native import ModelFormats, renders_own_ids
 
 MAX_ENDED = 65536  # ended sessions whose key and id are kept to answer 409 (a few MB at most)
 
@@ -48,6 +48,7 @@ class Session:
     reused: int = 0  # requests whose prompt began with an earlier completion's exact ids
     history: list[tuple[str, list[int]]] = field(default_factory=list)  # (text, ids) of each prompt+output
     thoughts: dict[tuple[Any, ...], str] = field(default_factory=dict)  # an answer (content, calls) -> the thinking sampled before it
+    responses: dict[str, Any] = field(default_factory=dict)  # Responses API: a kept response's id -> how to continue it (routes.responses)
 
 
 class GatewayState:
@@ -181,6 +182,7 @@ class GatewayState:
         self.by_key.pop(session.api_key, None)
         session.history.clear()
         session.thoughts.clear()
+        session.responses.clear()
         self._opened.discard(session.trajectory_id)
         self.ended["key:" + session.api_key] = self.ended["session:" + session.id] = None
         while len(self.ended) > 2 * MAX_ENDED:
@@ -243,7 +245,7 @@ class GatewayState:
             if ids[: len(prior_ids)] == prior_ids:
                 return ids, PromptHistory("exact", family=family)
             candidate = prior_ids + self.tokenizer.encode(text[len(best[0]):], add_special_tokens=False)
-            if self.tokenizer.decode(candidate) == text:
+            if not renders_own_ids(self.tokenizer) and self.tokenizer.decode(candidate) == text:
                 session.reused += 1
                 self.metrics.prefix_reuse.inc()
                 return candidate, PromptHistory("reused", family=family)

@@ -48,9 +48,18 @@ PROBE_TOOL = "forge_probe_tool_7f3a"
 NO_PARSER = "none"
 
 
+def renders_own_ids(tokenizer: Any) -> bool:
+    """A tokenizer whose chat template is code that makes the ids itself (mistral-common's, through
+    transformers' ``MistralCommonBackend``): its rendered text does not encode back to them (special
+    tokens in text are read as text), so its ids are taken as rendered."""
+    return type(tokenizer).__name__ == "MistralCommonBackend"
+
+
 def template_takes_tools(tokenizer: Any) -> bool:
     """Whether the tokenizer's chat template renders the tools it is given (a probe tool's name
-    appears in the rendering)."""
+    appears in the rendering); mistral-common's code renders them."""
+    if renders_own_ids(tokenizer):
+        return True
     if not getattr(tokenizer, "chat_template", None):
         return False
     tools = [{"type": "function", "function": {"name": PROBE_TOOL, "description": "", "parameters": {"type": "object", "properties": {}}}}]

@@ -152,7 +152,9 @@ class BoundVLLMToolFormat(ToolFormat):
             except ValueError:
                 errors.append(ParseError(text=f"{tc.function.name}: {args}"[:500], reason="arguments are not valid JSON"))
                 continue
-            calls.append(ToolCall(name=tc.function.name, arguments=args))
+            calls.append(ToolCall(name=tc.function.name, arguments=args, id=_model_id(tc.id)))
+        if self.name == "mistral" and calls:
+            calls = _mistral_ids(text, calls)
         content = (info.content or "") if info.tools_called else text
         end = CALL_ENDS.get(self.name)
         if end and self.markers and text.count(self.markers[0]) > text.count(end) and calls:
@@ -215,3 +217,23 @@ def _marker(parser: Any, *names: str) -> str:
         if isinstance(value, str) and value:
             return value
     return ""
+
+
+def _model_id(value: Any) -> str | None:
+    """A call id the model wrote itself (Mistral's nine characters), not one vLLM made up (``chatcmpl-tool-…``)."""
+    if isinstance(value, str) and value and not value.startswith(("chatcmpl-tool-", "call_")):
+        return value
+    return None
+
+
+def _mistral_ids(text: str, calls: list[ToolCall]) -> list[ToolCall]:
+    """vLLM's mistral parser makes up a new id for each call; where the model wrote one
+    (``[TOOL_CALLS][{…, "id": "abcdefghi"}]``) it is the model's that must come back to its template."""
+    try:
+        written = json.loads(text.split("[TOOL_CALLS]", 1)[1].strip())
+    except (IndexError, ValueError):
+        return calls
+    if not isinstance(written, list) or len(written) != len(calls):
+        return calls
+    return [ToolCall(c.name, c.arguments, id=w["id"]) if isinstance(w, dict) and isinstance(w.get("id"), str) else c
+            for c, w in zip(calls, written)]

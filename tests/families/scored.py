@@ -20,8 +20,9 @@ def scored_model(family: str, where: Path) -> Path:
     source = family_model_dir(family)
     folder = where / family
     folder.mkdir(parents=True)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(source / name, folder / name)
+    for name in ("tokenizer.json", "tokenizer_config.json", "tekken.json"):  # tekken.json: Mistral's
+        if (source / name).exists():
+            shutil.copy(source / name, folder / name)
     tok = AutoTokenizer.from_pretrained(folder)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,

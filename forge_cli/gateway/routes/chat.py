@@ -95,10 +95,16 @@ def _message(parsed: Any) -> ChatCompletionMessage:
     extra: dict[str, Any] = {"reasoning_content": parsed.reasoning} if parsed.reasoning else {}
     if not parsed.calls:
         return ChatCompletionMessage(role="assistant", content=content, **extra)
-    calls = [ChatCompletionMessageFunctionToolCall(id=f"call_{secrets.token_hex(8)}", type="function",
+    calls = [ChatCompletionMessageFunctionToolCall(id=call_id(c), type="function",
                                                    function=Function(name=c.name, arguments=arguments_json(c)))
              for c in parsed.calls]
     return ChatCompletionMessage(role="assistant", content=content, tool_calls=calls, **extra)
+
+
+def call_id(call: ToolCall) -> str:
+    """The call's id: the model's own where its syntax carries one (Mistral's, which its template
+    checks when the call comes back), else a new one."""
+    return call.id or f"call_{secrets.token_hex(8)}"
 
 
 def _logprobs(state: Any, output: Any) -> list[ChatCompletionTokenLogprob]:
@@ -189,7 +195,7 @@ def _tool_call_chunks(chunk: Any, index: int, calls: list[ToolCall]) -> list[str
     Call, CallFunction = chat_completion_chunk.ChoiceDeltaToolCall, chat_completion_chunk.ChoiceDeltaToolCallFunction
     out = []
     for k, call in enumerate(calls):
-        head = Call(index=k, id=f"call_{secrets.token_hex(8)}", type="function", function=CallFunction(name=call.name, arguments=""))
+        head = Call(index=k, id=call_id(call), type="function", function=CallFunction(name=call.name, arguments=""))
         out.append(chunk(index, _delta(tool_calls=[head])))
         for piece in _pieces(arguments_json(call), 24):
             out.append(chunk(index, _delta(tool_calls=[Call(index=k, function=CallFunction(arguments=piece))])))

@@ -116,7 +116,7 @@ def _blocks(parsed: Any) -> list[ThinkingBlock | TextBlock | ToolUseBlock]:
                 pass
         if not isinstance(args, dict):
             args = {"input": args}
-        blocks.append(ToolUseBlock(type="tool_use", id=f"toolu_{secrets.token_hex(12)}", name=call.name, input=args))
+        blocks.append(ToolUseBlock(type="tool_use", id=call.id or f"toolu_{secrets.token_hex(12)}", name=call.name, input=args))
     return blocks
 
 
