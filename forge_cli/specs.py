@@ -315,8 +315,10 @@ class ToolFormat:
     # model whose chat template takes no tools, or as a prompt protocol of its own (ReAct).
     # "template": the model's chat template renders the tool schemas, structured assistant
     # ``tool_calls`` and tool results itself, and this format only parses; render_tools and
-    # format_calls are then never called (see forge_cli.gateway.render).
-    rendering: Literal["text", "template"] = "text"
+    # format_calls are then never called (see forge_cli.gateway.render). "code": the format renders
+    # the whole conversation to prompt ids itself (:meth:`render_ids`: a family whose template is
+    # code, gpt-oss's harmony) and parses.
+    rendering: Literal["text", "template", "code"] = "text"
 
     def bind(self, tokenizer: Any) -> "ToolFormat":
         """This format for one model's tokenizer (a parser that reads special tokens needs it).
@@ -331,6 +333,12 @@ class ToolFormat:
         """The assistant text that makes ``calls`` in this format (for rendering history)."""
         raise NotImplementedError
 
+    def render_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        """``rendering = "code"``: the prompt ids of ``messages`` (the chat-template convention:
+        structured ``tool_calls``, ``reasoning_content``, tool results with ``tool_call_id``) and ``tools``,
+        ready for the assistant to answer."""
+        raise NotImplementedError
+
     def parse(self, text: str) -> ParsedOutput:
         """Split generated ``text`` into content and tool calls. Never raises.
 
@@ -342,9 +350,9 @@ class ToolFormat:
         check_name("tool format", self.name)
         if not self.description:
             raise ForgeError(f"tool format '{self.name}': a description is required")
-        if self.rendering not in ("text", "template"):
-            raise ForgeError(f"tool format '{self.name}': rendering must be 'text' or 'template', not {self.rendering!r}")
-        needed = ("render_tools", "format_calls", "parse") if self.rendering == "text" else ("parse",)
+        if self.rendering not in ("text", "template", "code"):
+            raise ForgeError(f"tool format '{self.name}': rendering must be 'text', 'template' or 'code', not {self.rendering!r}")
+        needed = {"text": ("render_tools", "format_calls", "parse"), "template": ("parse",), "code": ("render_ids", "parse")}[self.rendering]
         for method in needed:
             if getattr(type(self), method) is getattr(ToolFormat, method):
                 raise ForgeError(f"tool format '{self.name}': {method}() is not implemented")

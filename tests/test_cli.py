@@ -107,7 +107,7 @@ def test_plugins_lists_builtins(cli):
     assert result.exit_code == 0
     plugins = {p["name"]: p for p in json.loads(result.stdout)}
     assert "hermes" in plugins["forge:tool-formats"]["registered"]["tool_formats"]
-    assert len(plugins["forge:tool-formats"]["registered"]["tool_formats"]) == 6  # Forge's text formats and native
+    assert len(plugins["forge:tool-formats"]["registered"]["tool_formats"]) == 7  # Forge's text formats, native, harmony
     vllm = plugins["forge:vllm-parsers"]["registered"]
     assert len(vllm["tool_formats"]) == 53 and "hermes" not in vllm["tool_formats"]  # Forge's hermes stands for vLLM's
     assert len(vllm["reasoning_parsers"]) == 38 and "qwen3" in vllm["reasoning_parsers"]

@@ -215,3 +215,46 @@ def test_mistral_renders_through_mistral_common_and_keeps_its_call_ids(tmp_path_
     finally:
         live.stop()
         pool.close()
+
+
+def test_gpt_oss_renders_and_parses_through_harmony(tmp_path_factory, monkeypatch):
+    """gpt-oss's template is code (openai-harmony): harmony renders the prompt ids and reads the
+    channels back — the call from ``commentary``, the thinking from ``analysis`` — and the tool loop
+    keeps the sampled ids; its thinking comes back as reasoning_content."""
+    from tests.families.native import gpt_oss_completion, render_gpt_oss, tiktoken_env
+
+    for name, value in tiktoken_env().items():  # harmony's vocabulary, offline
+        monkeypatch.setenv(name, value)
+    folder = scored_model("gpt_oss", tmp_path_factory.mktemp("scored"))
+    replies = Replies()
+    engine = ScriptedEngine(folder, replies, max_model_len=4096)
+    pool = DataPool.sqlite(tmp_path_factory.mktemp("pool") / "pool.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), default_tool_format=None, model_type="gpt_oss", pool=pool)
+    live = LiveGateway(state)
+    try:
+        assert state.default_tool_format == "native" and state.formats.get().name == "harmony"
+        wanted = _assistant([{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": ARGS}}],
+                            thinking="I should list it.")
+        _, ids = gpt_oss_completion([SYSTEM, USER, wanted], [LS])
+        replies.queue.append(ids)
+        client = live.openai("k-oss")
+        first = client.chat.completions.create(model="m", messages=[SYSTEM, USER], tools=[LS])
+        message = first.choices[0].message
+        [call] = message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == ("ls", ARGS)
+        assert message.reasoning_content == "I should list it."
+        result = {"role": "tool", "tool_call_id": call.id, "content": "a.txt"}
+        sent = {"role": "assistant", "content": None, "tool_calls": [call.model_dump(exclude_none=True)],
+                "reasoning_content": message.reasoning_content}
+        replies.queue.append("<|channel|>final<|message|>One file.")  # its specials are the tokenizer's own tokens
+        second = client.chat.completions.create(model="m", messages=[SYSTEM, USER, sent, result], tools=[LS])
+        assert second.choices[0].message.content == "One file."
+        one, two = pool.trajectory(state.sessions[state.by_key["k-oss"]].trajectory_id).completions
+        assert one.prompt_ids == render_gpt_oss([SYSTEM, USER], [LS])[1]
+        assert two.prompt_ids == render_gpt_oss([SYSTEM, USER, {**wanted, "tool_calls": [{**wanted["tool_calls"][0], "id": call.id}]},
+                                                 result], [LS])[1]
+        assert one.tool_calls == [{"name": "ls", "arguments": ARGS}] and one.tool_format == "harmony"
+        assert two.history.kind in ("exact", "reused")  # harmony keeps the analysis of the turn in progress
+    finally:
+        live.stop()
+        pool.close()

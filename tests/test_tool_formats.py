@@ -67,7 +67,7 @@ def _plain(call: ToolCall) -> tuple:
 def test_each_known_format_is_registered_and_reads_its_own_syntax():
     """Forge's built-ins come from its own plugin, the example's from the third party; each
     format under its name parses a call written in that model family's syntax."""
-    assert {name for name, e in REGISTRY.tool_formats.items() if e.plugin == "forge:tool-formats"} == set(WRITTEN) - {"sexpr"} | {"native"}
+    assert {name for name, e in REGISTRY.tool_formats.items() if e.plugin == "forge:tool-formats"} == set(WRITTEN) - {"sexpr"} | {"native", "harmony"}
     assert REGISTRY.tool_formats["sexpr"].plugin == "forge-scaffold-example"
     for name, text in WRITTEN.items():
         parsed = REGISTRY.tool_format(name).parse(text)

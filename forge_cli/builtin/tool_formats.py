@@ -3,7 +3,8 @@
 Forge's own formats write tools into the prompt as text (``rendering = "text"``): for a model whose
 chat template takes no tools (the embedded default) and for prompt protocols of their own (ReAct,
 fenced JSON, XML tags). ``native`` renders with the model's template and parses with its family's
-parser; vLLM's parsers are registered by :mod:`forge_cli.builtin.vllm_parsers`. Where a family has
+parser; ``harmony`` renders and parses gpt-oss with openai-harmony; vLLM's parsers are registered
+by :mod:`forge_cli.builtin.vllm_parsers`. Where a family has
 a vLLM parser, Forge keeps no hand-written one (hermes excepted:
 :data:`forge_cli.toolformats.vllm_parsers.FORGE_KEEPS` says why).
 """
@@ -14,6 +15,7 @@ from typing import Callable
 
 from forge_cli import hookimpl
 from forge_cli.specs import ToolFormat
+from forge_cli.toolformats.harmony import HarmonyFormat
 from forge_cli.toolformats.json_formats import FencedJsonFormat, HermesFormat, HermesUnlistedFormat, ReActFormat
 from forge_cli.toolformats.native import NativeFormat
 from forge_cli.toolformats.xml_formats import XmlTagsFormat
@@ -29,3 +31,4 @@ def register_tool_formats(register: Callable[[ToolFormat], None]) -> None:
     for fmt in TEXT_FORMATS:
         register(fmt())
     register(NativeFormat())
+    register(HarmonyFormat())  # gpt-oss: vLLM's `openai` parser is a stub; harmony renders and parses

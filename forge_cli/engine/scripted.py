@@ -157,8 +157,14 @@ class ScriptedEngine(Engine):
         return GenerationOutput(ids, lps, reason, self.version, why, top_logprobs=tops)
 
     def _score_ids(self, prompt_ids: list[int], ids: list[int], params: SamplingParams) -> GenerationOutput:
+        """Ids as the policy wrote them; EOS appended unless they end with one of the tokenizer's added
+        (control) tokens already: the policy ended the turn itself (gpt-oss's ``<|call|>``)."""
         reason, why = "stop", self.eos_token_id
-        if self.eos_token_id is not None:
+        added = getattr(self.tokenizer, "added_tokens_decoder", None)
+        ended = bool(ids) and isinstance(added, dict) and ids[-1] in added
+        if ended:
+            why = ids[-1]
+        elif self.eos_token_id is not None:
             ids = ids + [self.eos_token_id]
         if len(ids) > params.max_tokens:
             ids, reason, why = ids[: params.max_tokens], "length", None

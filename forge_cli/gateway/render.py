@@ -77,6 +77,15 @@ def render_prompt(
     refused (400) before it is tokenised. Slow on long inputs: call it from a worker thread.
     """
     check_tools(tools)
+    if fmt.rendering == "code":  # the format renders the ids itself (gpt-oss: harmony)
+        messages, schemas = template_messages(turns, tools, tool_choice=tool_choice, forced_tool=forced_tool)
+        try:
+            ids = fmt.render_ids(messages, schemas)
+        except Exception as exc:
+            raise APIError(400, f"messages: the model's renderer ({fmt.name}) rejected them: {exc}", param="messages") from None
+        if max_len is not None and len(ids) >= max_len:
+            raise APIError(400, f"messages: the prompt is {len(ids)} tokens; this model's context is {max_len} tokens", param="messages")
+        return Rendered(ids, tokenizer.decode(ids, skip_special_tokens=False))
     if fmt.rendering == "template":
         messages, schemas = template_messages(turns, tools, tool_choice=tool_choice, forced_tool=forced_tool)
         return _apply_template(tokenizer, messages, max_len, tools=schemas)
@@ -181,9 +190,15 @@ def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, 
     thought = ""
     if reasoning is not None:
         thought, text = reasoning.split(text)
-    if not tools:
+    if fmt.rendering == "code":  # its parser reads the channels: thinking, calls and answer at once
+        parsed = parse_calls(fmt, text, [t.schema() for t in tools])
+        thought = thought or parsed.reasoning
+        if not tools:
+            return ParsedOutput(content=parsed.content, calls=[], errors=parsed.errors, reasoning=thought)
+    elif not tools:
         return ParsedOutput(content=text, calls=[], reasoning=thought)
-    parsed = parse_calls(fmt, text, [t.schema() for t in tools])
+    else:
+        parsed = parse_calls(fmt, text, [t.schema() for t in tools])
     known = {t.name for t in tools}
     calls, errors = [], list(parsed.errors)
 

@@ -42,7 +42,7 @@ FAMILY_PARSERS: dict[str, tuple[str, str | None]] = {
     "glm4_moe": ("glm45", "glm45"),
     "kimi_k2": ("kimi_k2", "kimi_k2"),
     "minimax_m2": ("minimax_m2", "minimax_m2_append_think"),
-    "gpt_oss": ("openai", "openai_gptoss"),
+    "gpt_oss": ("harmony", None),  # harmony renders and parses, thinking included (vLLM's `openai` parser is a stub)
 }
 PROBE_TOOL = "forge_probe_tool_7f3a"
 NO_PARSER = "none"
@@ -113,10 +113,11 @@ class ModelFormats:
         if self.tool_parser is not None:
             self.check(self.tool_parser, "model.tool_parser")
         if tool_format is None:  # the embedded model learned Forge's text, whatever its template can do
-            tool_format = "native" if self.takes_tools and model_type != "forge" else "hermes"
+            code = self.tool_parser is not None and self.tool_parser in self.formats and self.formats[self.tool_parser].rendering == "code"
+            tool_format = "native" if (self.takes_tools or code) and model_type != "forge" else "hermes"
         self.check(tool_format, "model.tool_format")
         self.default = tool_format
-        if self.uses_template(tool_format) and not self.takes_tools:
+        if self.uses_template(tool_format) and not self.takes_tools and not self._code_native(tool_format):
             raise ForgeError(f"model.tool_format {tool_format!r} renders tools with the model's chat template, and this "
                              "model's template takes no tools: use a format with text of its own (hermes, react, …)")
         if tool_format == "native" and self.tool_parser is None:
@@ -139,6 +140,10 @@ class ModelFormats:
     def uses_template(self, name: str) -> bool:
         return self.formats[name].rendering == "template"
 
+    def _code_native(self, name: str) -> bool:
+        """``native`` for a family whose parser renders too (gpt-oss: harmony): no template needed."""
+        return name == "native" and self.tool_parser in self.formats and self.formats[self.tool_parser].rendering == "code"
+
     def get(self, name: str | None = None) -> ToolFormat:
         """The format ``name`` (default: the model's default) bound to the model's tokenizer. The
         first use of a vLLM parser imports vLLM (seconds): call it off the event loop."""
@@ -153,12 +158,13 @@ class ModelFormats:
 
     def _bind(self, name: str) -> ToolFormat:
         self.check(name, "tool_format")
-        if self.uses_template(name) and not self.takes_tools:
+        if self.uses_template(name) and not self.takes_tools and not self._code_native(name):
             raise ForgeError(f"tool format {name!r} renders tools with the model's chat template, which takes none here")
         if name == "native":
             if self.tool_parser is None:
                 raise ForgeError("tool format 'native': set model.tool_parser (this model's family has no known parser)")
-            return NativeFormat(self.get(self.tool_parser))
+            parser = self.get(self.tool_parser)
+            return parser if parser.rendering == "code" else NativeFormat(parser)  # a code renderer is the family's own
         return self.formats[name].bind(self.tokenizer)
 
     def reasoning(self) -> ReasoningParser | None:

@@ -217,7 +217,7 @@ async def prepare(
     def render() -> Rendered:  # in a worker thread: slow on long prompts
         nonlocal history
         if prompt is None:
-            shown = state.restore_thinking(session, turns) if fmt.rendering == "template" else turns
+            shown = state.restore_thinking(session, turns) if fmt.rendering != "text" else turns
             rendered = render_prompt(tok, shown, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool,
                                      max_len=engine.max_model_len)
             rendered.prompt_ids, history = state.reuse_ids(session, rendered.text, rendered.prompt_ids,
@@ -313,7 +313,7 @@ async def stream(request: Request, p: Prepared) -> AsyncIterator[tuple[str, Any]
     ``("done", Generated)`` (already recorded), whose parsed content equals everything streamed
     plus what :meth:`ContentStream.rest` adds (sent as a last text event before ``done``)."""
     state = state_of(request)
-    content = ContentStream(state.tokenizer, p.fmt if p.tools else None, p.params.stop, state.formats.reasoning())
+    content = ContentStream(state.tokenizer, p.fmt if (p.tools or p.fmt.rendering == "code") else None, p.params.stop, state.formats.reasoning())
     started = time.time()
     final = None
     async for item in state.engine.generate_stream(p.rendered.prompt_ids, p.params, context=_context(p)):
