@@ -258,3 +258,41 @@ def test_gpt_oss_renders_and_parses_through_harmony(tmp_path_factory, monkeypatc
     finally:
         live.stop()
         pool.close()
+
+
+def test_deepseek_v32_renders_through_vllms_encoder(tmp_path_factory):
+    """DeepSeek V3.2 ships its chat template as Python (vLLM's encoder), not Jinja: the gateway
+    renders with it (model_type deepseek_v32), vLLM's deepseek_v32 parser reads the DSML calls it
+    teaches, and the tool loop keeps the sampled ids. (V3.2 shares V3's vocabulary.)"""
+    from tests.families.native import render_deepseek_v32
+
+    folder = scored_model("deepseek_v3", tmp_path_factory.mktemp("scored"))
+    replies = Replies()
+    engine = ScriptedEngine(folder, replies, max_model_len=4096)
+    pool = DataPool.sqlite(tmp_path_factory.mktemp("pool") / "pool.sqlite")
+    state = GatewayState(engine, engine.tokenizer, tool_formats(), default_tool_format=None, model_type="deepseek_v32", pool=pool,
+                         reasoning_parser="none")
+    live = LiveGateway(state)
+    try:
+        assert state.default_tool_format == "native" and state.formats.tool_parser == "deepseek_v32"
+        wanted = _assistant([{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": ARGS}}])
+        prompt = render_deepseek_v32([SYSTEM, USER], [LS], thinking=False)
+        full = render_deepseek_v32([SYSTEM, USER, wanted], [LS], thinking=False)
+        assert full.startswith(prompt)
+        replies.queue.append(full[len(prompt):].removesuffix("<｜end▁of▁sentence｜>"))
+        client = live.openai("k-dsv32")
+        first = client.chat.completions.create(model="m", messages=[SYSTEM, USER], tools=[LS])
+        [call] = first.choices[0].message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == ("ls", ARGS)
+        one = pool.trajectory(state.sessions[state.by_key["k-dsv32"]].trajectory_id).completions[0]
+        tok = state.tokenizer
+        assert one.prompt_ids == tok.encode(prompt, add_special_tokens=False)  # the encoder's text, exactly
+        result = {"role": "tool", "tool_call_id": call.id, "content": "a.txt"}
+        sent = {"role": "assistant", "content": None, "tool_calls": [call.model_dump(exclude_none=True)]}
+        replies.queue.append("One file.")
+        client.chat.completions.create(model="m", messages=[SYSTEM, USER, sent, result], tools=[LS])
+        _, two = pool.trajectory(state.sessions[state.by_key["k-dsv32"]].trajectory_id).completions
+        assert two.history.kind in ("exact", "reused") and one.tool_calls == [{"name": "ls", "arguments": ARGS}]
+    finally:
+        live.stop()
+        pool.close()

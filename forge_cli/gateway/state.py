@@ -78,6 +78,7 @@ class GatewayState:
         self.formats = ModelFormats(tokenizer, tool_formats, reasoning_parsers, model_type=model_type, tool_format=default_tool_format,
                                     tool_parser=tool_parser, reasoning_parser=reasoning_parser)
         self.default_tool_format = self.formats.default
+        self.tokenizer = self.formats.tokenizer  # the same vocabulary; its chat template the family's own encoder where it has one
         self.pool = pool
         self.model_name = model_name
         self.auth = auth

@@ -16,6 +16,7 @@ the reasoning parser (``model.reasoning_parser``, by default the family's, ``non
 
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import Any
 
@@ -36,7 +37,8 @@ FAMILY_PARSERS: dict[str, tuple[str, str | None]] = {
     "llama": ("llama3_json", None),  # Llama 3.1 / 3.2 / 3.3 (an older Llama's template takes no tools)
     "llama4": ("llama4_pythonic", None),
     "deepseek_v3": ("deepseek_v3", "deepseek_v3"),  # V3: no thinking unless asked (R1: --reasoning-parser deepseek_r1)
-    "deepseek_v32": ("deepseek_v32", "deepseek_v3"),
+    "deepseek_v32": ("deepseek_v32", "deepseek_v3"),  # rendered by vLLM's V3.2 encoder (CODE_TEMPLATES)
+    "deepseek_v4": ("deepseek_v4", "deepseek_v4"),  # rendered by vLLM's V4 encoder
     "mistral": ("mistral", None),
     "mistral3": ("mistral", "mistral"),
     "glm4_moe": ("glm45", "glm45"),
@@ -44,7 +46,26 @@ FAMILY_PARSERS: dict[str, tuple[str, str | None]] = {
     "minimax_m2": ("minimax_m2", "minimax_m2_append_think"),
     "gpt_oss": ("harmony", None),  # harmony renders and parses, thinking included (vLLM's `openai` parser is a stub)
 }
+# model_type -> vLLM's wrapper that makes a tokenizer's apply_chat_template the family's own encoder
+# (DeepSeek V3.2 and V4 ship Python encoders, not Jinja templates; vLLM serves them this way)
+CODE_TEMPLATES: dict[str, tuple[str, str]] = {
+    "deepseek_v32": ("vllm.tokenizers.deepseek_v32", "get_deepseek_v32_tokenizer"),
+    "deepseek_v4": ("vllm.tokenizers.deepseek_v4", "get_deepseek_v4_tokenizer"),
+}
 PROBE_TOOL = "forge_probe_tool_7f3a"
+
+
+def with_family_template(tokenizer: Any, model_type: str | None) -> Any:
+    """The tokenizer whose ``apply_chat_template`` is the family's own encoder where the family
+    ships one in code (:data:`CODE_TEMPLATES`: vLLM's DeepSeek encoders), else the tokenizer."""
+    if model_type not in CODE_TEMPLATES:
+        return tokenizer
+    module, name = CODE_TEMPLATES[model_type]
+    try:
+        wrap = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ForgeError(f"{model_type}'s chat template is vLLM's encoder ({module}), which cannot be loaded: {exc}") from None
+    return wrap(tokenizer)
 NO_PARSER = "none"
 
 
@@ -100,7 +121,8 @@ class ModelFormats:
     def __init__(self, tokenizer: Any, formats: dict[str, ToolFormat], reasoning_parsers: dict[str, ReasoningParser] | None = None,
                  *, model_type: str | None = None, tool_format: str | None = None, tool_parser: str | None = None,
                  reasoning_parser: str | None = None) -> None:
-        self.tokenizer = tokenizer
+        self.tokenizer = with_family_template(tokenizer, model_type)  # what renders and reads (DeepSeek V3.2/V4: vLLM's encoder)
+        tokenizer = self.tokenizer
         self.formats = dict(formats)
         self.formats.setdefault("native", NativeFormat())
         self.reasoning_parsers = dict(reasoning_parsers or {})
