@@ -296,3 +296,72 @@ def test_deepseek_v32_renders_through_vllms_encoder(tmp_path_factory):
     finally:
         live.stop()
         pool.close()
+
+
+def test_forge_gateway_serve_on_a_qwen3_folder(tmp_path):
+    """A user points ``forge gateway serve --model`` at a Qwen3 folder: the family comes from its
+    config.json, tools and thinking go through Qwen3's own template and parsers, and the run's pool
+    says so (forge pool stats: the drift table; forge pool show --tokens: where a prompt diverged)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    from tests.waiting import wait_until
+
+    model = scored_model("qwen3", tmp_path / "models", own_architecture=True)
+    assert json.loads((model / "config.json").read_text())["model_type"] == "qwen3"
+    wanted = _assistant([{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": ARGS}}], thinking="List it.")
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"rules": [{"when": "And /var", "reply": "Nothing else."},
+                                            {"when": "a.txt", "reply": "<think>\nDone.\n</think>\n\nOne file."},
+                                            {"when": "/tmp", "reply": completion_text("qwen3", [USER, wanted], [LS])}]}))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    forge = str(Path(sys.executable).with_name("forge"))
+    proc = subprocess.Popen([forge, "gateway", "serve", "--model", str(model), "--engine", "scripted", "--policy", str(policy),
+                             "--port", str(port), "--run", "qwen"], cwd=tmp_path, env={**os.environ, "COLUMNS": "250"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    headers = {"Authorization": "Bearer agent"}
+    try:
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"forge gateway serve exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, what="the gateway to answer /health")
+        first = httpx.post(url, headers=headers, json={"messages": [USER], "tools": [LS]}, timeout=60).json()["choices"][0]["message"]
+        assert first["reasoning_content"].strip() == "List it." and first["tool_calls"][0]["function"]["name"] == "ls"
+        result = {"role": "tool", "tool_call_id": first["tool_calls"][0]["id"], "content": "a.txt"}
+        second = httpx.post(url, headers=headers, json={"messages": [USER, first, result], "tools": [LS]}, timeout=60).json()
+        answer = second["choices"][0]["message"]
+        assert answer["content"] == "One file." and answer["reasoning_content"].strip() == "Done."
+        third = httpx.post(url, headers=headers, json={"messages": [USER, first, result, answer, {"role": "user", "content": "And /var?"}],
+                                                       "tools": [LS]}, timeout=60)
+        assert third.status_code == 200
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert 'forge_gateway_prompt_history_total{family="qwen3",kind="drifted",scaffold="external",tool_format="native"} 1.0' in metrics
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    run = tmp_path / "runs" / "qwen"
+    stats = json.loads(subprocess.run([forge, "pool", "stats", str(run), "--json"], capture_output=True, text=True, cwd=tmp_path,
+                                      check=True).stdout)
+    [row] = stats["prompt_history"]
+    assert (row["family"], row["tool_format"], row["first"], row["exact"] + row["reused"], row["drifted"]) == ("qwen3", "native", 1, 1, 1)
+    from forge_cli.pool.store import DataPool
+
+    with DataPool.sqlite(run / "pool.sqlite") as pool:
+        trajectory = pool.groups()[0].trajectories[0].id
+    shown = subprocess.run([forge, "pool", "show", trajectory, "--run", str(run), "--tokens"], capture_output=True, text=True,
+                           cwd=tmp_path, check=True, env={**os.environ, "COLUMNS": "250"}).stdout
+    assert "drifted at" in shown and "drifted here" in shown

@@ -12,10 +12,12 @@ from pathlib import Path
 from tests.families import family_model_dir
 
 
-def scored_model(family: str, where: Path) -> Path:
-    """``where/<family>``: the family's tokenizer files and a 1-layer Llama over its vocabulary (seed 0)."""
+def scored_model(family: str, where: Path, *, own_architecture: bool = False) -> Path:
+    """``where/<family>``: the family's tokenizer files and a 1-layer Llama over its vocabulary (seed
+    0); ``own_architecture`` (Qwen3 only): a 1-layer Qwen3 instead, whose ``config.json`` says
+    ``model_type = "qwen3"``, as a real Qwen3 folder does (the gateway reads its family from it)."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     source = family_model_dir(family)
     folder = where / family
@@ -25,7 +27,12 @@ def scored_model(family: str, where: Path) -> Path:
             shutil.copy(source / name, folder / name)
     tok = AutoTokenizer.from_pretrained(folder)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, max_position_embeddings=32768, tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    shape = dict(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, max_position_embeddings=32768, tie_word_embeddings=True)
+    if own_architecture:
+        if family != "qwen3":
+            raise ValueError("own_architecture: Qwen3 only")
+        Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=8)).save_pretrained(folder)
+    else:
+        LlamaForCausalLM(LlamaConfig(**shape)).save_pretrained(folder)
     return folder
