@@ -1,6 +1,7 @@
-"""``POST /v1/responses`` (stateless) request models. Tolerates store, include, reasoning,
-prompt_cache_key, client_metadata and other fields it does not use; the known ones have JSON's
-types strictly (:mod:`.types`) and OpenAI's documented ranges."""
+"""``POST /v1/responses`` request models. Tolerates reasoning, prompt_cache_key, client_metadata
+and other fields it does not use; the known ones have JSON's types strictly (:mod:`.types`) and
+OpenAI's documented ranges. ``store`` (default true) and ``previous_response_id``: a response is
+kept by its session to be continued from (see :mod:`forge_cli.gateway.routes.responses`)."""
 
 from __future__ import annotations
 
@@ -28,5 +29,6 @@ class ResponsesRequest(LooseModel):
     top_p: Optional[Float] = Field(None, gt=0, le=1)
     top_logprobs: Optional[Int] = Field(None, ge=0, le=20)
     include: Optional[list[str]] = None  # "message.output_text.logprobs": the output text's token logprobs
-    store: Optional[Bool] = None
+    store: Optional[Bool] = None  # false: the response is not kept (a later previous_response_id to it is a 404)
+    previous_response_id: Optional[str] = Field(None, min_length=1)  # continue from a response this session kept
     stream: Bool = False

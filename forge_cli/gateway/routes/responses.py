@@ -1,13 +1,22 @@
-"""``POST /v1/responses`` (stateless; what codex and the openai-agents SDK speak), stream and not.
+"""``POST /v1/responses`` (what codex and the openai-agents SDK speak), stream and not.
 
 Input items: ``message`` (developer/system/user/assistant), ``function_call`` /
-``function_call_output``, ``custom_tool_call`` / ``custom_tool_call_output``; ``reasoning``
-items are skipped. Tools: ``function`` (incl. ``strict``), ``custom`` (freeform text input),
+``function_call_output``, ``custom_tool_call`` / ``custom_tool_call_output``; a ``reasoning``
+item is the thinking of the assistant turn after it. Tools: ``function`` (incl. ``strict``), ``custom`` (freeform text input),
 ``namespace`` (nested functions); hosted tools (web_search, tool_search, …) are ignored.
 
 The body and every stream event are the openai SDK's own types (``Response``, its output items,
 ``ResponseCreatedEvent``, ``ResponseTextDeltaEvent``, …), dumped as the SDK dumps them; a streamed
 response keeps one id and one ``created_at`` from ``response.created`` to ``response.completed``.
+
+Conversation state (``store``, ``previous_response_id``): each response answered with ``store``
+not false is kept by its session (the trajectory it was recorded into; ``Session.responses``, the
+last :data:`MAX_KEPT`, freed when the session is forgotten) as what continuing from it takes: the
+full input it was made from (its own ``previous_response_id`` expanded) and its output items as a
+client sends them back. A request naming it is rendered as if it had sent ``that input + that
+output + its own input``; instructions are not carried over (OpenAI's rule: only the request's
+own apply). An id this session did not keep (another session's, a ``store: false`` one, one
+evicted or unknown) is OpenAI's 404 ``previous_response_not_found``.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import itertools
 import json
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -69,11 +79,13 @@ from forge_cli.gateway.routes.common import (
     prepare,
     read_json,
     sampling,
+    session_of,
     state_of,
     stream,
     validate,
     wire_json,
 )
+from forge_cli.gateway.state import Session
 from forge_cli.gateway.token_text import logprob_entries
 from forge_cli.specs import ToolCall
 
@@ -144,11 +156,19 @@ def to_tools(req: ResponsesRequest) -> tuple[list[Tool], dict[str, str], set[str
     return tools, namespace_of, freeform
 
 
-def to_turns(req: ResponsesRequest) -> list[Turn]:
+def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's own input as items (a string is one user message)."""
+    return [{"type": "message", "role": "user", "content": req.input}] if isinstance(req.input, str) else list(req.input)
+
+
+def to_turns(req: ResponsesRequest, items: list[dict[str, Any]] | None = None, first: int = 0) -> list[Turn]:
+    """The request's turns: its instructions, then ``items`` (default: its input; with a previous
+    response, that response's input and output come first, and the request's own begin at ``first``,
+    which the errors' ``input[i]`` count from)."""
     turns: list[Turn] = []
     if req.instructions:
         turns.append(Turn("system", req.instructions))
-    items = [{"type": "message", "role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    items = input_items(req) if items is None else items
     names: dict[str, str] = {}  # call_id -> tool name: a tool result names its tool for the template
     thinking = ""  # a reasoning item's text: the thinking of the assistant turn that follows it
 
@@ -158,7 +178,7 @@ def to_turns(req: ResponsesRequest) -> list[Turn]:
         thinking = ""
 
     for i, item in enumerate(items):
-        where = f"input[{i}]"
+        where = f"input[{i - first}]" if i >= first else "previous_response_id"
         kind = item.get("type", "message" if "role" in item else None)
         if not isinstance(kind, (str, type(None))) or not isinstance(item.get("role", ""), str):
             raise APIError(400, f"{where}: 'type' and 'role' must be strings", param=where)
@@ -276,6 +296,57 @@ def _output_format(req: ResponsesRequest) -> dict[str, Any] | None:
     return output_format(fmt.type)
 
 
+MAX_KEPT = 64  # responses a session keeps to be continued from; older ones are forgotten (then a 404)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What continuing from a kept response takes: the full input it was made from (its own
+    previous response expanded) and its output items as input items. ``instructions``: its own
+    (kept for the record; a continuation does not inherit them)."""
+
+    input: tuple[dict[str, Any], ...]
+    output: tuple[dict[str, Any], ...]
+    instructions: str | None
+
+
+def not_found(response_id: str) -> JSONResponse:
+    """OpenAI's answer to a ``previous_response_id`` it does not hold."""
+    return JSONResponse({"error": {"message": f"Previous response with id {response_id!r} not found.", "type": "invalid_request_error",
+                                   "param": "previous_response_id", "code": "previous_response_not_found"}}, status_code=404)
+
+
+async def _conversation(request: Request, req: ResponsesRequest) -> tuple[list[dict[str, Any]], int] | None:
+    """The items to render and where the request's own begin: with ``previous_response_id``, the
+    kept response's input and output first (None: this session kept no such response)."""
+    own = input_items(req)
+    if req.previous_response_id is None:
+        return own, 0
+    kept = (await session_of(request)).responses.get(req.previous_response_id)
+    if kept is None:
+        return None
+    return [*kept.input, *kept.output, *own], len(kept.input) + len(kept.output)
+
+
+def _as_input(item: ResponseOutputItem) -> dict[str, Any]:
+    """An output item as a client sends it back in ``input`` (the text's logprobs left out)."""
+    data = wire_json(item)
+    for part in data.get("content") or []:
+        if isinstance(part, dict):
+            part.pop("logprobs", None)
+    return data
+
+
+def _keep(session: Session, req: ResponsesRequest, items: list[dict[str, Any]], body: Response) -> None:
+    """Keep an answered response in its session (unless ``store: false``), the oldest past :data:`MAX_KEPT` forgotten."""
+    if req.store is False:
+        return
+    kept = session.responses
+    kept[body.id] = Kept(tuple(items), tuple(_as_input(item) for item in body.output), req.instructions)
+    while len(kept) > MAX_KEPT:
+        kept.pop(next(iter(kept)))
+
+
 @router.post("/v1/responses", openapi_extra=body_schema(ResponsesRequest))
 @router.post("/s/{session}/v1/responses", openapi_extra=body_schema(ResponsesRequest))
 async def responses(request: Request):
@@ -293,14 +364,20 @@ async def responses(request: Request):
                       top_logprobs=req.top_logprobs if _wants_logprobs(req) else None)
     kw: dict[str, Any] = {"tool_choice": choice, "forced_tool": forced, "raw": raw, "output_format": _output_format(req),
                           "turns_param": "input"}
+    conversation = await _conversation(request, req)
+    if conversation is None:
+        return not_found(str(req.previous_response_id))
+    items, first = conversation
+    turns = to_turns(req, items, first)
     if req.stream:
-        prepared = await prepare(request, to_turns(req), tools, params, **kw)
-        return StreamingResponse(_live(request, prepared, req, namespace_of, freeform), media_type="text/event-stream")
-    gen = await generate(request, to_turns(req), tools, params, **kw)
+        prepared = await prepare(request, turns, tools, params, **kw)
+        return StreamingResponse(_live(request, prepared, req, namespace_of, freeform, items), media_type="text/event-stream")
+    gen = await generate(request, turns, tools, params, **kw)
     body = _final(req, gen, namespace_of, freeform, params, rid=f"resp_{secrets.token_hex(12)}", created_at=int(time.time()),
                   msg_id=f"msg_{secrets.token_hex(12)}", logprobs=_logprobs(request, req, gen.outputs[0]))
     response = JSONResponse(_json(body))
     await commit(request, gen)
+    _keep(gen.session, req, items, body)
     return response
 
 
@@ -327,7 +404,8 @@ def _response(req: ResponsesRequest, freeform: set[str], **fields: Any) -> Respo
     client does with a body), as it carries the client's tools back as they were sent; its output
     items and usage are validated SDK models."""
     return Response.construct(object="response", model=req.model, parallel_tool_calls=True, tool_choice=_tool_choice(req, freeform),
-                              tools=req.tools or [], error=None, instructions=req.instructions, **fields)
+                              tools=req.tools or [], error=None, instructions=req.instructions,
+                              previous_response_id=req.previous_response_id, **fields)
 
 
 def _usage(gen: Generated) -> ResponseUsage:
@@ -351,8 +429,9 @@ def _final(req: ResponsesRequest, gen: Generated, namespace_of: dict[str, str], 
 
 
 async def _live(request: Request, prepared: Any, req: ResponsesRequest, namespace_of: dict[str, str],
-                freeform: set[str]) -> AsyncIterator[str]:
-    """The Responses event sequence: output text streamed as the engine samples it, calls at the end."""
+                freeform: set[str], conversation: list[dict[str, Any]]) -> AsyncIterator[str]:
+    """The Responses event sequence: output text streamed as the engine samples it, calls at the end
+    (``conversation``: the full input, kept with the response once it is generated)."""
     seq = itertools.count()
 
     def event(model: BaseModel) -> str:
@@ -412,6 +491,7 @@ async def _live(request: Request, prepared: Any, req: ResponsesRequest, namespac
     logprobs = _logprobs(request, req, gen.outputs[0])
     body = _final(req, gen, namespace_of, freeform, prepared.params, rid=rid, created_at=created_at, msg_id=msg_id,
                   logprobs=logprobs)
+    _keep(prepared.session, req, conversation, body)  # recorded already (stream); kept before its last events go out
     items = body.output
     message = next((item for item in items if isinstance(item, ResponseOutputMessage)), None)
     if message is not None:
