@@ -66,7 +66,7 @@ def rendered(state: Any, api: str, raw: dict[str, Any], tool_format: str) -> str
     """The chat template's rendering of a recorded request, as the gateway renders its API's body."""
     from forge_cli.gateway.render import Tool, render_prompt
 
-    fmt = state.tool_formats[tool_format]
+    fmt = state.formats.get(tool_format)
     if api == "openai-chat":
         from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest, NamedToolChoice
         from forge_cli.gateway.routes.chat import to_turns

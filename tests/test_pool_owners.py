@@ -13,6 +13,7 @@ import pytest
 
 from forge_cli.errors import ForgeError
 from forge_cli.pool import owners
+from forge_cli.pool.schema import SCHEMA_VERSION
 from forge_cli.pool.types import TrajectoryStatus
 from tests.conftest import ROOT, open_spec
 
@@ -108,19 +109,19 @@ def test_a_pool_from_before_owners_is_migrated_on_open(pool_spec):
     pool = open_spec(pool_spec)
     ids = [t.id for t in pool.submit_group("t", 2, "react").trajectories]
     pool.start_trajectory(ids[0])
-    # make it a version-1 pool: no owner column, none of version 3's completion columns
-    v3 = ("agent", "reward", "reward_to_go", "advantage", "reward_components")
+    # make it a version-1 pool: no owner column, none of versions 3's and 4's completion columns
+    v3 = ("agent", "reward", "reward_to_go", "advantage", "reward_components", "tool_calls", "history")
     _execute(pool, "ALTER TABLE trajectories DROP COLUMN owner", *(f"ALTER TABLE completions DROP COLUMN {c}" for c in v3),
              "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     pool.close()
     old = open_spec(pool_spec)
     with old._read() as cur:
-        assert cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0] == "3"
+        assert cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0] == str(SCHEMA_VERSION)
     assert old.trajectory(ids[0]).owner is None and old.trajectory(ids[0]).status is TrajectoryStatus.RUNNING
     assert old.fail_interrupted() == 0  # no recorded owner: nothing to tell it by, left alone
     old.start_trajectory(ids[1])
     assert old.trajectory(ids[1]).owner == owners.this_process()
-    _execute(old, "UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    _execute(old, f"UPDATE meta SET value = '{SCHEMA_VERSION + 1}' WHERE key = 'schema_version'")
     old.close()
-    with pytest.raises(ForgeError, match="has schema version 4; this Forge reads 3"):
+    with pytest.raises(ForgeError, match=f"has schema version {SCHEMA_VERSION + 1}; this Forge reads {SCHEMA_VERSION}"):
         open_spec(pool_spec)

@@ -263,7 +263,7 @@ def _output_items(parsed: Any, namespace_of: dict[str, str], freeform: set[str],
         text = ResponseOutputText(type="output_text", text=parsed.content, annotations=[], logprobs=logprobs)
         items.append(ResponseOutputMessage(type="message", id=msg_id, status="completed", role="assistant", content=[text]))
     for call in parsed.calls:
-        call_id = f"call_{secrets.token_hex(12)}"
+        call_id = call.id or f"call_{secrets.token_hex(12)}"
         if call.name in freeform:
             raw = call.arguments.get("input", "") if isinstance(call.arguments, dict) else call.arguments
             # ``status`` is not in the SDK's type; codex reads it, as it reads a function call's
