@@ -10,7 +10,7 @@ setup:            ## create/refresh the project venv (a no-op when nothing chang
 system-deps:      ## Debian packages the tests use (PostgreSQL server), installed if missing
 	@bash scripts/system-deps.sh
 
-train: setup      ## the main job: forge train on the embedded default (model init, warm start, RL; 15 minutes)
+train: setup      ## the main job: forge train on the embedded default (RL from the shipped warm policy; 15 minutes)
 	$(VENV)/bin/forge train
 
 test: setup system-deps  ## the whole test suite, slow tests included (what CI runs)

@@ -1,19 +1,27 @@
-"""Learning that shows: `forge train` from nothing (model init + warm start + RL) on this machine,
-per seed, against a control that spends the same extra time on more supervised training, and CISPO
-against GRPO at equal steps from the same warm start.
+"""Learning that shows: `forge train` from the shipped warm policy on this machine, per seed, against
+a supervised control on the same teacher, CISPO against GRPO at equal steps, under load, and the
+completion-time reward against the same run without it.
 
     python benchmarks/learning.py                      # 3 seeds, every part (hours on 2 cores)
     python benchmarks/learning.py --seeds 0 --parts main,control
 
-Each seed gets a FORGE_HOME of its own, so its run creates the default model and warm-starts it
-(`forge train` with the repository's forge.toml: the embedded default's settings). "before" is the
-warm start's last sampled held-out success, "after" the run's final held-out evaluation (the same
-held-out tasks, several samples each). The control starts from the same warm model and runs
-`forge model warmstart --target 1.0` for as long as that seed's RL ran. GRPO runs as many steps as
-the seed's CISPO run, from the same warm model. Both get the main run's resolved scaffold options.
-`--parts` says what to run; each seed's row
-is read from whichever of its runs are in --work (`--parts none` only aggregates). Prints a table and writes
-benchmarks/results/learning.json (seeds, mean_gain, sft_control_mean_gain, …).
+Each seed gets a FORGE_HOME of its own; `forge train` on the repository's forge.toml then starts RL
+at once from the warm policy Forge ships (forge_cli/engine/warm_policy). *before* is the run's step-0
+held-out evaluation of that policy, *after* its final one (the same held-out tasks, several samples
+each, sampled at the training temperature). The parts, each from the same shipped weights:
+
+- ``main``: `forge train --minutes M` (CISPO, the repository's settings);
+- ``control``: `forge model warmstart` (supervised, on the same teacher's demonstrations: its slips and
+  re-checks) for as long as the seed's RL ran, at the learning rate the shipped warm start ended with,
+  held there (not restarting at its peak);
+- ``grpo``: `train.loss.type = "grpo"` for as many steps as the seed's CISPO run;
+- ``loaded``: ``main`` again with a CPU-bound process beside it (one busy core), as a newcomer's
+  machine rarely is idle;
+- ``time0``: ``main`` with `rewards.weights.completion_time = 0`: what the completion-time reward does
+  to the wall time and tool calls of the solved held-out trajectories.
+
+`--parts` says what to run; each seed's row is read from whichever of its runs are in --work
+(`--parts none` only aggregates). Prints a table and writes benchmarks/results/learning.json.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+PARTS = ("main", "control", "grpo", "loaded", "time0")
+
 
 def forge(home: Path, runs: Path, *args: str, sets: dict[str, str] | None = None, log: Path) -> float:
     """Run the forge CLI with the repository's forge.toml; return its wall time in seconds."""
@@ -47,110 +57,166 @@ def forge(home: Path, runs: Path, *args: str, sets: dict[str, str] | None = None
     return time.monotonic() - started
 
 
-def lines(run_dir: Path, kind: str) -> list[Any]:
-    """The run's lines of ``kind`` as the records the loop wrote (forge_cli.records.metrics)."""
+class Hog:
+    """Another CPU-bound process on the machine while a run trains (a busy loop on one core)."""
+
+    def __enter__(self) -> "Hog":
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def read(run_dir: Path) -> Any:
     from forge_cli.report.metrics import read_metrics
 
-    run = read_metrics(run_dir)
-    return {"step": run.steps, "eval": run.evals, "warmstart": run.warmstart}[kind]
+    return read_metrics(run_dir)
 
 
-def scaffold_options(run_dir: Path) -> dict[str, str]:
-    """The resolved options of the run's scaffold, as ``--set`` overrides."""
-    config = json.loads((run_dir / "config.json").read_text())
-    name = config["rollout"]["scaffold"]
-    return {f"scaffolds.{name}.{key}": json.dumps(value) for key, value in (config.get("scaffolds") or {}).get(name, {}).items()}
+def rl_row(run_dir: Path) -> dict:
+    """before/after/best and how fast a `forge train` run went; its held-out curve."""
+    run = read(run_dir)
+    evals, steps = run.evals, run.steps
+    first = evals[0] if evals and evals[0].step == 0 else None
+    last = evals[-1] if evals else None
+    rl_s = steps[-1].time_s if steps else 0.0
+    row = {"before": first.success if first else None, "after": last.success if last else None,
+           "best": max((e.success for e in evals), default=None), "rl_steps": len(steps), "rl_s": rl_s,
+           "curve": [[e.step, e.success] for e in evals],
+           "solved_seconds": last.solved_seconds if last else None,
+           "solved_tool_calls": last.solved_tool_calls if last else None,
+           "before_solved_seconds": first.solved_seconds if first else None,
+           "before_solved_tool_calls": first.solved_tool_calls if first else None,
+           "samples_per_hour": 3600 * sum(s.trajectories for s in steps) / rl_s if rl_s else None}
+    row["gain"] = row["after"] - row["before"] if None not in (row["after"], row["before"]) else None
+    return row
 
 
-def warm_rate(run_dir: Path) -> float | None:
-    rated = [x for x in lines(run_dir, "warmstart") if x.heldout_success is not None]
-    return rated[-1].heldout_success if rated else None
+def control_row(run_dir: Path, before: float | None) -> dict:
+    rated = [x for x in read(run_dir).warmstart if x.heldout_success is not None]
+    last = rated[-1] if rated else None
+    after = last.heldout_success if last else None
+    return {"control_after": after, "control_gain": after - before if None not in (after, before) else None,
+            "control_steps": len(read(run_dir).warmstart), "control_curve": [[x.step, x.heldout_success] for x in rated],
+            "control_solved_seconds": last.solved_seconds if last else None,
+            "control_solved_tool_calls": last.solved_tool_calls if last else None}
+
+
+def shipped_end_lr() -> float:
+    """The learning rate the shipped warm start ended with (its recipe's peak × final fraction)."""
+    from forge_cli.engine.default_model import shipped_warm_dir
+
+    recipe = json.loads((shipped_warm_dir() / "warmstart.json").read_text())["recipe"]
+    return float(recipe["train.warmstart.lr"]) * float(recipe["train.warmstart.final_lr_fraction"])
+
+
+def reduction(fast: float | None, slow: float | None) -> float | None:
+    return 1.0 - fast / slow if fast is not None and slow else None
+
+
+def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: dict[str, str]) -> dict:
+    from forge_cli.engine.default_model import shipped_warm_dir
+
+    home, runs = args.work / f"home-s{seed}", args.work / "runs"
+    sets = {**overrides, "run.seed": str(seed)}
+    minutes = str(args.minutes)
+
+    def train(name: str, *extra: str, more: dict[str, str] | None = None) -> Path:
+        run_dir = runs / f"{name}-s{seed}"
+        if name in parts:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            forge(home, runs, "train", "--no-live", "--run", run_dir.name, *extra, sets={**sets, **(more or {})},
+                  log=args.work / f"{name}-s{seed}.log")
+        return run_dir
+
+    row: dict = {"seed": seed, **rl_row(train("main", "--minutes", minutes))}
+    control = runs / f"control-s{seed}"
+    if "control" in parts and row["rl_s"]:
+        shutil.rmtree(control, ignore_errors=True)
+        out = args.work / f"control-model-s{seed}"
+        shutil.rmtree(out, ignore_errors=True)
+        lr = shipped_end_lr()
+        forge(home, runs, "model", "warmstart", "--model", str(shipped_warm_dir()), "--out", str(out), "--run", control.name,
+              "--target", "1.0", "--minutes", f"{row['rl_s'] / 60:.2f}",
+              sets={**sets, "train.warmstart.lr": str(lr), "train.warmstart.final_lr_fraction": "1.0"},
+              log=args.work / f"control-s{seed}.log")
+    if (control / "metrics.jsonl").is_file():
+        row.update(control_row(control, row["before"]))
+    grpo = train("grpo", "--steps", str(row["rl_steps"]), more={"train.loss.type": "grpo"}) if row["rl_steps"] else None
+    if grpo is not None and (grpo / "metrics.jsonl").is_file():
+        g = rl_row(grpo)
+        row.update(grpo_after=g["after"], grpo_gain=g["gain"], grpo_best=g["best"], grpo_steps=g["rl_steps"])
+    if "loaded" in parts:
+        with Hog():
+            train("loaded", "--minutes", minutes)
+    if (runs / f"loaded-s{seed}" / "metrics.jsonl").is_file():
+        g = rl_row(runs / f"loaded-s{seed}")
+        row.update(loaded_before=g["before"], loaded_after=g["after"], loaded_gain=g["gain"], loaded_steps=g["rl_steps"])
+    time0 = train("time0", "--minutes", minutes, more={"rewards.weights.completion_time": "0"})
+    if (time0 / "metrics.jsonl").is_file():
+        g = rl_row(time0)
+        row.update(time0_after=g["after"], time0_gain=g["gain"], time0_solved_seconds=g["solved_seconds"],
+                   time0_solved_tool_calls=g["solved_tool_calls"])
+        row["completion_time_reduction"] = reduction(row["solved_seconds"], g["solved_seconds"])
+        row["tool_calls_reduction"] = reduction(row["solved_tool_calls"], g["solved_tool_calls"])
+        row["completion_time_success_change"] = (row["after"] - g["after"]
+                                                 if None not in (row["after"], g["after"]) else None)
+    if row.get("control_solved_seconds") is not None:
+        row["completion_time_reduction_vs_control"] = reduction(row["solved_seconds"], row["control_solved_seconds"])
+    return row
+
+
+def pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--minutes", type=float, default=15.0, help="forge train's wall-time budget per seed")
-    parser.add_argument("--parts", default="main,control,grpo", help=(
-        "what to run: main, control, grpo (comma-separated; none: only read the runs already in --work). "
-        "Every seed's row is read from whichever of its runs exist"))
+    parser.add_argument("--minutes", type=float, default=15.0, help="forge train's wall-time budget per run")
+    parser.add_argument("--parts", default=",".join(PARTS), help=(
+        f"what to run: {', '.join(PARTS)} (comma-separated; none: only read the runs already in --work)"))
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "results" / "learning-work")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learning.json")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="a forge.toml override for every run (forge --set), e.g. train.warmstart.teacher_slips=0")
+                        help="a forge.toml override for every run (forge --set), e.g. train.lr=2e-4")
     args = parser.parse_args()
+    parts = set(args.parts.split(",")) - {"none"}
+    if parts - set(PARTS):
+        raise SystemExit(f"unknown parts: {', '.join(sorted(parts - set(PARTS)))} (known: {', '.join(PARTS)})")
+    (args.work / "runs").mkdir(parents=True, exist_ok=True)
     overrides = dict(item.split("=", 1) for item in args.sets)
-    parts = set(args.parts.split(","))
-    args.work.mkdir(parents=True, exist_ok=True)
-    runs = args.work / "runs"
     seeds = []
     for seed in args.seeds:
-        home = args.work / f"home-s{seed}"
-        sets = {**overrides, "run.seed": str(seed)}
-        row: dict = {"seed": seed}
-        main_run = runs / f"main-s{seed}"
-        if "main" in parts:
-            row["wall_s"] = forge(home, runs, "train", "--no-live", "--run", main_run.name, "--minutes", str(args.minutes),
-                                  sets=sets, log=args.work / f"main-s{seed}.log")
-        evals = lines(main_run, "eval")
-        steps = lines(main_run, "step")
-        warm = lines(main_run, "warmstart")
-        row["before"] = warm_rate(main_run)
-        row["after"] = evals[-1].success if evals else None
-        row["best"] = max((e.success for e in evals), default=None)
-        row["warmstart_steps"] = len(warm)
-        row["warmstart_s"] = warm[-1].time_s if warm else 0.0
-        row["rl_steps"] = len(steps)
-        row["rl_s"] = (steps[-1].time_s - row["warmstart_s"]) if steps else 0.0
-        row["gain"] = row["after"] - row["before"] if None not in (row["after"], row["before"]) else None
-        row["samples_per_hour"] = 3600 * sum(s.trajectories for s in steps) / row["rl_s"] if row["rl_s"] else None
-        row["time_split"] = {k: sum(getattr(s, k) or 0.0 for s in steps) / max(row["rl_s"], 1e-9)
-                             for k in ("wait_s", "train_s", "sync_s")}
-        warm_model = home / "models" / "default-warm"  # kept only when the warm start reached its target,
-        if not (warm_model / "config.json").is_file():  # else the run's step-0 checkpoint: the same weights
-            warm_model = main_run / "checkpoints" / "step-00000000" / "model"
-        # the control and GRPO get the main run's resolved scaffold options, so all three see the same
-        # prompts whatever the defaults (a copy of the embedded default also gets them from its marker)
-        same = {**sets, **scaffold_options(main_run)}
-        control = runs / f"control-s{seed}"
-        if "control" in parts and row["rl_s"]:
-            shutil.rmtree(control, ignore_errors=True)
-            shutil.rmtree(args.work / f"control-model-s{seed}", ignore_errors=True)
-            forge(home, runs, "model", "warmstart", "--model", str(warm_model), "--out", str(args.work / f"control-model-s{seed}"),
-                  "--run", control.name, "--target", "1.0", "--minutes", f"{row['rl_s'] / 60:.2f}", sets=same,
-                  log=args.work / f"control-s{seed}.log")
-        if (control / "metrics.jsonl").is_file():
-            row["control_after"] = warm_rate(control)
-            row["control_gain"] = row["control_after"] - row["before"] if None not in (row["control_after"], row["before"]) else None
-        grpo = runs / f"grpo-s{seed}"
-        if "grpo" in parts and row["rl_steps"]:
-            shutil.rmtree(grpo, ignore_errors=True)
-            forge(home, runs, "train", "--no-live", "--run", grpo.name, "--model", str(warm_model), "--warmstart", "never",
-                  "--steps", str(row["rl_steps"]), sets={**same, "train.loss.type": "grpo"}, log=args.work / f"grpo-s{seed}.log")
-        if (grpo / "metrics.jsonl").is_file():
-            grpo_evals = lines(grpo, "eval")
-            row["grpo_after"] = grpo_evals[-1].success if grpo_evals else None
-            row["grpo_best"] = max((e.success for e in grpo_evals), default=None)
-            row["grpo_steps"] = len(lines(grpo, "step"))
-        seeds.append(row)
-        print(json.dumps(row), flush=True)
+        seeds.append(seed_row(seed, args, parts, overrides))
+        print(json.dumps({k: v for k, v in seeds[-1].items() if "curve" not in k}), flush=True)
 
     def mean(key: str) -> float | None:
         values = [r[key] for r in seeds if r.get(key) is not None]
         return statistics.fmean(values) if values else None
 
     result = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "benchmarks/learning.py", *sys.argv[1:]]),
-              "minutes": args.minutes, "seeds": seeds, "mean_before": mean("before"), "mean_after": mean("after"),
-              "mean_gain": mean("gain"), "sft_control_mean_gain": mean("control_gain"), "grpo_mean_after": mean("grpo_after")}
+              "minutes": args.minutes, "overrides": overrides, "seeds": seeds,
+              "mean_before": mean("before"), "mean_after": mean("after"), "mean_gain": mean("gain"),
+              "sft_control_mean_gain": mean("control_gain"), "grpo_mean_gain": mean("grpo_gain"),
+              "loaded_mean_gain": mean("loaded_gain"),
+              "completion_time_reduction": mean("completion_time_reduction"),
+              "tool_calls_reduction": mean("tool_calls_reduction"),
+              "completion_time_success_change": mean("completion_time_success_change"),
+              "completion_time_reduction_vs_control": mean("completion_time_reduction_vs_control")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    print(f"\n{'seed':>4} {'before':>7} {'after':>7} {'gain':>7} {'control':>8} {'grpo':>7} {'RL steps':>8} {'RL min':>7}")
+    print(f"\n{'seed':>4} {'before':>7} {'after':>7} {'gain':>6} {'control':>8} {'grpo':>6} {'loaded':>7} "
+          f"{'time0':>6} {'s solved':>9} {'calls':>6} {'RL steps':>8}")
     for r in seeds:
-        def pct(x: float | None) -> str:
-            return "—" if x is None else f"{100 * x:.1f}"
-        print(f"{r['seed']:>4} {pct(r['before']):>7} {pct(r['after']):>7} {pct(r['gain']):>7} {pct(r.get('control_gain')):>8} "
-              f"{pct(r.get('grpo_after')):>7} {r['rl_steps']:>8} {r['rl_s'] / 60:>7.1f}")
-    print(f"mean gain {result['mean_gain']}, SFT control mean gain {result['sft_control_mean_gain']} -> {args.out}")
+        print(f"{r['seed']:>4} {pct(r['before']):>7} {pct(r['after']):>7} {pct(r['gain']):>6} {pct(r.get('control_gain')):>8} "
+              f"{pct(r.get('grpo_gain')):>6} {pct(r.get('loaded_gain')):>7} {pct(r.get('time0_gain')):>6} "
+              f"{pct(r.get('completion_time_reduction')):>9} {pct(r.get('tool_calls_reduction')):>6} {r['rl_steps']:>8}")
+    print(f"mean gain {pct(result['mean_gain'])}, SFT control {pct(result['sft_control_mean_gain'])}, "
+          f"GRPO {pct(result['grpo_mean_gain'])}, loaded {pct(result['loaded_mean_gain'])} points; completion time "
+          f"-{pct(result['completion_time_reduction'])} % against weight 0 -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -122,3 +122,44 @@ def test_drift_benchmark_agents_keep_their_sampled_ids_on_qwen3(tmp_path):
         assert families[name]["new_question"] == "drifted" and families[name]["drift_at"] == families[name]["first_output_at"]
     for name in ("llama3_1", "deepseek_v3"):
         assert families[name]["new_question"] in ("exact", "reused")
+
+
+def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
+    """``benchmarks/learning.py --parts none`` on runs written here: before = the step-0 evaluation,
+    after = the last; the control's = its last warm-start evaluation; the completion-time reduction
+    = 1 − (solved seconds with the reward) / (solved seconds without), per seed, then the mean."""
+    from forge_cli.records.metrics import EvalMetrics, StepMetrics, WarmstartMetrics
+
+    runs = tmp_path / "runs"
+
+    def write(name: str, lines: list) -> None:
+        (runs / name).mkdir(parents=True)
+        (runs / name / "config.json").write_text("{}")
+        (runs / name / "metrics.jsonl").write_text("".join(json.dumps(x.line()) + "\n" for x in lines))
+
+    def rl(before: float, after: float, seconds: float, calls: float) -> list:
+        return [EvalMetrics(step=0, success=before, solved_seconds=2.0, solved_tool_calls=2.0),
+                *[StepMetrics(step=s, time_s=6.0 * s, trajectories=32) for s in range(1, 11)],
+                EvalMetrics(step=10, success=after, solved_seconds=seconds, solved_tool_calls=calls)]
+
+    write("main-s0", rl(0.25, 0.625, 1.2, 1.25))
+    write("time0-s0", rl(0.25, 0.5, 2.0, 2.0))
+    write("loaded-s0", rl(0.25, 0.5, 1.5, 1.5))
+    write("grpo-s0", rl(0.25, 0.375, 1.5, 1.5))
+    write("control-s0", [WarmstartMetrics(step=s, heldout_success=0.25 + s / 100 if s % 5 == 0 else None,
+                                          solved_seconds=1.8 if s % 5 == 0 else None) for s in range(1, 21)])
+    out = tmp_path / "learning.json"
+    done = subprocess.run([sys.executable, "benchmarks/learning.py", "--seeds", "0", "--parts", "none", "--work", str(tmp_path),
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mean gain" in done.stdout
+    result = json.loads(out.read_text())
+    (row,) = result["seeds"]
+    assert (row["before"], row["after"], row["rl_steps"], row["rl_s"]) == (0.25, 0.625, 10, 60.0)
+    assert result["mean_gain"] == pytest.approx(0.375) and result["sft_control_mean_gain"] == pytest.approx(0.45 - 0.25)
+    assert result["grpo_mean_gain"] == pytest.approx(0.125) and result["loaded_mean_gain"] == pytest.approx(0.25)
+    assert result["completion_time_reduction"] == pytest.approx(1 - 1.2 / 2.0)
+    assert result["tool_calls_reduction"] == pytest.approx(1 - 1.25 / 2.0)
+    assert result["completion_time_success_change"] == pytest.approx(0.125)
+    assert result["completion_time_reduction_vs_control"] == pytest.approx(1 - 1.2 / 1.8)
+    assert row["curve"] == [[0, 0.25], [10, 0.625]]

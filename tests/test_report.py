@@ -197,6 +197,20 @@ def test_an_overlaid_figure_draws_each_run_under_its_name(tmp_path):
     assert {"a · train", "a · held-out eval", "b · train", "b · held-out eval", "a · warm start", "b · warm start"} <= labels
 
 
+def test_the_success_plot_marks_the_starting_policys_rate(tmp_path):
+    """A run that started from the shipped warm policy (no warm start of its own) gets a dotted line
+    at its step-0 held-out rate, labelled with what it started from."""
+    from forge_cli.report import plots
+
+    lines = [line for line in run_lines(6, 9) if line["kind"] != "warmstart"]
+    state = {"first_heldout_success": 0.1875, "starting_policy": "the shipped warm policy"}
+    run = read_metrics(write_run(tmp_path, "shipped", lines, state=state))
+    drawn = {line.get_label(): list(line.get_ydata()) for line in plots.success([run]).axes[0].get_lines()}
+    assert drawn["start: shipped warm policy"] == [0.1875, 0.1875]
+    plain = read_metrics(write_run(tmp_path, "plain", lines))  # nothing measured at step 0: no line
+    assert not [k for k in (line.get_label() for line in plots.success([plain]).axes[0].get_lines()) if "start" in k]
+
+
 def test_a_corrupt_middle_line_is_an_error_naming_the_file_and_line(cli, tmp_path):
     root = tmp_path / "runs"
     run = write_run(root, "bad", run_lines(6, 5))

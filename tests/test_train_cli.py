@@ -64,11 +64,11 @@ def test_a_copy_of_the_embedded_default_given_as_model_gets_its_scaffold_options
         folder.mkdir()
         (folder / "config.json").write_text("{}")
     (derived / "forge_model.json").write_text("{}")
-    unlisted = {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}
+    unlisted = {"max_tokens": 48, "max_turns": 5, "system_prompt": ""}
     assert plan(load_config(env={}, overrides={"model.path": str(derived)})).config.scaffolds["tool-call-unlisted"] == unlisted
     assert "tool-call-unlisted" not in plan(load_config(env={}, overrides={"model.path": str(other)})).config.scaffolds
-    mine = plan(load_config(env={}, overrides={"model.path": str(derived), "scaffolds.tool-call-unlisted.max_turns": 5}))
-    assert mine.config.scaffolds["tool-call-unlisted"] == {**unlisted, "max_turns": 5}
+    mine = plan(load_config(env={}, overrides={"model.path": str(derived), "scaffolds.tool-call-unlisted.max_turns": 7}))
+    assert mine.config.scaffolds["tool-call-unlisted"] == {**unlisted, "max_turns": 7}
 
 
 def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path):
@@ -79,9 +79,9 @@ def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path)
     assert first.warmstart and first.save_warm_to == warm_model_dir() and first.minutes == DEFAULT_MINUTES
     assert (Path(first.config.model.path) / "config.json").is_file()  # forge model init, on first use
     assert config.model.path is None  # the caller's config is not changed
-    assert first.config.scaffolds["tool-call"] == {"max_tokens": 48, "max_turns": 3}  # the embedded default's
-    mine = plan(load_config(env={}, overrides={"scaffolds.tool-call.max_turns": 5}))
-    assert mine.config.scaffolds["tool-call"] == {"max_tokens": 48, "max_turns": 5}  # a setting of the user's wins
+    assert first.config.scaffolds["tool-call"] == {"max_tokens": 48, "max_turns": 5}  # the embedded default's
+    mine = plan(load_config(env={}, overrides={"scaffolds.tool-call.max_turns": 7}))
+    assert mine.config.scaffolds["tool-call"] == {"max_tokens": 48, "max_turns": 7}  # a setting of the user's wins
     warm_model_dir().mkdir(parents=True)
     (warm_model_dir() / "config.json").write_text(json.dumps({}))
     assert plan(config).warmstart  # a copy that does not say what it was warm-started on is not reused
@@ -97,12 +97,38 @@ def test_the_embedded_default_is_created_warm_started_once_and_bounded(tmp_path)
     (warm_model_dir() / "warmstart.json").write_text(json.dumps({**record, "scaffold": "tool-call-unlisted"}))
     assert plan(load_config(env={}, overrides=unlisted)).warmstart  # a record without them: made with other prompts
     (warm_model_dir() / "warmstart.json").write_text(json.dumps(
-        {**record, "scaffold": "tool-call-unlisted", "scaffold_options": {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}}))
+        {**record, "scaffold": "tool-call-unlisted", "scaffold_options": {"max_tokens": 48, "max_turns": 5, "system_prompt": ""}}))
     assert not plan(load_config(env={}, overrides=unlisted)).warmstart
     never = plan(load_config(env={}, overrides={"train.warmstart.when": "never"}))
     assert not never.warmstart and str(never.config.model.path) != str(warm_model_dir())
     always = plan(load_config(env={}, overrides={"train.warmstart.when": "always"}))
     assert always.warmstart and always.save_warm_to is None  # a fresh warm start, the kept copy left alone
+
+
+def test_a_warm_copy_made_here_comes_before_the_shipped_one_and_either_starts_at_once(tmp_path, monkeypatch):
+    """With no kept copy, a run starts from the shipped warm policy when it was warm-started on what the
+    run trains (no model init, no warm start); a matching copy made here (forge model warmstart) comes
+    first; a run that trains something else, or asks for a warm start, makes its own."""
+    from forge_cli.train import run as run_module
+    from forge_cli.train.run import plan, warm_model_dir
+    from forge_cli.train.warmstart import warm_key
+
+    shipped = tmp_path / "shipped"
+    monkeypatch.setattr(run_module, "shipped_warm_dir", lambda: shipped)
+    config = load_config(env={})
+    embedded = plan(config).config  # with the embedded default's scaffold options, as the record keeps them
+    shipped.mkdir()
+    (shipped / "config.json").write_text("{}")
+    (shipped / "warmstart.json").write_text(json.dumps(warm_key(embedded)))
+    start = plan(config)
+    assert (str(start.config.model.path), start.warmstart, start.save_warm_to) == (str(shipped), False, None)
+    slower = plan(load_config(env={}, overrides={"train.warmstart.teacher_rechecks": 0.2}))
+    assert slower.warmstart and str(slower.config.model.path) != str(shipped)  # another teacher: not the shipped one's
+    assert plan(load_config(env={}, overrides={"train.warmstart.when": "always"})).warmstart
+    warm_model_dir().mkdir(parents=True)
+    (warm_model_dir() / "config.json").write_text("{}")
+    (warm_model_dir() / "warmstart.json").write_text(json.dumps(warm_key(embedded)))
+    assert str(plan(config).config.model.path) == str(warm_model_dir())
 
 
 def test_a_users_model_has_no_time_bound_unless_asked(tiny_model):

@@ -29,3 +29,36 @@ def test_a_step_an_evaluation_and_a_warm_start_are_shown():
     for needle in ("training", "3 / 10 · v7", "37.5%", "31", "161", "1290", "13.80×", "head 12, W 3", "mean 0.60, max 1",
                    "trainer 50 % (waiting for groups)", "engine 25 % (no request in flight)"):
         assert needle in text, (needle, text)
+
+
+def test_without_a_terminal_progress_is_plain_lines_every_evaluation_and_every_ten_steps():
+    from forge_cli.commands.train import PLAIN_EVERY, progress_line
+
+    def step(n: int) -> StepMetrics:
+        return StepMetrics(step=n, policy_version=n + 1, reward_mean=0.25, success=0.5, samples_per_s=12.34)
+
+    lines = [progress_line("step", step(n), heldout=0.3125) for n in range(1, 31)]
+    shown = [n for n, line in zip(range(1, 31), lines) if line]
+    assert shown == [1, PLAIN_EVERY, 2 * PLAIN_EVERY, 3 * PLAIN_EVERY]
+    assert lines[PLAIN_EVERY - 1] == ("step 10 (v11): reward +0.250, success 50.0% (train), 31.2% (held-out, last "
+                                      "evaluation), 12.3 trajectories/s")
+    assert progress_line("eval", EvalMetrics(step=20, success=0.25)) == "eval at step 20: held-out success 25.0%"
+    assert progress_line("status", {"status": "final held-out evaluation"}) == "[final held-out evaluation]"
+    assert progress_line("warmstart", WarmstartMetrics(step=150, loss=0.5, lr=1e-3)) is None
+    assert progress_line("warmstart", WarmstartMetrics(step=150, loss=0.5, lr=1e-3, heldout_success=0.1)).endswith(
+        "held-out success 10.0%")
+    assert progress_line("step", StepMetrics(step=7)) is None
+
+
+def test_the_run_ends_with_one_sentence_before_after_best_and_where_the_report_is(tmp_path):
+    from forge_cli.commands.train import ending
+    from forge_cli.train.loop import TrainResult
+
+    result = TrainResult(tmp_path / "runs" / "demo", steps=120, policy_version=121, status="finished",
+                         best_heldout_success=0.5, first_heldout_success=0.125, last_heldout_success=0.4375)
+    line = ending(result)
+    assert "\n" not in line and line.count(".") >= 1
+    assert line.startswith("Finished after 120 steps (policy v121): held-out success 12.5% → 43.8% (best 50.0%)")
+    assert f"forge report demo` (into {tmp_path / 'runs' / 'demo' / 'report'})" in line
+    unmeasured = ending(TrainResult(tmp_path / "x", 0, 0, "stopped", None))
+    assert unmeasured.startswith("Stopped after 0 steps (policy v0): held-out success — → — (best —)")

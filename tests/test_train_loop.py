@@ -58,25 +58,30 @@ def test_the_loop_trains_swaps_publishes_and_evaluates(tiny_model, tmp_path):
     assert all(0.0 <= s.trainer_idle <= 1.0 and 0.0 <= s.engine_idle <= 1.0 for s in steps)
     assert all(s.trainer_idle == pytest.approx(s.wait_s / s.step_s) for s in steps)
     evals = [f for kind, f in seen if kind == "eval"]
-    # every eval_every steps, and the final policy once more
-    assert [e.step for e in evals] == [2, 3] and all(e.success == 1.0 and e.tasks == 2 for e in evals)
+    # the starting policy (step 0: "before"), every eval_every steps, and the final policy once more
+    assert [e.step for e in evals] == [0, 2, 3] and all(e.success == 1.0 and e.tasks == 2 for e in evals)
+    assert all(e.solved_tool_calls == 1.0 and e.solved_seconds > 0 for e in evals)  # a call, then the answer
+    assert (result.first_heldout_success, result.last_heldout_success) == (1.0, 1.0)
     assert all(e.reward_mean >= 1.0 for e in evals)  # rewarded like any group (outcome 1 + a time bonus)
     run = tmp_path / "runs" / "loop"
     lines = [parse_line(json.loads(line)) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [(line.kind, line.step) for line in lines] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("eval", 3)]
+    assert [(line.kind, line.step) for line in lines] == [("eval", 0), ("step", 1), ("step", 2), ("eval", 2), ("step", 3),
+                                                          ("eval", 3)]
     assert all(a.time_s <= b.time_s for a, b in zip(lines, lines[1:]))
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     log = (run / "log.txt").read_text()
-    assert log.count(" step {") == 3 and log.count(" eval {") == 2 and "status {'status': 'finished'" in log
+    assert log.count(" step {") == 3 and log.count(" eval {") == 3 and "status {'status': 'finished'" in log
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000003"
     assert (run / "checkpoints" / "step-00000003" / "model" / "tokenizer.json").is_file()  # servable as it is
     assert (run / "checkpoints" / "step-00000003" / "model" / "forge_model.json").is_file()  # a copy of the embedded default
-    assert json.loads((run / "train_state.json").read_text())["status"] == "finished"
+    state = json.loads((run / "train_state.json").read_text())
+    assert state["status"] == "finished" and state["first_heldout_success"] == 1.0
+    assert state["starting_policy"] == "the embedded default"  # tiny_model is one, made afresh (no warm start)
     pool = DataPool.sqlite(run / "pool.sqlite")
     consumed = {g.id for g in pool.groups() if g.status.value == "consumed"}
     assert consumed == {gid for s in steps for gid in s.group_ids}
     evaluation = [g for g in pool.groups() if g.status.value == "evaluation"]
-    assert len(evaluation) == 4 and all(g.queue_index < 0 for g in evaluation)  # recorded, out of the queue
+    assert len(evaluation) == 6 and all(g.queue_index < 0 for g in evaluation)  # recorded, out of the queue
     assert len([g for g in pool.groups() if g.status.value != "evaluation"]) <= 3 + 2  # admission held
     pool.close()
 

@@ -18,7 +18,7 @@ from forge_cli.engine.scripted import load_policy
 from forge_cli.errors import ForgeError
 from forge_cli.tasks.calc import generate
 from forge_cli.tasks.calculator import calculate
-from forge_cli.tasks.demo_policies import calc, calc_expression, policy_for, slip
+from forge_cli.tasks.demo_policies import MAX_RECHECKS, calc, calc_expression, policy_for, recheck_count, slip
 
 
 def turns(policy, prompt: str) -> tuple[str, str, str]:
@@ -56,12 +56,43 @@ def test_the_teachers_slips_land_on_their_share_of_tasks_the_same_way_on_both_tu
     assert again == sloppy[:200] and other != sloppy[:200]  # reproducible, and the seed decides
 
 
+def episode(policy, prompt: str) -> tuple[list[str], str]:
+    """The expressions of every calculator call the policy makes on ``prompt``, and its answer."""
+    messages, calls = [{"role": "user", "content": prompt}], []
+    for _ in range(10):
+        out = policy({"messages": messages})
+        if "<tool_call>" not in out:
+            return calls, out
+        calls.append(json.loads(re.search(r"\{.*\}", out, re.S).group(0))["arguments"]["expression"])
+        messages += [{"role": "assistant", "content": out}, {"role": "tool", "content": calculate(calls[-1])}]
+    raise AssertionError("the teacher never answered")
+
+
+def test_the_teacher_rechecks_with_the_same_call_as_often_as_drawn_and_still_answers_what_it_got():
+    """``rechecks`` r: one re-check with chance r, a second after it with chance r (at most two), each the
+    same call again; the answer is the result it had (its slips unchanged); reproducible per task and seed."""
+    prompts = [generate(random.Random(i), 1).prompt for i in range(3000)]
+    plain = [episode(lambda c: calc(c, slips=0.3, seed=7), p) for p in prompts]
+    slow = [episode(lambda c: calc(c, slips=0.3, seed=7, rechecks=0.6), p) for p in prompts]
+    counts = [len(calls) - 1 for calls, _ in slow]
+    assert all(len(calls) == 1 for calls, _ in plain) and max(counts) == MAX_RECHECKS == 2
+    share = {k: counts.count(k) / len(counts) for k in range(3)}
+    assert abs(share[0] - 0.4) < 0.03 and abs(share[1] - 0.24) < 0.03 and abs(share[2] - 0.36) < 0.03, share
+    assert all(set(calls) == set(p_calls) and answer == p_answer
+               for (calls, answer), (p_calls, p_answer) in zip(slow, plain))  # the same call, the same answer
+    assert all(counts[i] == recheck_count(p, 0.6, seed=7) for i, p in enumerate(prompts[:300]))
+    assert [episode(lambda c: calc(c, rechecks=0.6, seed=8), p)[0] for p in prompts[:300]] != [s[0] for s in slow[:300]]
+
+
 def test_policy_references_carry_keyword_arguments_and_refuse_unknown_ones():
     spec = policy_for({"calc-1": 1.0}, slips=0.25, seed=3)
     assert spec == "forge_cli.tasks.demo_policies:calc?slips=0.25&seed=3"
     assert policy_for({"calc-1": 1.0}) == "forge_cli.tasks.demo_policies:calc"
     assert policy_for({"kv-search": 1.0}, slips=0.25) == "forge_cli.tasks.demo_policies:kv_search"  # calc's only
     assert policy_for({"calc": 1.0, "kv-search": 1.0}, slips=0.25).endswith(":by_tools?slips=0.25&seed=0")
+    assert policy_for({"calc-1": 1.0}, rechecks=0.5, seed=2).endswith(":calc?rechecks=0.5&seed=2")
+    assert episode(load_policy(policy_for({"calc-1": 1.0}, rechecks=0.9, seed=2)), generate(random.Random(3), 1).prompt) == \
+        episode(lambda c: calc(c, rechecks=0.9, seed=2), generate(random.Random(3), 1).prompt)
     loaded = load_policy(spec)
     prompt = generate(random.Random(5), 1).prompt
     assert turns(loaded, prompt) == turns(lambda c: calc(c, slips=0.25, seed=3), prompt)

@@ -56,12 +56,14 @@ def register(app: typer.Typer) -> None:
         run: Optional[str] = typer.Option(None, "--run", help="Run folder under run.dir for its traces, evaluations and metrics (default: a timestamp)."),
         target: Optional[float] = typer.Option(None, "--target", help="Stop at this sampled held-out success (default train.warmstart.target_success)."),
         minutes: Optional[float] = typer.Option(None, "--minutes", help="Stop after this long (default train.warmstart.max_minutes)."),
+        steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Stop after this many supervised steps (default train.warmstart.max_steps: none)."),
     ) -> None:
         """Supervised warm start on synthetic traces (the demo policies solving train tasks through the
         real gateway and scaffold), stopped on a measured held-out success rate."""
         config = config_with([("model.path", "--model", str(model) if model else None),
                               ("train.warmstart.target_success", "--target", target),
-                              ("train.warmstart.max_minutes", "--minutes", minutes)])
+                              ("train.warmstart.max_minutes", "--minutes", minutes),
+                              ("train.warmstart.max_steps", "--steps", steps)])
 
         def on_event(kind: str, event: Any) -> None:  # a warm-start step's record, or a status dict
             if kind == "warmstart" and event.heldout_success is not None:

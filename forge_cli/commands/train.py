@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         task: Optional[str] = typer.Option(None, "--task", help="Task suite (default rollout.task)."),
         mix: Optional[str] = typer.Option(None, "--mix", help="Mixed suites by weight, like calc=2,qa=1 (default rollout.mix)."),
         warmstart: Optional[str] = typer.Option(None, "--warmstart", help="auto, always or never (default train.warmstart.when)."),
-        live: bool = typer.Option(True, "--live/--no-live", help="Redraw a live view (off: one line per step, for logs)."),
+        live: Optional[bool] = typer.Option(None, "--live/--no-live", help="Redraw a live view, or print plain progress lines (every evaluation and every 10 steps: for logs). Default: live when standard output is a terminal, lines on standard output otherwise."),
     ) -> None:
         """Train the policy with RL: gateway, rollouts on tasks, data pool, windowed-FIFO scheduler,
         prefix-tree trainer, weights back into the engine. Writes RUN/metrics.jsonl, TensorBoard
@@ -51,6 +51,7 @@ def register(app: typer.Typer) -> None:
 
         rank, _ = world()
         prepared = prepare_run(config, run=run, resume=resume, minutes=minutes) if rank == 0 else None
+        live = console.is_terminal if live is None else live  # `make train > log`: lines into the log
         try:
             result = asyncio.run(_with_display(prepared, steps=steps, live=live and rank == 0))
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -59,9 +60,43 @@ def register(app: typer.Typer) -> None:
                               f"(continue with forge train --resume {name}; forge runs lists them)")
             raise typer.Exit(130) from None
         if result is not None:
-            best = "—" if result.best_heldout_success is None else f"{result.best_heldout_success:.1%}"
-            console.print(f"[green]{result.status}[/] at step {result.steps} (policy v{result.policy_version}), best held-out "
-                          f"success {best}; run: {result.run_dir}  (forge report {result.run_dir.name})")
+            console.print(ending(result), highlight=False)
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def ending(result: Any) -> str:
+    """The run's last line, one plain sentence: held-out success before → after, the best, and where
+    its report goes."""
+    return (f"{result.status.capitalize()} after {result.steps} steps (policy v{result.policy_version}): held-out success "
+            f"{_rate(result.first_heldout_success)} → {_rate(result.last_heldout_success)} (best "
+            f"{_rate(result.best_heldout_success)}); run in {result.run_dir}, plots and tables with "
+            f"`forge report {result.run_dir.name}` (into {result.run_dir / 'report'}).")
+
+
+PLAIN_EVERY = 10  # without a live view: a progress line every this many steps (and every evaluation)
+
+
+def progress_line(kind: str, event: Any, heldout: float | None = None) -> str | None:
+    """A plain progress line for logs (``--no-live``, or output that is not a terminal): every
+    evaluation, every :data:`PLAIN_EVERY` RL steps and every 100 warm-start steps, each status; else None."""
+    if kind == "status":
+        return f"[{event.get('status')}]"
+    if kind == "eval":
+        return f"eval at step {event.step}: held-out success {_rate(event.success)}"
+    if kind == "warmstart":
+        if event.heldout_success is None and event.step % 100:
+            return None
+        held = "" if event.heldout_success is None else f", held-out success {_rate(event.heldout_success)}"
+        return f"warm start step {event.step}: loss {event.loss:.3f}, lr {event.lr:.2g}{held}"
+    if kind == "step" and (event.step % PLAIN_EVERY == 0 or event.step == 1):
+        reward = "—" if event.reward_mean is None else f"{event.reward_mean:+.3f}"
+        rate = "—" if event.samples_per_s is None else f"{event.samples_per_s:.1f}"
+        return (f"step {event.step} (v{event.policy_version}): reward {reward}, success {_rate(event.success)} (train), "
+                f"{_rate(heldout)} (held-out, last evaluation), {rate} trajectories/s")
+    return None
 
 
 async def _with_display(prepared: Any, *, steps: int | None, live: bool) -> Any:
@@ -75,14 +110,10 @@ async def _with_display(prepared: Any, *, steps: int | None, live: bool) -> Any:
 
     def on_event(kind: str, event: Any) -> None:
         view.update(kind, event)
-        if live or kind not in ("step", "eval", "warmstart"):
-            return
-        fields = event.line()  # what the metrics line says
-        quiet = kind == "warmstart" and fields.get("heldout_success") is None and fields.get("step", 0) % 25
-        if not quiet:
-            keys = ("loss", "reward_mean", "success", "heldout_success", "mean_age", "policy_version")
-            err_console.print(f"{kind} {fields.get('step')}: " + ", ".join(
-                f"{k} {fields[k]:.4g}" if isinstance(fields.get(k), float) else f"{k} {fields[k]}" for k in keys if k in fields))
+        if not live:
+            line = progress_line(kind, event, heldout=view.eval.success if view.eval is not None else None)
+            if line:
+                console.print(line, highlight=False, soft_wrap=True)
 
     display = Live(view, console=err_console, refresh_per_second=2, transient=False) if live else contextlib.nullcontext()
     with display:

@@ -112,6 +112,9 @@ class WarmstartConfig(Section):
     target_success: float = Field(0.3, gt=0, le=1, description=(
         "Stop once sampled held-out success reaches this: a policy that solves some but clearly not most tasks."))
     max_minutes: float = Field(6.0, gt=0, description="Stop after this long even below the target.")
+    max_steps: int | None = Field(None, gt=0, description=(
+        "Stop after this many supervised steps even below the target (with max_minutes as a bound too): with "
+        "decay_steps and fresh_traces = 0, a warm start that the same command repeats bit for bit."))
     traces: int = Field(1024, ge=8, description="Synthetic train-split trajectories written before the first step.")
     fresh_traces: int = Field(0, ge=0, description=(
         "While the warm start trains, keep writing new traces in the background, this many at a time (0: learn "
@@ -123,6 +126,10 @@ class WarmstartConfig(Section):
         "The fraction of calc traces in which the demo teacher miscopies one digit (of the expression, or of "
         "the answer), as an imperfect teacher does. The warm start learns every trace the teacher finished, "
         "right or wrong, as it would a person's or a weaker model's; with 0 only the solved ones."))
+    teacher_rechecks: float = Field(0.0, ge=0, lt=1, description=(
+        "How often the calc teacher, having its result, sends the same calculator call again to re-check it "
+        "before answering (and again after a re-check, at most twice): right but slow, what the completion-time "
+        "reward teaches RL to drop."))
     batch_size: int = Field(32, ge=1, description="Completions per supervised step.")
     lr: float = Field(3e-3, gt=0, description="Learning rate of the first supervised step (AdamW).")
     final_lr_fraction: float = Field(1.0, gt=0, le=1, description=(

@@ -75,6 +75,25 @@ def default_model_dir() -> Path:
     return forge_home() / "models" / "default"
 
 
+def shipped_warm_dir() -> Path:
+    """The warm policy the project ships inside the package (``forge_cli/engine/warm_policy``): the
+    embedded default warm-started by the recipe its ``warmstart.json`` records (docs/training.md)."""
+    return Path(__file__).resolve().parent / "warm_policy"
+
+
+def starting_policy(path: Path | str | None) -> str:
+    """What a run's ``model.path`` is, in words: the shipped warm policy, a warm copy of the embedded
+    default, the embedded default, or the folder."""
+    if path is None:
+        return "the embedded default"
+    folder = Path(path).expanduser().resolve()
+    if folder == shipped_warm_dir():
+        return "the shipped warm policy"
+    if (folder / "warmstart.json").is_file() and is_embedded_default(folder):
+        return "a warm copy of the embedded default"
+    return "the embedded default" if is_embedded_default(folder) else str(folder)
+
+
 def chat_template() -> str:
     return (Path(__file__).with_name("chat_template.jinja")).read_text()
 

@@ -200,4 +200,8 @@ class VLLMEngine(Engine):
 
     async def close(self) -> None:
         self.llm.shutdown()
+        # AsyncLLM.__del__ shuts down again whenever the object is collected — at interpreter exit that
+        # is after vLLM's module globals are gone (TypeError: 'NoneType' object is not callable): once
+        # is enough, so the instance's own shutdown is a no-op from now on
+        self.llm.shutdown = lambda *args, **kwargs: None
         shutil.rmtree(self._weights_dir, ignore_errors=True)

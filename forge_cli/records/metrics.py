@@ -146,6 +146,8 @@ class EvalMetrics(MetricsRecord):
     tasks: int | None = _doc("held-out tasks sampled")
     samples_per_task: int | None = _doc("trajectories sampled per task")
     seconds: float | None = _doc("how long the evaluation took")
+    solved_seconds: float | None = _doc("mean wall time of the solved trajectories, seconds (what the completion-time reward trains)")
+    solved_tool_calls: float | None = _doc("mean tool calls of the solved trajectories")
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,8 @@ class WarmstartMetrics(MetricsRecord):
     learned: int | None = _doc("of them, how many a step has learned", counter=True)
     heldout_success: float | None = _doc("held-out success of the weights after this step", optional=True)
     policy_version: int | None = _doc("the version those weights were served as", optional=True, counter=True)
+    solved_seconds: float | None = _doc("mean wall time of the solved held-out trajectories, seconds", optional=True)
+    solved_tool_calls: float | None = _doc("mean tool calls of the solved held-out trajectories", optional=True)
 
 
 RECORDS: dict[str, type[MetricsRecord]] = {r.kind: r for r in (StepMetrics, EvalMetrics, WarmstartMetrics)}

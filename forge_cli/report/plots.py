@@ -97,11 +97,13 @@ def success(runs: list[RunMetrics]) -> Any:
         return None
     fig = _over_steps_and_time(runs, "success", "success rate", [
         ("steps", "train", lambda s: s.success, "-"), ("heldout", "held-out eval", lambda e: e.success, "o-")])
-    for i, run in enumerate(runs):  # the warm start's held-out rate: where RL began
+    for i, run in enumerate(runs):  # where RL began: the warm start's held-out rate, or the starting policy's
         warm = finite([w.heldout_success for w in run.warmstart])
-        if warm:
+        start = warm[-1] if warm else run.state.get("first_heldout_success")
+        if isinstance(start, (int, float)):
+            what = "warm start" if warm else f"start: {run.state.get('starting_policy') or 'step 0'}".replace("the ", "")
             for ax in fig.axes:
-                ax.axhline(warm[-1], color=_color(i), linestyle=":", linewidth=1, label=_label(runs, run, "warm start"))
+                ax.axhline(start, color=_color(i), linestyle=":", linewidth=1, label=_label(runs, run, what))
                 _legend(ax)
     return fig
 

@@ -10,6 +10,7 @@ from statistics import fmean
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Sequence
 
+from forge_cli.rewards.components import duration
 from forge_cli.train.prefix_tree import unique_tokens  # the trainer's own trie: what it will compute
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ class RolloutSummary:
     context_events_per_trajectory: float
     by_difficulty: dict[str, float] = field(default_factory=dict)  # success rate per task difficulty
     by_suite: dict[str, tuple[int, int]] = field(default_factory=dict)  # suite -> (solved, trajectories)
+    # how fast the solved ones were (what the completion-time reward trains): their mean wall-clock span
+    # (the pool's timestamps, as the reward's default source reads them) and tool calls
+    solved_seconds: float | None = None
+    solved_tool_calls: float | None = None
 
     def rows(self) -> list[tuple[str, str]]:
         """The summary as (label, value) rows, for a table."""
@@ -71,9 +76,16 @@ def summarize_rollout(pool: Any, results: Sequence["TrajectoryResult"], wall_s: 
         by_status[r.status] = by_status.get(r.status, 0) + 1
     sequences: list[list[int]] = []
     completions, output, events = 0, 0, 0
+    solved_seconds: list[float] = []
+    solved_calls: list[int] = []
     for r in results:
         trajectory = pool.trajectory(r.trajectory_id)
         completions += len(trajectory.completions)
+        if r.solved:
+            seconds = duration(trajectory)
+            if seconds is not None:
+                solved_seconds.append(seconds)
+            solved_calls.append(sum(len(c.tool_calls or []) for c in trajectory.completions))
         for c in trajectory.completions:
             sequences.append(list(c.prompt_ids) + list(c.output_ids))
             output += len(c.output_ids)
@@ -97,4 +109,6 @@ def summarize_rollout(pool: Any, results: Sequence["TrajectoryResult"], wall_s: 
         prefix_share=prefix_share(sequences), context_events_per_trajectory=events / n,
         by_difficulty={d: sum(v) / len(v) for d, v in per_difficulty.items()},
         by_suite={name: (sum(v), len(v)) for name, v in per_suite.items()},
+        solved_seconds=fmean(solved_seconds) if solved_seconds else None,
+        solved_tool_calls=fmean(solved_calls) if solved_calls else None,
     )

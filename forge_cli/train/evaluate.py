@@ -29,12 +29,15 @@ class Evaluation:
     samples_per_task: int
     success_by_suite: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    solved_seconds: float | None = None  # mean wall time of the solved trajectories
+    solved_tool_calls: float | None = None  # ... and their mean tool calls
 
     def metrics(self, step: int) -> EvalMetrics:
         """Its ``metrics.jsonl`` line, after train step ``step``."""
         return EvalMetrics(step=step, policy_version=self.policy_version, split="heldout", success=self.success,
                            success_by_suite=self.success_by_suite, reward_mean=self.reward_mean, tasks=self.tasks,
-                           samples_per_task=self.samples_per_task, seconds=round(self.seconds, 3))
+                           samples_per_task=self.samples_per_task, seconds=round(self.seconds, 3),
+                           solved_seconds=self.solved_seconds, solved_tool_calls=self.solved_tool_calls)
 
 
 def eval_request(config: Any, tasks: int, samples_per_task: int) -> Any:
@@ -52,4 +55,5 @@ async def evaluate_heldout(config: Any, run: Any, gateway: Any, *, tasks: int, s
     by_suite = {name: solved / total for name, (solved, total) in summary.by_suite.items() if total}
     return Evaluation(policy_version=run.version, success=summary.success_rate, reward_mean=summary.mean_reward,
                       tasks=tasks, samples_per_task=samples_per_task, success_by_suite=by_suite,
-                      seconds=time.monotonic() - started)
+                      seconds=time.monotonic() - started, solved_seconds=summary.solved_seconds,
+                      solved_tool_calls=summary.solved_tool_calls)

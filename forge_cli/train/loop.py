@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator
 
+from forge_cli.engine.default_model import starting_policy
 from forge_cli.errors import ForgeError
 from forge_cli.pool.scheduler import Scheduler
 from forge_cli.records.metrics import StepMetrics, read_state
@@ -40,6 +41,8 @@ class TrainResult:
     policy_version: int
     status: str  # finished | stopped
     best_heldout_success: float | None
+    first_heldout_success: float | None = None  # the policy the run started RL from (step 0)
+    last_heldout_success: float | None = None  # the final policy's
 
 
 async def train_loop(config: Any, *, run: str | None = None, steps: int | None = None, minutes: float | None = None,
@@ -53,9 +56,13 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
     deadline = time.monotonic() + minutes * 60 if minutes else None
     async with build_training(config, run, resume=resume, on_event=on_event) as t:
         at = LoopState(*await restore(t.run, t.trainer, t.model, resume))
+        at.first = read_state(t.run.dir).get("first_heldout_success") if resume else None
         async with recorded(t, at, minutes):
             if warmstart and not resume:
                 await warm_up(t, at, deadline, save_warm_to)
+            elif not resume and config.train.eval_every:  # the starting policy, measured: "before"
+                t.tell("status", {"status": "held-out evaluation of the starting policy", "step": 0})
+                await evaluate_now(t, at, None, None)
             scheduler, meter = Scheduler.from_config(config.pool, config.train.groups_per_step), StepMeter(t.run)
             async with producing(t, meter) as producer:
                 stop_at = deadline  # the final evaluation counts in --minutes: each one moves it earlier
@@ -77,7 +84,7 @@ async def train_loop(config: Any, *, run: str | None = None, steps: int | None =
                 t.tell("status", {"status": "final held-out evaluation", "step": at.step})
                 await evaluate_now(t, at, None, meter)
             await checkpoint(t, at)
-        return TrainResult(t.run.dir, at.step, at.version, at.status, at.best)
+        return TrainResult(t.run.dir, at.step, at.version, at.status, at.best, at.first, at.last)
 
 
 @dataclass
@@ -90,6 +97,8 @@ class LoopState:
     best: float | None
     saved: int = -1
     status: str = "running"
+    first: float | None = None  # held-out success at step 0 (the warm start's last, or measured)
+    last: float | None = None  # ... at the last evaluation
 
     def __post_init__(self) -> None:
         if self.saved < 0:
@@ -129,6 +138,8 @@ async def warm_up(t: Training, at: LoopState, deadline: float | None, save_warm_
     the next run warm-starts anew), and checkpointed as step 0 (a kill now resumes warm)."""
     warm = await run_warmstart(t.config, t.run, t.gateway, t.trainer, log=t.log, on_event=t.tell, deadline=deadline)
     at.version, at.best = t.run.version, warm.heldout_success
+    at.first = at.last = warm.heldout_success
+    write_state(t.run.dir, first_heldout_success=at.first)
     if save_warm_to is not None and warm.reason == "target reached":
         await asyncio.to_thread(keep_warm_model, t.model, t.config.model.path, save_warm_to, warm_record(t.config, warm),
                                 t.trainer.state_dict)
@@ -219,15 +230,19 @@ async def train_and_publish(t: Training, at: LoopState, samples: Any, meter: Ste
     return stats, stop
 
 
-async def evaluate_now(t: Training, at: LoopState, deadline: float | None, meter: StepMeter) -> float | None:
+async def evaluate_now(t: Training, at: LoopState, deadline: float | None, meter: StepMeter | None) -> float | None:
     """A held-out evaluation of the weights the engine serves, logged; the loop's new stop: ``deadline``
     less the evaluation's time (the final one must fit in the budget too)."""
     started = time.monotonic()
     result = await evaluate_heldout(t.config, t.run, t.gateway, tasks=t.config.train.eval_tasks,
                             samples_per_task=t.config.train.eval_samples)
     t.tell("eval", t.log.write(result.metrics(at.step)))
-    at.best = max(at.best or 0.0, result.success)
-    meter.reset()
+    at.best, at.last = max(at.best or 0.0, result.success), result.success
+    if at.first is None and at.step == 0:
+        at.first = result.success
+        write_state(t.run.dir, first_heldout_success=at.first, starting_policy=starting_policy(t.config.model.path))
+    if meter is not None:
+        meter.reset()
     return deadline - (time.monotonic() - started) if deadline is not None else None
 
 

@@ -1,10 +1,11 @@
 """``forge train`` and ``forge model warmstart`` as library calls: which policy a run starts from,
 its time budget, then the loop (:mod:`forge_cli.train.loop`).
 
-The embedded default (no ``model.path``): the first run creates the default model (``forge model
-init``), warm-starts it inside the run and keeps the warm copy in ``FORGE_HOME/models/default-warm``
-(with ``warmstart.json``: how it was made and its measured held-out rate), which later runs start
-from. A run of the embedded default is bounded to :data:`DEFAULT_MINUTES` unless told otherwise;
+The embedded default (no ``model.path``) starts from a warm policy at once: a warm copy made here
+(``FORGE_HOME/models/default-warm``, by ``forge model warmstart``) or else the one the project ships
+(:func:`shipped_warm_dir`), whichever was warm-started on what the run trains (suite, scaffold and
+its options, teacher: ``warmstart.json`` says). With neither, the run creates the default model
+(``forge model init``), warm-starts it inside the run and keeps the warm copy for later runs. A run of the embedded default is bounded to :data:`DEFAULT_MINUTES` unless told otherwise;
 a user's model has no bound unless ``--minutes``/``train.minutes`` sets one.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 from forge_cli.engine.default_model import (
     default_model_dir,
     init_default_model,
+    shipped_warm_dir,
     is_embedded_default,
     resolve_model_path,
 )
@@ -39,7 +41,9 @@ from forge_cli.train.warmstart import keep_warm_model, run_warmstart, warm_key, 
 DEFAULT_MINUTES = 15.0
 # scaffold options the embedded default trains with unless the config sets them: a tiny policy's
 # calls and answers are short, and a rambling sample should cost little
-_SHORT = {"max_tokens": 48, "max_turns": 3}
+# (max_turns 5: a call, up to two re-checks of it — the calc teacher's habit, which the completion-time
+# reward trains away — the answer, and one turn to spare)
+_SHORT = {"max_tokens": 48, "max_turns": 5}
 EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {
     "tool-call": _SHORT,
     # its prompts are the task alone: no tool listing (the scaffold's) and no system message
@@ -72,12 +76,13 @@ def plan(config: Any, *, minutes: float | None = None) -> StartPlan:
     if not embedded:
         resolve_model_path(config.model.path)  # a clear error for a folder that is not a model
         return StartPlan(config, when == "always", None, budget)
-    warm = warm_model_dir()
-    if when == "auto" and (warm / "config.json").is_file() and _warmed_for(warm, config):
-        config.model.path = str(warm)
-        return StartPlan(config, False, None, budget)
+    if when == "auto":  # a warm copy made here first (forge model warmstart), else the shipped one
+        for folder in (warm_model_dir(), shipped_warm_dir()):
+            if (folder / "config.json").is_file() and _warmed_for(folder, config):
+                config.model.path = str(folder)
+                return StartPlan(config, False, None, budget)
     config.model.path = str(init_default_model())  # creates it on first use
-    return StartPlan(config, when != "never", warm if when == "auto" else None, budget)
+    return StartPlan(config, when != "never", warm_model_dir() if when == "auto" else None, budget)
 
 
 def with_embedded_options(config: Any) -> None:
@@ -133,7 +138,7 @@ def _warmed_for(folder: Path, config: Any) -> bool:
 
 
 # what a record written before a key existed says of it
-_WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "teacher_slips": 0.0, "scaffold_options": {}}
+_WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "teacher_slips": 0.0, "teacher_rechecks": 0.0, "scaffold_options": {}}
 
 
 async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,

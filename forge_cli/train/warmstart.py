@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from forge_cli.configs.model import ScriptedEngineConfig
 from forge_cli.configs.train import CrossEntropyLossConfig
+from forge_cli.engine.default_model import MARKER
 from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Sample, TrajectoryStatus
 from forge_cli.records.metrics import WarmstartMetrics
@@ -38,13 +39,17 @@ from forge_cli.train.metrics import suite_of
 from forge_cli.train.resume import COPIED_FILES, optimizer_of
 
 
+FIRST_LOSSES = 8  # the steps whose losses a warm start's record keeps
+
+
 @dataclass(frozen=True)
 class WarmstartResult:
     steps: int
     seconds: float
     heldout_success: float | None  # at the last evaluation
-    reason: str  # "target reached" | "time budget"
+    reason: str  # "target reached" | "time budget" | "step budget"
     traces: int  # the traces written (and kept: what the teacher solved or, slipping, finished)
+    first_losses: tuple[float, ...] = ()  # the first steps' losses: what tells one recipe's run from another's
 
 
 class TraceWriter:
@@ -53,9 +58,10 @@ class TraceWriter:
     demo policy (:func:`~forge_cli.tasks.demo_policies.policy_for`) solves the tasks through the real
     scaffold and tools, so each trace's tokens are exactly what the policy sees and emits in RL."""
 
-    def __init__(self, config: Any, run_dir: Path, slips: float = 0.0) -> None:
+    def __init__(self, config: Any, run_dir: Path, slips: float = 0.0, rechecks: float = 0.0) -> None:
         self.slips, self.next_group, self.written = slips, 0, 0
-        self.policy = policy_for(request_from_config(config, groups=1).weights, slips=slips, seed=config.run.seed)
+        self.policy = policy_for(request_from_config(config, groups=1).weights, slips=slips, seed=config.run.seed,
+                                 rechecks=rechecks)
         self.config = config.model_copy(deep=True)
         self.config.model.engine = ScriptedEngineConfig(policy=self.policy)
         self.config.model.replicas = 1
@@ -118,9 +124,9 @@ class TraceWriter:
         return samples
 
 
-async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0) -> list[Any]:
+async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0, rechecks: float = 0.0) -> list[Any]:
     """The samples of ``traces`` synthetic trajectories (:meth:`TraceWriter.first`)."""
-    async with TraceWriter(config, run_dir, slips) as writer:
+    async with TraceWriter(config, run_dir, slips, rechecks) as writer:
         return await writer.first(traces)
 
 
@@ -151,13 +157,13 @@ async def run_warmstart(config: Any, run: Any, gateway: Any, trainer: Any, *, lo
     ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
     started = time.monotonic()
     tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
-    async with TraceWriter(config, run.dir / "warmstart", ws.teacher_slips) as writer:
+    async with TraceWriter(config, run.dir / "warmstart", ws.teacher_slips, ws.teacher_rechecks) as writer:
         data = FreshFirst(await writer.first(ws.traces), random.Random(config.run.seed))
         more = asyncio.create_task(_keep_writing(writer, data, ws.fresh_traces)) if ws.fresh_traces else None
         if more is None:
             await writer.close()  # nothing more to write: its gateway need not run beside the steps
         try:
-            step, success, reason = await _learn(config, run, gateway, trainer, data, started, deadline, log, tell)
+            step, success, reason, losses = await _learn(config, run, gateway, trainer, data, started, deadline, log, tell)
         finally:
             if more is not None:
                 more.cancel()
@@ -165,7 +171,7 @@ async def run_warmstart(config: Any, run: Any, gateway: Any, trainer: Any, *, lo
                 if isinstance(ended, Exception):  # the steps went on with the traces already written
                     tell("status", {"status": f"warm start: the trace writer stopped early: {type(ended).__name__}: {ended}"})
     return WarmstartResult(steps=step, seconds=time.monotonic() - started, heldout_success=success, reason=reason,
-                           traces=writer.written)
+                           traces=writer.written, first_losses=tuple(losses))
 
 
 async def _keep_writing(writer: TraceWriter, data: FreshFirst, traces: int) -> None:
@@ -175,13 +181,14 @@ async def _keep_writing(writer: TraceWriter, data: FreshFirst, traces: int) -> N
 
 
 async def _learn(config: Any, run: Any, gateway: Any, trainer: Any, data: FreshFirst, started: float, deadline: float | None,
-                 log: Any, tell: Callable[[str, Any], None]) -> tuple[int, float | None, str]:
-    """The supervised steps: (steps, the last held-out success, why they stopped)."""
+                 log: Any, tell: Callable[[str, Any], None]) -> tuple[int, float | None, str, list[float]]:
+    """The supervised steps: (steps, the last held-out success, why they stopped, the first
+    :data:`FIRST_LOSSES` steps' losses)."""
     ws = config.train.warmstart
     stop_at = started + ws.max_minutes * 60
     stop_at = min(stop_at, deadline) if deadline is not None else stop_at
     rl_lr = on_every_rank(trainer, set_lr, ws.lr)
-    step, success, reason = 0, None, "time budget"
+    step, success, reason, losses = 0, None, "time budget", []
     tell("status", {"status": f"warm start: {len(data.samples)} completions", "step": 0})
     budget_s = stop_at - time.monotonic()
     try:
@@ -194,15 +201,19 @@ async def _learn(config: Any, run: Any, gateway: Any, trainer: Any, data: FreshF
                                             attention=config.train.attention, split=config.train.split,
                                             budget=config.train.micro_batch_tokens)
             step += 1
+            if len(losses) < FIRST_LOSSES:
+                losses.append(float(stats.loss))
             line = WarmstartMetrics(step=step, loss=float(stats.loss), lr=lr, tokens=int(stats.tokens),
                                     unique_tokens=int(stats.packed_tokens), completions=len(data.samples),
                                     learned=data.learned)
-            out_of_time = time.monotonic() >= stop_at
+            out_of_steps = ws.max_steps is not None and step >= ws.max_steps
+            out_of_time = time.monotonic() >= stop_at or out_of_steps
             if step % ws.eval_every == 0 or out_of_time:
                 await run.engine.load_weights(trainer.state_dict())
                 result = await evaluate_heldout(config, run, gateway, tasks=config.train.eval_tasks, samples_per_task=config.train.eval_samples)
                 success = result.success
-                line = replace(line, heldout_success=success, policy_version=result.policy_version)
+                line = replace(line, heldout_success=success, policy_version=result.policy_version,
+                               solved_seconds=result.solved_seconds, solved_tool_calls=result.solved_tool_calls)
             if log is not None:
                 line = log.write(line)
             tell("warmstart", line)
@@ -210,11 +221,12 @@ async def _learn(config: Any, run: Any, gateway: Any, trainer: Any, data: FreshF
                 reason = "target reached"
                 break
             if out_of_time:
+                reason = "step budget" if out_of_steps else reason
                 break
     finally:
         on_every_rank(trainer, set_lr, rl_lr)
         on_every_rank(trainer, clear_moments)  # RL starts with fresh moments: the supervised ones point elsewhere
-    return step, success, reason
+    return step, success, reason, losses
 
 
 def cosine_lr(lr: float, final_fraction: float, elapsed_s: float, budget_s: float) -> float:
@@ -271,11 +283,22 @@ def keep_warm_model(model: Any, source: Path, target: Path, record: dict[str, An
 def warm_record(config: Any, result: Any) -> dict[str, Any]:
     """What ``warmstart.json`` says of a warm start."""
 
-    return {"from": str(config.model.path), **warm_key(config), **asdict(result)}
+    return {"from": str(config.model.path), **warm_key(config), **asdict(result), "recipe": warm_recipe(config)}
+
+
+def warm_recipe(config: Any) -> dict[str, Any]:
+    """What else decides the warm weights besides :func:`warm_key`: the seed, the warm start's
+    settings and the model it started from (``forge model init``'s marker), as ``--set`` values —
+    what ``forge model warmstart`` needs to make them again."""
+    marker = Path(str(config.model.path)).expanduser() / MARKER
+    return {"run.seed": config.run.seed, "model.init": json.loads(marker.read_text()) if marker.is_file() else None,
+            **{f"train.warmstart.{k}": v for k, v in config.train.warmstart.model_dump().items()},
+            **{f"train.{k}": getattr(config.train, k) for k in ("eval_tasks", "eval_samples", "attention", "split",
+                                                                  "micro_batch_tokens")}}
 
 
 def warm_key(config: Any) -> dict[str, Any]:
     """What a warm copy is warm-started on (``warmstart.json`` records it; a run reuses only a match)."""
     return {"suite": config.rollout.task, "mix": dict(config.rollout.mix), "scaffold": config.rollout.scaffold,
             "scaffold_options": dict(config.scaffolds.get(config.rollout.scaffold) or {}),  # its prompts
-            "teacher_slips": config.train.warmstart.teacher_slips}
+            "teacher_slips": config.train.warmstart.teacher_slips, "teacher_rechecks": config.train.warmstart.teacher_rechecks}
