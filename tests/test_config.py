@@ -123,6 +123,7 @@ LEARNING_SETTINGS = {
     "train.eval_samples": 4, "train.checkpoint_every": 20, "train.warmstart.target_success": 0.25,
     "train.warmstart.max_minutes": 8, "train.warmstart.batch_size": 32, "train.warmstart.lr": 3e-3,
     "train.warmstart.final_lr_fraction": 0.33, "train.warmstart.decay_steps": 800, "train.warmstart.eval_every": 100,
+    "train.warmstart.teacher_slips": 0.5, "train.warmstart.teacher_rechecks": 0.6,
 }
 
 

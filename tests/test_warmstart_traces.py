@@ -108,7 +108,7 @@ def test_the_warm_start_learns_every_finished_trace_of_a_slipping_teacher(tiny_m
     with them the wrong ones are learned too (an imperfect teacher's data is not sorted by the verifier)."""
     from forge_cli.train.warmstart import synthetic_samples
 
-    config = load_config(env={}, overrides={"model.path": str(tiny_model), "rollout.task": "calc-1",
+    config = load_config(env={}, overrides={"model.path": str(tiny_model), "rollout.task": "calc-1", "gateway.port": 0,
                                             "rollout.scaffold": "tool-call-unlisted", "run.dir": str(tmp_path)})
     samples = asyncio.run(synthetic_samples(config, tmp_path / "warm" / "warmstart", 48, slips))
     assert len(samples) == 2 * 48  # every trace: the call and the answer
@@ -156,7 +156,7 @@ def test_the_trace_writer_goes_on_where_its_last_batch_stopped(tiny_model, tmp_p
     the same tasks as one batch of both sizes."""
     from forge_cli.train.warmstart import TraceWriter
 
-    config = load_config(env={}, overrides={"model.path": str(tiny_model), "rollout.task": "calc-1",
+    config = load_config(env={}, overrides={"model.path": str(tiny_model), "rollout.task": "calc-1", "gateway.port": 0,
                                             "rollout.scaffold": "tool-call-unlisted", "run.dir": str(tmp_path)})
 
     def questions(samples):
@@ -183,6 +183,7 @@ def warm_started(model, runs, run: str, **sets):
     from forge_cli.train.run import warmstart_model
 
     config = load_config(env={}, overrides={
+        "gateway.port": 0,
         "model.path": str(model), "model.engine": "hf", "train.engine": "torch", "run.dir": str(runs),
         "rollout.task": "calc-1", "rollout.scaffold": "tool-call-unlisted", "train.eval_tasks": 2, "train.eval_samples": 1,
         "train.warmstart.traces": 16, "train.warmstart.batch_size": 8, "train.warmstart.max_minutes": 0.25,
