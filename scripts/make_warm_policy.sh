@@ -3,7 +3,8 @@
 # created afresh in a FORGE_HOME of its own, warm-started by `forge model warmstart` on the
 # repository's forge.toml (its suite, scaffold and teacher) for a fixed number of steps with the
 # learning rate falling over all of them — so the same command twice gives the same weights
-# (tests/test_warm_policy.py replays its first steps against the record). About an hour on 2 cores.
+# (tests/test_warm_policy.py replays its first steps against the record). 74 minutes here on 2 cores
+# (2026-12-04, the test suite running beside it for most of them; the steps do not depend on the speed).
 #
 #   bash scripts/make_warm_policy.sh [OUT]      # default: forge_cli/engine/warm_policy
 set -euo pipefail
