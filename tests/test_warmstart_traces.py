@@ -19,6 +19,7 @@ from forge_cli.errors import ForgeError
 from forge_cli.tasks.calc import generate
 from forge_cli.tasks.calculator import calculate
 from forge_cli.tasks.demo_policies import MAX_RECHECKS, calc, calc_expression, policy_for, recheck_count, slip
+from forge_cli.train.run import EMBEDDED_SCAFFOLD_OPTIONS
 
 
 def turns(policy, prompt: str) -> tuple[str, str, str]:
@@ -213,7 +214,8 @@ def test_the_warm_start_learns_new_traces_while_they_are_written(tiny_model, tmp
     assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
     assert (folder / "forge_model.json").is_file()  # made from the embedded default: its scaffold options follow it
     resolved = json.loads((tmp_path / "runs" / "ws" / "config.json").read_text())
-    assert resolved["scaffolds"]["tool-call-unlisted"] == {"max_tokens": 48, "max_turns": 3, "system_prompt": ""}
+    assert resolved["scaffolds"]["tool-call-unlisted"] == EMBEDDED_SCAFFOLD_OPTIONS["tool-call-unlisted"]
+    assert resolved["scaffolds"]["tool-call-unlisted"]["system_prompt"] == ""  # the task alone, as it learned
 
 
 def test_two_warm_starts_of_one_seed_learn_the_same_on_a_step_schedule(tiny_model, tmp_path):

@@ -109,8 +109,10 @@ def _leave() -> None:
     import torch
 
     if torch.distributed.is_initialized():
+        import deepspeed.comm
+
         torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+        deepspeed.comm.destroy_process_group()  # and the groups DeepSpeed cloned from this world
 
 
 class RankZeroTrainer:

@@ -194,8 +194,12 @@ class DeepSpeedTrainEngine(_Closing):
         another still tears down gloo's threads can abort (``terminate called without an active
         exception``, SIGABRT) after all work is done — seen once in a dozen two-rank runs."""
         if self._owns_group and torch.distributed.is_initialized():
+            import deepspeed.comm
+
             torch.distributed.barrier()
-            torch.distributed.destroy_process_group()
+            # DeepSpeed's own teardown: it also drops the groups it cloned from this world (a later
+            # engine in the same process would otherwise reuse a destroyed one)
+            deepspeed.comm.destroy_process_group()
             self._owns_group = False
 
     def _largest_count(self, count: int) -> int:
