@@ -287,12 +287,16 @@ def test_flex_attention_block_mask_equals_unmerged_on_cuda(budget):
 
     samples = forest(random.Random(5))
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    cfg = LlamaConfig(vocab_size=50, hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=256)
-    flex = LlamaForCausalLM(cfg).to("cuda", torch.float32)
-    flex.config._attn_implementation = "flex_attention"
-    sep = torch.cat(separate_logprobs(flex.cpu().to(torch.float32), samples)).to(torch.float64)
+    plain = LlamaForCausalLM(cfg).to(torch.float32)  # the reference: each sample alone, on CPU, no gradient
+    plain.config._attn_implementation = "sdpa"
+    with torch.no_grad():
+        sep = torch.cat(separate_logprobs(plain, samples)).to(torch.float64)
+    flex = LlamaForCausalLM(cfg).to(torch.float32)
+    flex.load_state_dict(plain.state_dict())
     flex.to("cuda")
+    flex.config._attn_implementation = "flex_attention"
     got = []
     for b in pack(samples, budget):
         values = packed_logprobs(flex, b, attention="flex")

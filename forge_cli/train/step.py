@@ -68,7 +68,10 @@ def packed_logprobs(model: Any, batch: Packed, temperature: float = 1.0, attenti
         if getattr(model.config, "_attn_implementation", None) != "flex_attention":
             raise ForgeError("attention = 'flex' needs a model loaded with attn_implementation='flex_attention'; "
                              "use 'tree' or 'auto'")
-        logits = model(**kw, attention_mask=flex_block_mask(batch, device)).logits[0]
+        # the training kernel always: for a pack under 128 tokens inductor would pick its decoding kernel,
+        # which found no kernel for a backward on an H200 (torch 2.11, float32; seen 2026-12-04)
+        logits = model(**kw, attention_mask=flex_block_mask(batch, device),
+                       kernel_options={"FORCE_USE_FLEX_ATTENTION": True}).logits[0]
     else:
         logits = model(**kw, attention_mask=additive_mask(batch, model)).logits[0]  # ancestors-or-self, causal
     T = len(batch.tokens)
