@@ -21,7 +21,8 @@ each, sampled at the training temperature). The parts, each from the same shippe
   to the wall time and tool calls of the solved held-out trajectories.
 
 `--parts` says what to run; each seed's row is read from whichever of its runs are in --work
-(`--parts none` only aggregates). Prints a table and writes benchmarks/results/learning.json.
+(`--parts none` only aggregates); `--merge` keeps the seeds already in the JSON that this call does
+not measure (seeds run in separate sittings). Prints a table and writes benchmarks/results/learning.json.
 """
 
 from __future__ import annotations
@@ -182,6 +183,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learning.json")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="a forge.toml override for every run (forge --set), e.g. train.lr=2e-4")
+    parser.add_argument("--merge", action="store_true", help=(
+        "keep the seeds already in --out that this call does not run or read (the same --minutes and --set "
+        "only) and average over all of them: seeds measured in separate sittings"))
     args = parser.parse_args()
     parts = set(args.parts.split(",")) - {"none"}
     if parts - set(PARTS):
@@ -193,11 +197,22 @@ def main() -> None:
         seeds.append(seed_row(seed, args, parts, overrides))
         print(json.dumps({k: v for k, v in seeds[-1].items() if "curve" not in k}), flush=True)
 
+    command = " ".join(["python", "benchmarks/learning.py", *sys.argv[1:]])
+    commands = [command]
+    if args.merge and args.out.is_file():
+        kept = json.loads(args.out.read_text())
+        if kept.get("minutes") != args.minutes or kept.get("overrides", {}) != overrides:
+            raise SystemExit(f"--merge: {args.out} was measured with --minutes {kept.get('minutes')} and "
+                             f"--set {kept.get('overrides', {})}, not {args.minutes} and {overrides}")
+        now = {r["seed"] for r in seeds}
+        seeds = sorted([r for r in kept["seeds"] if r["seed"] not in now] + seeds, key=lambda r: r["seed"])
+        commands = [*kept.get("commands", [kept["command"]]), command]
+
     def mean(key: str) -> float | None:
         values = [r[key] for r in seeds if r.get(key) is not None]
         return statistics.fmean(values) if values else None
 
-    result = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "benchmarks/learning.py", *sys.argv[1:]]),
+    result = {"date": time.strftime("%Y-%m-%d"), "command": command, "commands": commands,
               "minutes": args.minutes, "overrides": overrides, "seeds": seeds,
               "mean_before": mean("before"), "mean_after": mean("after"), "mean_gain": mean("gain"),
               "sft_control_mean_gain": mean("control_gain"), "grpo_mean_gain": mean("grpo_gain"),

@@ -163,3 +163,16 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert result["completion_time_success_change"] == pytest.approx(0.125)
     assert result["completion_time_reduction_vs_control"] == pytest.approx(1 - 1.2 / 1.8)
     assert row["curve"] == [[0, 0.25], [10, 0.625]]
+    # a second sitting measures seed 1 and keeps seed 0: the means are over both
+    runs = tmp_path / "later" / "runs"
+    write("main-s1", rl(0.25, 0.375, 1.2, 1.25))
+    again = [sys.executable, "benchmarks/learning.py", "--seeds", "1", "--parts", "none", "--work", str(tmp_path / "later"),
+             "--out", str(out)]
+    done = subprocess.run([*again, "--merge"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads(out.read_text())
+    assert [r["seed"] for r in merged["seeds"]] == [0, 1] and merged["seeds"][0] == row
+    assert merged["mean_gain"] == pytest.approx((0.375 + 0.125) / 2) and len(merged["commands"]) == 2
+    assert merged["sft_control_mean_gain"] == pytest.approx(0.2)  # seed 1 has no control: the mean of those that have
+    other = subprocess.run([*again, "--merge", "--minutes", "5"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert other.returncode != 0 and "--merge" in other.stderr  # not averaged with runs of another budget
