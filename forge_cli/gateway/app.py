@@ -18,7 +18,7 @@ BODY_TIMEOUT_S = 30.0  # a request's whole body must arrive within this long of 
 
 
 def create_app(state: GatewayState, *, max_body_bytes: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
-    from forge_cli.gateway.routes import admin, chat, completions, messages, responses
+    from forge_cli.gateway.routes import admin, chat, completions, gemini, messages, ollama, responses
 
     app = FastAPI(title="Forge gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.gateway = state
@@ -27,6 +27,8 @@ def create_app(state: GatewayState, *, max_body_bytes: int = MAX_BODY_BYTES, bod
     app.include_router(messages.router)
     app.include_router(responses.router)
     app.include_router(completions.router)
+    app.include_router(gemini.router)
+    app.include_router(ollama.router)
     app.include_router(admin.router)
     app.add_middleware(Guard, state=state, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 

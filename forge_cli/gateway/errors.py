@@ -79,10 +79,45 @@ def anthropic_error(err: APIError, headers: dict[str, str] | None = None) -> JSO
                         headers=headers)
 
 
+# Google's canonical status names (google.rpc.Code), as the Gemini API's errors carry them
+_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                  405: "UNIMPLEMENTED", 408: "DEADLINE_EXCEEDED", 409: "ABORTED", 413: "INVALID_ARGUMENT",
+                  429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE"}
+
+
+def gemini_error(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The Gemini API's shape: ``{"error": {"code", "message", "status"}}``."""
+    status = _GOOGLE_STATUS.get(err.status, "INTERNAL" if err.status >= 500 else "FAILED_PRECONDITION")
+    body = {"error": {"code": err.status, "message": _text(err.message), "status": status}}
+    return JSONResponse(body, status_code=err.status, headers=headers)
+
+
+def ollama_error(err: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """Ollama's shape: ``{"error": "message"}``."""
+    return JSONResponse({"error": _text(err.message)}, status_code=err.status, headers=headers)
+
+
+def api_of(path: str) -> str:
+    """Which API a request path belongs to: ``anthropic``, ``gemini``, ``ollama`` or ``openai`` (the
+    rest, the admin endpoints included). A ``/s/<session>`` prefix is looked through."""
+    if path.startswith("/s/"):
+        path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else path
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/v1beta/"):
+        return "gemini"
+    if path.startswith("/api/"):
+        return "ollama"
+    return "openai"
+
+
+_SHAPES = {"anthropic": anthropic_error, "gemini": gemini_error, "ollama": ollama_error, "openai": openai_error}
+
+
 def error_response(path: str, err: APIError, *, close: bool = False) -> JSONResponse:
-    """``err`` in the shape of the API ``path`` belongs to; ``close``: say ``Connection: close``."""
+    """``err`` in the shape of the API ``path`` belongs to (:func:`api_of`); ``close``: say ``Connection: close``."""
     headers = {"connection": "close"} if close else None
-    return anthropic_error(err, headers) if "/v1/messages" in path else openai_error(err, headers)
+    return _SHAPES[api_of(path)](err, headers)
 
 
 def sse(data: Any, event: str | None = None) -> str:

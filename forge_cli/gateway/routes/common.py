@@ -95,10 +95,13 @@ def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
 
 
 def api_key(request: Request) -> str | None:
+    """The request's key: ``Authorization: Bearer`` (OpenAI, Ollama), ``x-api-key`` (Anthropic),
+    ``api-key`` (Azure), ``x-goog-api-key`` or the ``key`` query parameter (Gemini)."""
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip() or None
-    return request.headers.get("x-api-key") or request.headers.get("api-key")
+    return (request.headers.get("x-api-key") or request.headers.get("api-key") or request.headers.get("x-goog-api-key")
+            or request.query_params.get("key") or None)
 
 
 def state_of(request: Request) -> GatewayState:
