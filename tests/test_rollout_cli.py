@@ -3,9 +3,13 @@ gateway, into a run the pool commands read; the same on Ray."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 
 import pytest
+
+from forge_cli.configs.gateway import SERVE_PORT
 
 
 def _args(tiny_model, run, *more):
@@ -14,7 +18,14 @@ def _args(tiny_model, run, *more):
 
 
 def test_rollout_runs_verifies_and_records(cli, tiny_model, tmp_path):
-    done = cli("--set", "gateway.port=0", *_args(tiny_model, "calc-run"))
+    """With no gateway.port set, while forge gateway serve's port is held: a rollout needs no fixed port."""
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    with contextlib.suppress(OSError):  # taken already: held all the same
+        held.bind(("127.0.0.1", SERVE_PORT))
+        held.listen()
+    with held:
+        done = cli(*_args(tiny_model, "calc-run"))
     assert done.exit_code == 0, done.stderr
     assert "rollout summary" in done.stdout and "success rate" in done.stdout and "100.0%" in done.stdout
     stats = cli("pool", "stats", "calc-run", "--json")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from forge_cli.errors import ForgeError
 from forge_cli.tasks.suites import task_suite
-from forge_cli.tasks.answers import ExactMatch, NumericMatch, extract_number, normalise
+from forge_cli.tasks.answers import ExactMatch, NumericMatch, exact_match, extract_number, normalise
 from forge_cli.tasks.types import Outcome, Task, TaskSuite, Transcript
 
 SUITES = ["calc", "kv-search", "files", "reasoning", "qa"]
@@ -130,6 +130,17 @@ def test_answers_without_a_number_have_none(text):
     a=st.integers(0, 99), b=st.integers(0, 99))
 def test_the_number_of_an_answer_is_the_number_written(value, template, a, b):
     assert extract_number(template.format(v=value, a=a, b=b)) == value
+
+
+@given(word=st.text(st.characters(whitelist_categories=("L", "N"), max_codepoint=0x24F), min_size=1, max_size=12)
+       .filter(lambda w: "answer" not in w.casefold()),
+       marker=st.sampled_from(["The answer is: ", "answer: ", "Answer is ", "Final answer is : ", "ANSWER IS:", "answer:"]),
+       before=st.sampled_from(["", "I looked it up.\n", "After 3 searches, "]), after=st.sampled_from(["", ".", "!", " "]))
+def test_an_exact_answer_after_any_marker_form_matches(word, marker, before, after):
+    """"The answer is: Finland" is Finland: the marker takes its colon with it in every form."""
+    ok, why = exact_match(f"{before}{marker}{word}{after}", word)
+    assert ok, why
+    assert not exact_match(f"{before}{marker}{word}x{after}", word)[0]
 
 
 def test_numeric_verifier_right_wrong_and_garbled(tmp_path):

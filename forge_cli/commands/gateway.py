@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from forge_cli.commands._common import config_with, engine_flags
+from forge_cli.configs.gateway import SERVE_PORT
 from forge_cli.console import console, err_console
 
 
@@ -20,7 +21,7 @@ def register(app: typer.Typer) -> None:
     @group.command("serve")
     def serve(
         host: Optional[str] = typer.Option(None, "--host", help="Address (default gateway.host, 127.0.0.1)."),
-        port: Optional[int] = typer.Option(None, "--port", help="TCP port (default gateway.port, 8000)."),
+        port: Optional[int] = typer.Option(None, "--port", help="TCP port (default gateway.port, else 8000)."),
         model: Optional[Path] = typer.Option(None, "--model", help="HF model folder (default model.path or the default model)."),
         engine: Optional[str] = typer.Option(None, "--engine", help="vllm, hf or scripted (default model.engine.type)."),
         policy: Optional[str] = typer.Option(None, "--policy", help="Scripted engine: a JSON rules/turns file or module:function (model.engine.policy)."),
@@ -54,7 +55,7 @@ async def _serve_until_stopped(config, run: str | None) -> None:  # noqa: ANN001
     status = err_console.status("starting the gateway…")
     status.start()
     try:
-        async with serve_gateway(config, run, on_starting=status.update) as gw:
+        async with serve_gateway(config, run, on_starting=status.update, default_port=SERVE_PORT) as gw:
             status.stop()
             console.print(f"[bold green]Forge gateway[/] {gw.url}/v1  engine {gw.run.engine.name}  auth {gw.auth}  run {gw.run_dir}")
             if gw.unix_path is not None:

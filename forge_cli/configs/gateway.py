@@ -9,11 +9,16 @@ from pydantic import Field, field_validator
 from forge_cli.configs.common import Section
 
 
+SERVE_PORT = 8000  # forge gateway serve's port when gateway.port is not set
+
+
 class GatewayConfig(Section):
     """The OpenAI/Anthropic-compatible HTTP server agents talk to."""
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
-    port: int = Field(8000, ge=0, le=65535, description="TCP port (0: any free port).")
+    port: int | None = Field(None, ge=0, le=65535, description=(
+        f"TCP port (0: any free one). Unset: forge gateway serve listens on {SERVE_PORT}; a rollout or a training run "
+        "on any free port (its agents reach it through the unix socket or the URL they are given), so two can run at once."))
     auth: Literal["auto", "loopback", "strict"] = Field(
         "auto", description="auto = loopback on 127.0.0.1/localhost, strict elsewhere."
     )

@@ -123,10 +123,12 @@ async def serve_gateway(
     engine: Any = None,
     tool_formats: dict[str, Any] | None = None,
     on_starting: Callable[[str], None] | None = None,
+    default_port: int = 0,
 ) -> AsyncIterator[Gateway]:
     """Open the run named ``run`` (:func:`forge_cli.run.open_run`) and serve it: the gateway, for a
     caller that needs nothing else of the run (``forge gateway serve``, a rollout)."""
-    async with open_and_serve(config, run, engine=engine, tool_formats=tool_formats, on_starting=on_starting) as (_, gw):
+    async with open_and_serve(config, run, engine=engine, tool_formats=tool_formats, on_starting=on_starting,
+                              default_port=default_port) as (_, gw):
         yield gw
 
 
@@ -138,12 +140,14 @@ async def open_and_serve(
     engine: Any = None,
     tool_formats: dict[str, Any] | None = None,
     on_starting: Callable[[str], None] | None = None,
+    default_port: int = 0,
 ) -> AsyncIterator[tuple[Run, Gateway]]:
     """The run named ``run`` (created if new) and the gateway serving it, both: a caller that uses the
     run itself (the trainer: its engine and pool) holds it, not the server.
 
     ``engine``: an engine already built; default: built from ``[model.engine]``. ``tool_formats``:
     default, every registered one. ``on_starting(message)`` is told what is being started.
+    ``default_port``: the TCP port when ``gateway.port`` is not set (0: any free one).
     """
     tool_formats = registered_formats() if tool_formats is None else tool_formats
     check_tool_format(config, tool_formats)  # before minutes of engine start (what needs the model is checked after)
@@ -151,7 +155,8 @@ async def open_and_serve(
 
     def bind(run_dir: Path, stack: contextlib.AsyncExitStack) -> None:
         unix_path = socket_path(config.gateway.socket, run_dir)
-        listeners.extend(open_listeners(config.gateway.host, config.gateway.port, unix_path, listen=False))
+        port = default_port if config.gateway.port is None else config.gateway.port
+        listeners.extend(open_listeners(config.gateway.host, port, unix_path, listen=False))
         stack.callback(_close_listeners, list(listeners), unix_path)
 
     async with open_run(config, run, engine=engine, on_starting=on_starting, prepare=bind) as the_run:

@@ -2,8 +2,8 @@
 
 The rules (the same for every built-in suite; docs/plugins.md repeats them):
 
-- **The answer part.** If the agent's answer contains ``answer:`` or ``answer is`` (any case, e.g.
-  ``Final answer: Paris``), only the text after the *last* such marker counts, up to the end of
+- **The answer part.** If the agent's answer contains ``answer:``, ``answer is`` or ``answer is:``
+  (any case, e.g. ``Final answer: Paris``), only the text after the *last* such marker counts, up to the end of
   its line; otherwise the whole text counts. ``\\boxed{x}`` counts as ``x``.
 - **Exact match** (:func:`normalise`): case-folded, runs of whitespace folded to one space,
   surrounding quotes, backticks and ``*``/``_`` emphasis removed, trailing ``. , ; : ! ?`` removed.
@@ -27,7 +27,7 @@ from typing import Any
 from forge_cli.tasks.calculator import format_number
 from forge_cli.tasks.types import Outcome, Task, Transcript
 
-_MARKER = re.compile(r"answer\s*(?::|is\b)\s*", re.IGNORECASE)
+_MARKER = re.compile(r"answer\s*(?::|is\b\s*:?)\s*", re.IGNORECASE)  # "answer:", "answer is", "answer is:"
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
 _WRAPPERS = "\"'`*_ \t\n"
