@@ -117,6 +117,11 @@ class InstallRecipe:
         return f"{self.package}{self.version}"
 
 
+# the placeholders a launch recipe may use (LaunchSpec), each filled by forge_cli.rollout.blackbox.launch_values;
+# ``python`` only for pip agents
+LAUNCH_PLACEHOLDERS = ("bin", "python", "scaffolds", "workdir", "base_url", "gateway_url", "api_key", "model", "prompt")
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """How a black-box agent is started and pointed at the gateway.
@@ -136,6 +141,24 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     answer: str = "stdout"
+
+    def fields(self) -> list[tuple[str, str]]:
+        """(where, text) of every string the recipe renders: ``command[i]``, ``env.KEY``, ``files.NAME``."""
+        return ([(f"command[{i}]", c) for i, c in enumerate(self.command)] + [(f"env.{k}", v) for k, v in self.env.items()]
+                + [(f"files.{k}", v) for k, v in self.files.items()])
+
+    def bad_placeholders(self, allowed: tuple[str, ...] = LAUNCH_PLACEHOLDERS) -> list[str]:
+        """Every placeholder of the recipe that is not in ``allowed``, or malformed (a lone ``$``, ``${x``), with where it is."""
+        bad = []
+        for where, text in self.fields():
+            for match in string.Template.pattern.finditer(text):
+                name = match.group("named") or match.group("braced")
+                if match.group("invalid") is not None:
+                    bad.append(f"{where}: a '$' that starts no placeholder at {text[match.start():match.start() + 12]!r} "
+                               "(write $$ for a dollar sign)")
+                elif name is not None and name not in allowed:
+                    bad.append(f"{where}: ${name}")
+        return bad
 
     def render(self, values: dict[str, str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
         def fill(text: str) -> str:
@@ -209,6 +232,13 @@ class ScaffoldSpec:
             raise ForgeError(f"scaffold '{self.name}': a black-box scaffold needs an install recipe and a launch")
         if self.launch is not None:
             check_answer_rule(self.name, self.launch.answer)
+            pip = self.install is not None and self.install.manager == "pip"
+            bad = self.launch.bad_placeholders(LAUNCH_PLACEHOLDERS if pip else tuple(p for p in LAUNCH_PLACEHOLDERS if p != "python"))
+            if bad:
+                known = ", ".join("$" + p for p in LAUNCH_PLACEHOLDERS)
+                raise ForgeError(f"scaffold '{self.name}': its launch recipe has {len(bad)} bad placeholder"
+                                 f"{'s' if len(bad) > 1 else ''}: {'; '.join(bad)} (known: {known}, $python for pip agents "
+                                 "only; $$ is a dollar sign)")
         if self.options is not None and not (isinstance(self.options, type) and issubclass(self.options, BaseModel)):
             raise ForgeError(f"scaffold '{self.name}': options must be a pydantic model class")
 

@@ -19,7 +19,7 @@ from forge_cli.errors import ForgeError
 from forge_cli.gateway.state import GatewayState
 from forge_cli.pool.store import DataPool
 from forge_cli.rollout.blackbox import BlackboxResult, run_blackbox
-from forge_cli.specs import ANSWER_RULES, InstallRecipe, LaunchSpec, ScaffoldSpec
+from forge_cli.specs import ANSWER_RULES, LAUNCH_PLACEHOLDERS, InstallRecipe, LaunchSpec, ScaffoldSpec
 from forge_cli.tasks.types import Task, Transcript
 from tests.conftest import LiveGateway, tool_formats
 from tests.test_sandbox_local import wait_dead
@@ -277,6 +277,8 @@ def test_the_builtin_recipes_render_with_a_trajectorys_values(tmp_path):
         rendered = " ".join([*command, *env.values(), *files.values()])
         assert "do it" in rendered and "$" not in rendered.replace("$schema", "")
         assert values["gateway_url"] == "http://127.0.0.1:9"
+        # what run_blackbox fills is what registration accepts (LAUNCH_PLACEHOLDERS; $python for pip agents)
+        assert set(values) == set(LAUNCH_PLACEHOLDERS) - ({"python"} if spec.install.manager == "npm" else set())
 
 
 # ---- the real agents, installed from PyPI by the project's installer -----------------------------------

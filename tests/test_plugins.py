@@ -80,11 +80,15 @@ BROKEN_IMPORT = "raise ImportError('needs a package that is not installed')\n"
 
 BAD_REGISTRATIONS = '''
 from forge_cli import hookimpl
-from forge_cli.specs import ScaffoldSpec, SandboxSpec
+from forge_cli.specs import InstallRecipe, LaunchSpec, ScaffoldSpec, SandboxSpec
 
 @hookimpl
 def register_scaffolds(register):
     register("not a spec")
+    register(ScaffoldSpec(name="typo-agent", kind="black", description="a launch with typos",
+                          install=InstallRecipe("npm", "typo-agent", "1.0.0", "typo"),
+                          launch=LaunchSpec(command=("$bin", "--url", "$gateway_ur", "--model", "${modle}"),
+                                            env={"KEY": "$api_key", "PY": "$python", "PRICE": "5$"})))
     register(ScaffoldSpec(name="Bad Name", kind="white", family="x", description="d"))
     register(ScaffoldSpec(name="no-install", kind="black", description="black without a recipe"))
     register(ScaffoldSpec(name="react", kind="white", family="tool-loop", description="a duplicate"))
@@ -218,7 +222,11 @@ def test_invalid_registrations_are_rejected_with_warnings(fake_dist):
     assert "scaffold 'react' is already registered by plugin 'forge:scaffolds'" in text
     assert "register_sandboxes raised RuntimeError: sandbox hook exploded" in text
     assert "implements unknown hook 'register_widgets'" in text
-    assert len(reg.warnings) == 6
+    # every bad placeholder of a launch recipe, named at registration (not at every trajectory)
+    assert ("scaffold 'typo-agent': its launch recipe has 4 bad placeholders: command[2]: $gateway_ur; command[4]: $modle; "
+            "env.PY: $python; env.PRICE: a '$' that starts no placeholder") in text
+    assert "typo-agent" not in reg.scaffolds
+    assert len(reg.warnings) == 7
     # what was valid still registered, and the built-in 'react' is untouched
     assert reg.scaffolds["bad-ok"].plugin == "bad-plugin"
     assert reg.scaffolds["react"].plugin == "forge:scaffolds"
