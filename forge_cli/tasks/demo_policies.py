@@ -23,6 +23,35 @@ def _call(name: str, **arguments: Any) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
+# what agents name their shell tool, in the order a policy prefers them when several are offered
+SHELL_TOOLS = ("shell", "bash", "Bash", "run_shell_command", "execute_command", "exec_command", "run_command",
+               "shell_command", "execute_bash", "terminal", "run_terminal_cmd")
+COMMAND_KEYS = ("command", "cmd", "script", "commands", "code")  # its argument that takes the command line
+
+
+def offered_tools(context: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The tools the request offered, by name, with their parameters' JSON schema."""
+    offered = {}
+    for tool in context.get("tools") or []:
+        spec = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            offered[spec["name"]] = spec.get("parameters") or spec.get("input_schema") or {}
+    return offered
+
+
+def shell_call(tools: dict[str, dict[str, Any]], command: str) -> str | None:
+    """A call of the agent's *own* shell tool (whatever it names it, :data:`SHELL_TOOLS`) that runs
+    ``command``, its argument named as the tool's schema names it (an argv list where it takes one);
+    None when the agent offers no shell tool."""
+    name = next((n for n in SHELL_TOOLS if n in tools), None)
+    if name is None:
+        return None
+    properties = tools[name].get("properties") or {}
+    key = next((k for k in COMMAND_KEYS if k in properties), next(iter(properties), "command"))
+    value: Any = ["bash", "-lc", command] if (properties.get(key) or {}).get("type") == "array" else command
+    return _call(name, **{key: value})
+
+
 def _user(messages: list[dict[str, Any]]) -> str:
     return next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
 
@@ -149,14 +178,17 @@ def files_command(prompt: str) -> str | None:
 
 
 def files_shell(context: dict[str, Any]) -> str:
-    """For an agent with a ``shell`` tool (the smolagents and openai-agents runners): one command
-    that does the task, then the answer (through ``final_answer`` where the agent offers it)."""
+    """For an agent with a shell tool (whatever it calls it: ``shell``, ``bash``, ``run_shell_command``,
+    …, :func:`shell_call`): one command that does the task, then the answer (through ``final_answer``
+    where the agent offers it)."""
     messages = context.get("messages") or []
-    tools = {t.get("function", t).get("name") for t in context.get("tools") or [] if isinstance(t, dict)}
+    tools = offered_tools(context)
     if any(m.get("role") == "assistant" for m in messages):
         return _call("final_answer", answer="done") if "final_answer" in tools else "done"
     command = files_command(_user_task(messages))
-    return _call("shell", command=command) if command else "I cannot tell what is asked."
+    if command is None:
+        return "I cannot tell what is asked."
+    return shell_call(tools, command) or f"I have no shell tool (offered: {', '.join(sorted(tools)) or 'none'})."
 
 
 def _user_task(messages: list[dict[str, Any]]) -> str:
