@@ -35,7 +35,7 @@ AgentApi = Literal["openai-chat", "openai-responses", "anthropic-messages"]
 # ``loop = "package.module:attribute"``
 LOOP_REF = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 # ``launch.answer``: where a black-box agent's final answer is read (forge_cli.rollout.blackbox reads it)
-ANSWER_RULES = ("stdout", "last-line", "file:NAME")
+ANSWER_RULES = ("stdout", "last-line", "file:NAME", "json:KEY")
 # ``context_policy``: each policy's name -> the kind of scaffold that may use it (forge_cli.rollout.context
 # holds their code under the same names)
 CONTEXT_POLICY_KINDS: dict[str, ScaffoldKind] = {
@@ -61,17 +61,24 @@ def check_loop_ref(ref: object) -> None:
         raise ForgeError(f"loop {ref!r}: no module named {module!r}")
 
 
+_JSON_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+
 def check_answer_rule(scaffold: str, rule: str) -> None:
-    """A ForgeError unless ``rule`` is one of :data:`ANSWER_RULES` (``file:`` with a relative name)."""
+    """A ForgeError unless ``rule`` is one of :data:`ANSWER_RULES` (``file:`` with a relative name,
+    ``json:`` with a key or a dotted path of keys)."""
     if rule in ("stdout", "last-line"):
         return
     if isinstance(rule, str) and rule.startswith("file:"):
         name = rule[len("file:"):]
         if name and not name.startswith("/") and ".." not in Path(name).parts:
             return
+    if isinstance(rule, str) and rule.startswith("json:") and _JSON_KEY.fullmatch(rule[len("json:"):]):
+        return
     raise ForgeError(
         f"scaffold '{scaffold}': launch.answer {rule!r} is not one of 'stdout', 'last-line', "
-        "'file:NAME' (NAME relative to the working folder)"
+        "'file:NAME' (NAME relative to the working folder), 'json:KEY' (the last JSON line of its output that "
+        "holds KEY, a key or a dotted path like item.text)"
     )
 
 
@@ -133,8 +140,9 @@ class LaunchSpec:
     (the trajectory's key), ``$model`` and ``$prompt`` (the task text); ``$$`` is a dollar sign.
     ``files`` are written into the working folder before launch (config files). ``answer`` says
     where the agent's final answer is once it exits: ``"stdout"`` (the default: the tail of its
-    output), ``"last-line"`` (the last non-empty line of its output) or ``"file:NAME"`` (a file in
-    the working folder); :mod:`forge_cli.rollout.blackbox` reads it.
+    output), ``"last-line"`` (the last non-empty line of its output), ``"file:NAME"`` (a file in
+    the working folder) or ``"json:KEY"`` (the last JSON line of its output holding ``KEY``, dotted
+    keys for a path); :mod:`forge_cli.rollout.blackbox` reads it.
     """
 
     command: tuple[str, ...]

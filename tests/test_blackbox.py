@@ -495,9 +495,24 @@ def test_every_answer_rule_the_contract_names_is_read(rule, tmp_path):
         async def read_file(self, path: str) -> bytes:
             return (tmp_path / path).read_bytes()
 
-    declared = rule.replace("NAME", "answer.txt")
+    declared = rule.replace("NAME", "answer.txt").replace("KEY", "item.text")
     check_answer_rule("s", declared)
     (tmp_path / "answer.txt").write_text("from the file\n")
-    done = ExecResult(exit_code=0, stdout="thinking\nthe answer\n", stderr="", wall_s=0.1, reason="exited 0")
-    expected = {"stdout": "thinking\nthe answer", "last-line": "the answer", "file:NAME": "from the file"}[rule]
+    events = ('{"type": "item.completed", "item": {"type": "agent_message", "text": "from the event"}}\n'
+              '{"type": "turn.completed", "usage": {"output_tokens": 9}}\n')
+    done = ExecResult(exit_code=0, stdout="thinking\nthe answer\n" + events, stderr="", wall_s=0.1, reason="exited 0")
+    expected = {"stdout": "thinking\nthe answer\n" + events.strip(), "last-line": events.strip().splitlines()[-1],
+                "file:NAME": "from the file", "json:KEY": "from the event"}[rule]
     assert asyncio.run(_answer(declared, done, Files())) == expected
+
+
+def test_the_json_answer_rule_reads_the_last_event_that_holds_its_key():
+    from forge_cli.rollout.blackbox import json_answer
+    from forge_cli.specs import check_answer_rule
+
+    out = '\n'.join(['not json', '{"result": "first"}', '[1, 2]', '{"result": {"n": 3}}', '{"other": 1}', '{"result": null}'])
+    assert json_answer(out, "result") == '{"n": 3}'  # the last that holds it; null is not an answer
+    assert json_answer(out, "result.n") == "3" and json_answer(out, "missing") is None and json_answer("", "x") is None
+    for bad in ("json:", "json:a..b", "json:a b", "json:$.x"):
+        with pytest.raises(ForgeError, match="json:KEY"):
+            check_answer_rule("s", bad)

@@ -28,7 +28,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from forge_cli import installer
 from forge_cli.errors import ForgeError
@@ -218,7 +218,29 @@ async def _answer(rule: str, done: "ExecResult", sandbox: "Sandbox") -> str | No
         return text.strip() or None
     if rule == "last-line":
         return next((line.strip() for line in reversed(done.stdout.splitlines()) if line.strip()), None)
+    if rule.startswith("json:"):
+        return json_answer(done.stdout, rule[len("json:"):])
     return done.stdout.strip() or None
+
+
+def json_answer(output: str, path: str) -> str | None:
+    """The ``json:KEY`` rule: the value at ``path`` (dotted keys) in the last line of ``output`` that
+    is a JSON object holding it (an agent printing JSON events); text as it is, other values as JSON."""
+    for line in reversed(output.splitlines()):
+        try:
+            value: Any = json.loads(line)
+        except ValueError:
+            continue
+        for key in path.split("."):
+            value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
+        if value is _MISSING or value is None:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value)
+        return text.strip() or None
+    return None
+
+
+_MISSING = object()
 
 
 def _result(done: "ExecResult", answer: str | None, command: list[str], wall: float) -> BlackboxResult:
