@@ -11,6 +11,7 @@ import pytest
 
 from forge_cli.engine.scripted import ScriptedEngine
 from forge_cli.gateway.app import create_app
+from forge_cli.gateway.protocol import gemini, ollama
 from forge_cli.gateway.protocol.anthropic import CountTokensRequest, MessagesRequest
 from forge_cli.gateway.protocol.openai_chat import ChatCompletionRequest
 from forge_cli.gateway.protocol.responses import ResponsesRequest
@@ -139,6 +140,10 @@ BODIES = {
     "/v1/chat/completions": ChatCompletionRequest, "/v1/messages": MessagesRequest, "/v1/messages/count_tokens": CountTokensRequest,
     "/v1/responses": ResponsesRequest, "/v1/completions": CompletionRequest, "/admin/sessions": SessionRequest,
     "/admin/sessions/{session_id}/finish": FinishSession, "/admin/weights": LoadWeights,
+    "/v1beta/models/{model}:generateContent": gemini.GenerateContentRequest,
+    "/v1beta/models/{model}:streamGenerateContent": gemini.GenerateContentRequest,
+    "/v1beta/models/{model}:countTokens": gemini.CountTokensRequest,
+    "/api/chat": ollama.ChatRequest, "/api/generate": ollama.GenerateRequest, "/api/show": ollama.ShowRequest,
 }
 
 
@@ -166,8 +171,9 @@ def test_openapi_documents_every_post_body_from_its_model(stack):
     doc = httpx.get(f"{live.url}/openapi.json").json()
     components = doc["components"]["schemas"]
     posts = {path for path, item in doc["paths"].items() if "post" in item}
-    app_posts = {r.path for r in create_app(live.state).routes if "POST" in getattr(r, "methods", ())}
-    assert posts == app_posts  # every POST endpoint is documented
+    app_posts = {r.path for r in create_app(live.state).routes
+                 if "POST" in getattr(r, "methods", ()) and getattr(r, "include_in_schema", True)}
+    assert posts == app_posts  # every POST endpoint is documented (but Gemini's catch-all 404 for other methods)
     for path in posts:
         body = doc["paths"][path]["post"].get("requestBody")
         bare = path.removeprefix("/s/{session}")

@@ -20,6 +20,10 @@ from forge_cli.engine.scripted import ScriptedEngine
 from forge_cli.gateway.state import GatewayState
 from forge_cli.pool.store import DataPool
 from tests.conftest import LiveGateway, tool_formats
+from tests.test_gateway_gemini import FUZZ_VALID as GEMINI_VALID
+from tests.test_gateway_gemini import gemini_error_ok, gemini_stream_ok
+from tests.test_gateway_ollama import FUZZ_VALID as OLLAMA_VALID
+from tests.test_gateway_ollama import ollama_error_ok
 
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run.", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
@@ -61,6 +65,8 @@ VALID: dict[str, dict[str, Any]] = {
     "/admin/sessions": {"task_id": "t", "scaffold": "s", "tool_format": "hermes"},
     "/admin/sessions/{id}/finish": {"status": "failed", "rewards": {"r": 1.0}, "error": "e"},
     "/admin/weights": {"path": "no-such-folder"},
+    **GEMINI_VALID,  # the Gemini API (generateContent, streamGenerateContent?alt=sse, countTokens)
+    **OLLAMA_VALID,  # the Ollama API (/api/chat, /api/generate)
 }
 WORDS = ["user", "assistant", "system", "tool", "developer", "function", "text", "tool_use", "tool_result", "function_call",
          "function_call_output", "custom", "namespace", "message", "auto", "required", "any", "none", "json_schema", "hermes"]
@@ -143,7 +149,8 @@ def _raw(body: Any) -> bytes:
     return json.dumps(body).encode()  # NaN/Infinity literals, surrogates as \ud800 escapes
 
 
-_endpoints = st.sampled_from([e for e in sorted(VALID) if e.startswith("/v1")] * 3 + [e for e in sorted(VALID) if e.startswith("/admin")])
+_endpoints = st.sampled_from([e for e in sorted(VALID) if e.startswith(("/v1", "/api"))] * 3
+                             + [e for e in sorted(VALID) if e.startswith("/admin")])
 _bodies = (_endpoints.flatmap(lambda e: st.tuples(st.just(e), mutated(e).map(_raw)))
            | _endpoints.flatmap(lambda e: st.tuples(st.just(e), mutated(e, 1, ("like",)).map(_raw)))  # mostly still valid
            | st.tuples(_endpoints, _json.map(_raw))
@@ -168,6 +175,12 @@ def gateway(tiny_model, tmp_path_factory):
 
 
 def _check_shape(path: str, r: httpx.Response) -> None:
+    if path.startswith("/v1beta/"):
+        assert gemini_error_ok(r), r.text[:300]
+        return
+    if path.startswith("/api/"):
+        assert ollama_error_ok(r), r.text[:300]
+        return
     data = r.json()
     if "/v1/messages" in path:
         assert data["type"] == "error" and isinstance(data["error"]["type"], str) and isinstance(data["error"]["message"], str)
@@ -177,6 +190,13 @@ def _check_shape(path: str, r: httpx.Response) -> None:
 
 
 def _check_stream(path: str, text: str) -> None:
+    if path.startswith("/v1beta/"):
+        assert gemini_stream_ok(text), text[-300:]
+        return
+    if path.startswith("/api/"):  # NDJSON: its last line is done, or an error
+        last = json.loads(text.strip().splitlines()[-1])
+        assert last.get("done") is True or isinstance(last.get("error"), str), text[-300:]
+        return
     data = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
     if path in ("/v1/chat/completions", "/v1/completions"):
         assert data[-1] == "[DONE]"
@@ -217,7 +237,7 @@ def test_no_body_gets_a_5xx(gateway, case):
     event(f"{endpoint} {r.status_code}")  # pytest --hypothesis-show-statistics: what the examples reached
     if r.status_code >= 400:
         _check_shape(path, r)
-    elif r.headers["content-type"].startswith("text/event-stream"):
+    elif r.headers["content-type"].startswith(("text/event-stream", "application/x-ndjson")):
         _check_stream(path, r.text)
     else:
         r.json()

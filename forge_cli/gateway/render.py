@@ -219,3 +219,15 @@ def parse_output(tokenizer: Any, output_ids: list[int], stop: str | int | None, 
 
 def arguments_json(call: ToolCall) -> str:
     return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
+
+
+def arguments_object(call: ToolCall) -> dict[str, Any]:
+    """A call's arguments as the JSON object the Anthropic, Gemini and Ollama APIs send (JSON text
+    is parsed; arguments that are not an object are ``{"input": …}``)."""
+    args = call.arguments
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
+    return args if isinstance(args, dict) else {"input": args}

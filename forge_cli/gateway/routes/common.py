@@ -128,12 +128,15 @@ def training_params(params: SamplingParams) -> SamplingParams:
 
 
 def sampling_record(params: SamplingParams, *, training: bool, raw: dict[str, Any] | None,
-                    output_format: dict[str, Any] | None = None) -> Sampling:
+                    output_format: dict[str, Any] | None = None, asked: dict[str, Any] | None = None) -> Sampling:
     """A completion's :class:`Sampling`: what was used (top level), ``training``, what was ``asked``
-    (the request's sampling fields as sent) and ``output_format`` (see the module's docstring)."""
+    (the request's sampling fields as sent; ``asked``: for an API that keeps them below the top
+    level, Ollama's ``options``) and ``output_format`` (see the module's docstring)."""
     used = {f.name: getattr(params, f.name) for f in fields(params)}  # every field, by its own name
+    if asked is None:
+        asked = {k: raw[k] for k in SAMPLING_FIELDS if raw and raw.get(k) is not None}
     return Sampling(
-        **used, training=training, asked={k: raw[k] for k in SAMPLING_FIELDS if raw and raw.get(k) is not None},
+        **used, training=training, asked=asked,
         output_format=output_format,  # recorded as asked, whether or not the engine could enforce it
     )
 
@@ -165,6 +168,7 @@ class Prepared:
     output_format: dict[str, Any] | None = None
     agent: str | None = None
     history: PromptHistory | None = None  # how the prompt matched what the session sampled before
+    asked: dict[str, Any] | None = None  # the sampling fields as sent, where they are not at the body's top level
 
 
 @dataclass
@@ -191,11 +195,13 @@ async def prepare(
     prompt: str | list[int] | None = None,
     output_format: dict[str, Any] | None = None,
     turns_param: str = "messages",
+    asked: dict[str, Any] | None = None,
 ) -> Prepared:
     """Everything that can fail on the client's input, before any response starts.
 
     ``prompt`` (``/v1/completions``) skips the chat template: text is encoded as it is, ids are used as given.
     ``turns_param`` names the field the turns came from, for the 400 when there is nothing to answer.
+    ``asked``: the request's sampling fields as sent, where they are not at its top level (Ollama's ``options``).
     """
     state = state_of(request)
     tok, engine = state.tokenizer, state.engine
@@ -234,7 +240,7 @@ async def prepare(
 
     rendered = await run_in_threadpool(render)
     params = _check(engine, rendered.prompt_ids, params)
-    return Prepared(session, fmt, rendered, params, tools, turns, raw, output_format, agent, history)
+    return Prepared(session, fmt, rendered, params, tools, turns, raw, output_format, agent, history, asked=asked)
 
 
 def parser_name(fmt: Any) -> str:
@@ -288,7 +294,7 @@ async def commit(request: Request, gen: Generated) -> None:
     """Record a call into its session's trajectory: once its response is ready to send."""
     p = gen.prepared
     assert p is not None
-    sampling = sampling_record(p.params, training=p.session.training, raw=p.raw, output_format=p.output_format)
+    sampling = sampling_record(p.params, training=p.session.training, raw=p.raw, output_format=p.output_format, asked=p.asked)
     errors = [[{"text": e.text, "reason": e.reason} for e in x.errors] for x in gen.parsed]
     calls = [[{"name": c.name, "arguments": c.arguments} for c in x.calls] for x in gen.parsed]
     state = state_of(request)

@@ -24,7 +24,7 @@ from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.anthropic import Block, CountTokensRequest, MessagesRequest
 from forge_cli.gateway.protocol.types import output_format
-from forge_cli.gateway.render import Tool, Turn, render_prompt
+from forge_cli.gateway.render import Tool, Turn, arguments_object, render_prompt
 from forge_cli.gateway.routes.common import (api_key, check_conversation, commit, generate, prepare, read_json, sampling, sse_event,
                                              state_of, stream, validate, wire_json)
 from forge_cli.specs import ToolCall
@@ -108,15 +108,8 @@ def _blocks(parsed: Any) -> list[ThinkingBlock | TextBlock | ToolUseBlock]:
     if parsed.content or not parsed.calls:
         blocks.append(TextBlock(type="text", text=parsed.content))
     for call in parsed.calls:
-        args = call.arguments
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError:
-                pass
-        if not isinstance(args, dict):
-            args = {"input": args}
-        blocks.append(ToolUseBlock(type="tool_use", id=call.id or f"toolu_{secrets.token_hex(12)}", name=call.name, input=args))
+        blocks.append(ToolUseBlock(type="tool_use", id=call.id or f"toolu_{secrets.token_hex(12)}", name=call.name,
+                                   input=arguments_object(call)))
     return blocks
 
 
