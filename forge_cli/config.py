@@ -8,7 +8,8 @@ Any unknown key, wrong type or out-of-range value is a :class:`ForgeError` whose
 the key and where it came from. Each section's model is in :mod:`forge_cli.configs`; this module
 only assembles them and loads the layers. Plugin sections (``[scaffolds.NAME]``, ``[sandboxes.NAME]``) are
 kept as raw tables here and validated against the model the plugin registered, when the plugin's
-thing is used (see :func:`forge_cli.plugins.Registry.options_for`).
+thing is used (see :func:`forge_cli.plugins.Registry.options_for`); :meth:`ForgeConfig.origin` says
+where each of their keys came from, for those errors.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from forge_cli.configs.common import Section, describe_error, union_paths
 from forge_cli.configs.gateway import GatewayConfig
@@ -58,6 +59,15 @@ class ForgeConfig(Section):
     sandboxes: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[sandboxes.NAME]: options handed to the plugin that registered NAME."
     )
+    _origin_of: Any = PrivateAttr(default=None)  # dotted key -> where its value came from (load_config sets it)
+
+    def origin(self, dotted: str) -> str:
+        """Where the value of the dotted key ``dotted`` came from: ``command-line flag --set KEY``, ``environment
+        variable FORGE_…``, the config file's path, or ``defaults`` (for a plugin section's errors)."""
+        return self._origin_of(dotted) if self._origin_of is not None else "defaults"
+
+    def __eq__(self, other: object) -> bool:  # where the values came from is not part of the configuration
+        return isinstance(other, ForgeConfig) and self.__dict__ == other.__dict__
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
@@ -233,9 +243,11 @@ def load_config(
     file_tree = _with_default_types(file_tree, unions)
     merged = _with_default_types(_merge(_merge(file_tree, env_tree), flag_tree), unions)
     try:
-        return ForgeConfig.model_validate(merged)
+        config = ForgeConfig.model_validate(merged)
     except ValidationError as exc:
         raise ForgeError(describe_config_error(exc, origin_of)) from None
+    config._origin_of = origin_of
+    return config
 
 
 def parse_set_flags(items: list[str]) -> dict[str, Any]:

@@ -15,6 +15,17 @@ class ForgeError(Exception):
     """
 
 
+class InfraError(ForgeError):
+    """A trajectory failed for a reason its policy could not cause: ``cause`` is one of
+    ``forge_cli.pool.types.INFRA_CAUSES`` (the sandbox did not start, the agent's install is broken,
+    it ended before its first model call, the verifier failed, the gateway stopped). The rollout
+    retries or drops its group; it is never trained as a reward of 0."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 def one_line(text: str) -> str:
     """``text`` with every line break (and the blanks around it) folded into one space."""
     return re.sub(r"\s*[\r\n]+\s*", " ", text).strip()

@@ -82,6 +82,11 @@ def _requirement_key(recipe: InstallRecipe) -> str:
     runner = runner_script(recipe)
     if runner is not None:  # an edited runner is a new install
         key += f" runner:{hashlib.sha256(runner.read_bytes()).hexdigest()[:16]}"
+    for script in map(Path, recipe.scripts):  # and so is an edited script
+        try:
+            key += f" {script.name}:{hashlib.sha256(script.read_bytes()).hexdigest()[:16]}"
+        except OSError:
+            key += f" {script.name}:missing"
     return key
 
 
@@ -133,7 +138,8 @@ def install_agent(spec: ScaffoldSpec, *, force: bool = False, on_line: LineSink 
     npm packages are installed into a staging folder that is renamed into place only when
     complete (npm's ``.bin`` links are relative). A pip agent gets a venv of its own, built at its
     final path because venvs cannot be moved. Either way, the marker file is written last, so a
-    half-finished install never counts as installed.
+    half-finished install never counts as installed. The recipe's ``scripts`` are copied in
+    before the marker.
     """
     recipe = spec.install
     if recipe is None:
@@ -148,6 +154,7 @@ def install_agent(spec: ScaffoldSpec, *, force: bool = False, on_line: LineSink 
     try:
         installer = _install_npm if recipe.manager == "npm" else _install_pip
         version = installer(recipe, work, install_log(spec.name), on_line)
+        copy_scripts(recipe, work)
         if work != prefix:
             work.rename(prefix)
     except BaseException:
@@ -159,6 +166,16 @@ def install_agent(spec: ScaffoldSpec, *, force: bool = False, on_line: LineSink 
     record = {"requirement": _requirement_key(recipe), "version": version, "bin": str(binary), "installed_at": time.time()}
     (prefix / MARKER).write_text(json.dumps(record, indent=2))
     return AgentInstall(spec.name, prefix, record["requirement"], version, binary, record["installed_at"], fresh=True)
+
+
+def copy_scripts(recipe: InstallRecipe, prefix: Path) -> None:
+    """Copy the recipe's ``scripts`` (files its plugin ships) into the install folder ``prefix``
+    (``$agent_dir``), modes kept: under ``$FORGE_HOME/agents``, every sandbox sees them."""
+    for script in map(Path, recipe.scripts):
+        try:
+            shutil.copy2(script, prefix / script.name)
+        except OSError as exc:
+            raise ForgeError(f"cannot copy the agent's script {script} into {prefix}: {exc.strerror}") from None
 
 
 def _install_npm(recipe: InstallRecipe, prefix: Path, log: Path, on_line: LineSink | None) -> str:

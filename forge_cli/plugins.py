@@ -110,18 +110,27 @@ class Registry:
             raise ForgeError(f"no tool format named '{name}' (registered: {known})")
         return entry.value
 
-    def options_for(self, kind: str, name: str, raw: dict[str, Any], source: str) -> Any:
-        """Validate a plugin's ``[kind.name]`` config section against the model it registered."""
+    def options_for(self, kind: str, name: str, raw: dict[str, Any], source: "str | Callable[[str], str]") -> Any:
+        """Validate a plugin's ``[kind.name]`` config section against the model it registered.
+
+        ``source`` says where the section came from: a name (``forge.toml``), or a function from a dotted
+        config key to where its value came from (:meth:`forge_cli.config.ForgeConfig.origin`: the file, an
+        environment variable, a ``--set`` flag), so that an error blames the layer that set the bad key."""
         table = {"scaffolds": self.scaffolds, "sandboxes": self.sandboxes}[kind]
+        origin_of = source if callable(source) else (lambda _key: source)
         if name not in table:
             known = ", ".join(sorted(table)) or "none"
-            raise ForgeError(f"{source}: [{kind}.{name}]: no {kind[:-1]} named '{name}' is registered (known: {known})")
-        return validate_options(table[name].value.options, raw, f"{source} [{kind}.{name}]")
+            raise ForgeError(f"{origin_of(f'{kind}.{name}')}: [{kind}.{name}]: no {kind[:-1]} named '{name}' is registered "
+                             f"(known: {known})")
+        return validate_options(table[name].value.options, raw, f"[{kind}.{name}]",
+                                lambda key: origin_of(f"{kind}.{name}" + (f".{key}" if key else "")))
 
-    def validate_config_sections(self, config: Any, source: str) -> None:
+    def validate_config_sections(self, config: Any, source: "str | Callable[[str], str] | None" = None) -> None:
+        """Validate every ``[scaffolds.NAME]`` and ``[sandboxes.NAME]`` of ``config``; errors blame the layer
+        that set the key (``config.origin``) unless a ``source`` is given."""
         for kind in ("scaffolds", "sandboxes"):
             for name, raw in getattr(config, kind).items():
-                self.options_for(kind, name, raw, source)
+                self.options_for(kind, name, raw, source if source is not None else config.origin)
 
 
 def _make_register(registry: Registry, hook: str, plugin: str) -> Callable[[Any], None]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from forge_cli.errors import ForgeError
 from forge_cli.names import check_name
@@ -109,6 +109,9 @@ class InstallRecipe:
     ``manager`` is ``npm`` (``npm install --prefix``) or ``pip`` (a venv of its own, so the
     agent's pinned dependencies never touch Forge's). ``version`` is in the manager's own
     syntax (``^1.18.0`` for npm, ``>=2.4,<3`` for pip). ``bin`` is the program to run.
+    ``scripts`` are files the scaffold's author ships (a runner script, a config), copied into the
+    install folder (``$agent_dir``, which every sandbox sees) at install time: absolute paths, or in a
+    TOML definition relative to its folder.
     """
 
     manager: Literal["npm", "pip"]
@@ -116,6 +119,7 @@ class InstallRecipe:
     version: str
     bin: str
     extra_packages: tuple[str, ...] = ()
+    scripts: tuple[str, ...] = ()
 
     @property
     def requirement(self) -> str:
@@ -123,10 +127,49 @@ class InstallRecipe:
             return f"{self.package}@{self.version}"
         return f"{self.package}{self.version}"
 
+    def bad_scripts(self) -> list[str]:
+        """Why each of ``scripts`` cannot be copied (not an absolute path, not a file, a name taken twice)."""
+        bad, names = [], set()
+        for script in self.scripts:
+            path = Path(script)
+            if not path.is_absolute():
+                bad.append(f"{script!r} is not an absolute path")
+            elif not path.is_file():
+                bad.append(f"{script} is not a file")
+            elif path.name in names:
+                bad.append(f"two scripts are named {path.name!r}")
+            names.add(path.name)
+        return bad
+
 
 # the placeholders a launch recipe may use (LaunchSpec), each filled by forge_cli.rollout.blackbox.launch_values;
 # ``python`` only for pip agents
-LAUNCH_PLACEHOLDERS = ("bin", "python", "scaffolds", "workdir", "base_url", "gateway_url", "api_key", "model", "prompt")
+LAUNCH_PLACEHOLDERS = ("bin", "python", "agent_dir", "scaffolds", "workdir", "base_url", "gateway_url", "api_key", "model",
+                       "prompt")
+# and in ``launch.mcp.args`` only: the path of the MCP servers file
+MCP_PLACEHOLDERS = ("mcp_config",)
+# Forge's MCP servers, what a scaffold's ``mcp`` option may name (forge_cli.rollout.mcp_tools.SERVERS serves each)
+MCP_SERVER_NAMES = ("shell", "files", "search")
+
+
+def render_template(text: str, values: dict[str, str]) -> str:
+    """``text`` with its ``string.Template`` placeholders filled from ``values``; a ForgeError naming a bad one."""
+    try:
+        return string.Template(text).substitute(values)
+    except (KeyError, ValueError) as exc:
+        raise ForgeError(f"launch template {text!r}: unknown or malformed placeholder {exc}") from None
+
+
+@dataclass(frozen=True)
+class McpLaunch:
+    """How a black-box agent takes Forge's MCP servers (``[launch.mcp]``): an ``mcpServers`` JSON file
+    (``{"mcpServers": {NAME: {"type": "stdio", "command": …, "args": […]}}}``, the format claude-code,
+    gemini-cli, qwen-code and cline read) written into the working folder as ``file`` (merged into a
+    file of that name the launch already writes), and ``args`` appended to the command, where
+    ``$mcp_config`` is the file's absolute path (and every launch placeholder may be used)."""
+
+    file: str = ".mcp.json"
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,52 +177,91 @@ class LaunchSpec:
     """How a black-box agent is started and pointed at the gateway.
 
     Every string may use ``string.Template`` placeholders: ``$bin`` (the installed program),
-    ``$python`` (the agent's own venv python, pip agents), ``$scaffolds`` (Forge's scaffolds
-    folder, for runner scripts), ``$workdir`` (the agent's working folder), ``$base_url``
+    ``$python`` (the agent's own venv python, pip agents), ``$agent_dir`` (its install folder, where
+    the recipe's ``scripts`` are), ``$scaffolds`` (Forge's scaffolds folder: not inside a
+    ``docker`` sandbox), ``$workdir`` (the agent's working folder), ``$base_url``
     (``http://127.0.0.1:PORT/v1``), ``$gateway_url`` (the same without ``/v1``), ``$api_key``
     (the trajectory's key), ``$model`` and ``$prompt`` (the task text); ``$$`` is a dollar sign.
     ``files`` are written into the working folder before launch (config files). ``answer`` says
     where the agent's final answer is once it exits: ``"stdout"`` (the default: the tail of its
     output), ``"last-line"`` (the last non-empty line of its output), ``"file:NAME"`` (a file in
     the working folder) or ``"json:KEY"`` (the last JSON line of its output holding ``KEY``, dotted
-    keys for a path); :mod:`forge_cli.rollout.blackbox` reads it.
+    keys for a path); :mod:`forge_cli.rollout.blackbox` reads it. ``mcp`` says how the agent takes
+    Forge's MCP servers (:class:`McpLaunch`; None: it takes none, unless Forge knows the agent by name).
     """
 
     command: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     answer: str = "stdout"
+    mcp: McpLaunch | None = None
 
     def fields(self) -> list[tuple[str, str]]:
-        """(where, text) of every string the recipe renders: ``command[i]``, ``env.KEY``, ``files.NAME``."""
+        """(where, text) of every string the recipe renders: ``command[i]``, ``env.KEY``, ``files.NAME``, ``mcp.args[i]``."""
         return ([(f"command[{i}]", c) for i, c in enumerate(self.command)] + [(f"env.{k}", v) for k, v in self.env.items()]
-                + [(f"files.{k}", v) for k, v in self.files.items()])
+                + [(f"files.{k}", v) for k, v in self.files.items()]
+                + [(f"mcp.args[{i}]", a) for i, a in enumerate(self.mcp.args if self.mcp else ())])
 
     def bad_placeholders(self, allowed: tuple[str, ...] = LAUNCH_PLACEHOLDERS) -> list[str]:
-        """Every placeholder of the recipe that is not in ``allowed``, or malformed (a lone ``$``, ``${x``), with where it is."""
+        """Every placeholder of the recipe that is not in ``allowed`` (plus :data:`MCP_PLACEHOLDERS` in
+        ``mcp.args``), or malformed (a lone ``$``, ``${x``), with where it is; and an ``mcp.file`` that is
+        not a plain path relative to the working folder."""
         bad = []
+        if self.mcp is not None and (not self.mcp.file or self.mcp.file.startswith("/") or ".." in Path(self.mcp.file).parts
+                                     or "$" in self.mcp.file):
+            bad.append(f"mcp.file: {self.mcp.file!r} is not a plain path relative to the working folder")
         for where, text in self.fields():
+            here = allowed + MCP_PLACEHOLDERS if where.startswith("mcp.") else allowed
             for match in string.Template.pattern.finditer(text):
                 name = match.group("named") or match.group("braced")
                 if match.group("invalid") is not None:
                     bad.append(f"{where}: a '$' that starts no placeholder at {text[match.start():match.start() + 12]!r} "
                                "(write $$ for a dollar sign)")
-                elif name is not None and name not in allowed:
+                elif name is not None and name not in here:
                     bad.append(f"{where}: ${name}")
         return bad
 
     def render(self, values: dict[str, str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
-        def fill(text: str) -> str:
-            try:
-                return string.Template(text).substitute(values)
-            except (KeyError, ValueError) as exc:
-                raise ForgeError(f"launch template {text!r}: unknown or malformed placeholder {exc}") from None
-
         return (
-            [fill(c) for c in self.command],
-            {k: fill(v) for k, v in self.env.items()},
-            {k: fill(v) for k, v in self.files.items()},
+            [render_template(c, values) for c in self.command],
+            {k: render_template(v, values) for k, v in self.env.items()},
+            {k: render_template(v, values) for k, v in self.files.items()},
         )
+
+
+class AgentOptions(BaseModel):
+    """Options of every black-box agent (``[scaffolds.NAME]``), whatever plugin registered it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: float = Field(900.0, gt=0, description="Wall-clock budget of one run; then it is killed.")
+    extra_args: list[str] = Field(default_factory=list, description="Appended to the launch command.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the agent.")
+    sandbox: str | None = Field(None, description=(
+        "Where this agent runs, a registered sandbox (local, docker); unset: rollout.sandbox. Set here, it wins "
+        "over rollout.sandbox and --sandbox: the agent's own section is the more specific."))
+    mcp: list[Literal[MCP_SERVER_NAMES]] = Field(  # type: ignore[valid-type]
+        default_factory=list, description="Forge's MCP servers (" + ", ".join(MCP_SERVER_NAMES) + ") the agent "
+        "starts inside its sandbox (for an agent that takes MCP servers).")
+
+
+def agent_options(model: type[BaseModel] | None, mcp_refused: str | None = None) -> type[BaseModel]:
+    """A black-box agent's options model: ``model`` (its plugin's own, or None) extended with
+    :class:`AgentOptions`; ``mcp`` refused with the one line ``mcp_refused`` when the agent takes no MCP servers."""
+    base = model or AgentOptions
+    bases = (base,) if issubclass(base, AgentOptions) else (base, AgentOptions)
+    if bases == (AgentOptions,) and mcp_refused is None:
+        return AgentOptions
+
+    def refuse(names: list[str]) -> list[str]:
+        if names:
+            raise ValueError(mcp_refused)
+        return names
+
+    validators = {"no_mcp": field_validator("mcp")(refuse)} if mcp_refused is not None else {}
+    extended: type[BaseModel] = create_model(base.__name__, __base__=bases, __doc__=base.__doc__,  # type: ignore[call-overload]
+                                             __module__=base.__module__, __validators__=validators)
+    return extended
 
 
 @dataclass(frozen=True)
@@ -219,6 +301,13 @@ class ScaffoldSpec:
     def __post_init__(self) -> None:
         if not self.context_policy:
             object.__setattr__(self, "context_policy", "agent" if self.kind == "black" else "full")
+        own = self.options
+        if self.kind == "black" and (own is None or isinstance(own, type) and issubclass(own, BaseModel)
+                                     and not issubclass(own, AgentOptions)):
+            # every black-box agent takes the agent options, whoever registers it
+            refused = None if self.launch is not None and self.launch.mcp is not None else (
+                f"the agent '{self.name}' cannot use MCP servers: its launch declares none ([launch.mcp])")
+            object.__setattr__(self, "options", agent_options(own, refused))
 
     def validate(self) -> None:
         check_name("scaffold", self.name)
@@ -246,7 +335,9 @@ class ScaffoldSpec:
                 known = ", ".join("$" + p for p in LAUNCH_PLACEHOLDERS)
                 raise ForgeError(f"scaffold '{self.name}': its launch recipe has {len(bad)} bad placeholder"
                                  f"{'s' if len(bad) > 1 else ''}: {'; '.join(bad)} (known: {known}, $python for pip agents "
-                                 "only; $$ is a dollar sign)")
+                                 "only, $mcp_config in launch.mcp.args only; $$ is a dollar sign)")
+        if self.install is not None and (bad := self.install.bad_scripts()):
+            raise ForgeError(f"scaffold '{self.name}': install.scripts: {'; '.join(bad)}")
         if self.options is not None and not (isinstance(self.options, type) and issubclass(self.options, BaseModel)):
             raise ForgeError(f"scaffold '{self.name}': options must be a pydantic model class")
 
@@ -260,13 +351,16 @@ class ScaffoldSpec:
         try:
             install = data.pop("install", None)
             launch = data.pop("launch", None)
+            mcp = launch.pop("mcp", None) if launch else None
             spec = cls(
-                install=InstallRecipe(**{**install, "extra_packages": tuple(install.get("extra_packages", ()))})
+                install=InstallRecipe(**{**install, "extra_packages": tuple(install.get("extra_packages", ())),
+                                         "scripts": tuple(str(path.parent / s) for s in install.get("scripts", ()))})
                 if install
                 else None,
                 launch=LaunchSpec(
                     command=tuple(launch["command"]), env=launch.get("env", {}), files=launch.get("files", {}),
                     answer=launch.get("answer", "stdout"),
+                    mcp=McpLaunch(**{**mcp, "args": tuple(mcp.get("args", ()))}) if mcp is not None else None,
                 )
                 if launch
                 else None,

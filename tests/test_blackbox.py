@@ -244,12 +244,13 @@ def test_agents_home_elsewhere(gateway, tmp_path):
 
 
 def test_definition_mistakes_are_forge_errors(gateway, tmp_path):
-    spec = toy_spec(tmp_path, "ok", command=("$python", "$nonsense"))
-    fake_install(spec)
-    session = gateway.session(spec.name)
+    with pytest.raises(ForgeError, match=r"1 bad placeholder: command\[1\]: \$nonsense"):  # refused at registration
+        toy_spec(tmp_path, "ok", command=("$python", "$nonsense"))
     with pytest.raises(ForgeError, match="unknown or malformed placeholder"):
-        launch(gateway, spec, tmp_path, session)
+        LaunchSpec(command=("$python", "$nonsense")).render({"python": "p"})
     good = toy_spec(tmp_path, "ok")
+    fake_install(good)
+    session = gateway.session(good.name)
     with pytest.raises(ForgeError, match="leave|stay inside"):
         launch(gateway, good, tmp_path, session, task=Task(id="x", suite="files", prompt="p", files={"../up": "x"}))
     with pytest.raises(ForgeError, match="launch.answer"):

@@ -90,8 +90,11 @@ def test_add_example_plugin_by_path_then_remove(wheel_venv, tmp_path):
         f"Error: {tmp_path / 'forge.toml'} [scaffolds.example-sexpr]: persona: Input should be a valid string (got 3)"
     ]
     (tmp_path / "forge.toml").unlink()
-    removed = _forge(wheel_venv, "scaffold", "remove", "example-sexpr", home=home, cwd=tmp_path)
+    kept = _forge(wheel_venv, "scaffold", "remove", "example-sexpr", home=home, cwd=tmp_path)  # a white-box scaffold
+    assert kept.returncode == 1 and "--plugin" in kept.stderr
+    removed = _forge(wheel_venv, "scaffold", "remove", "example-sexpr", "--plugin", home=home, cwd=tmp_path)
     assert removed.returncode == 0, removed.stderr
+    assert "uninstalling the plugin forge-scaffold-example (it registered: scaffolds example-sexpr" in removed.stdout
     listed = json.loads(_forge(wheel_venv, "scaffold", "list", "--json", home=home, cwd=tmp_path).stdout)
     assert "example-sexpr" not in {r["name"] for r in listed}
 

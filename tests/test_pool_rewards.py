@@ -10,6 +10,7 @@ import json
 import pytest
 
 from forge_cli.errors import ForgeError
+from forge_cli.pool.schema import SCHEMA_VERSION
 from forge_cli.pool.types import CompletionReward, NewCompletion, TrajectoryStatus
 from tests.conftest import open_spec
 
@@ -50,12 +51,13 @@ def test_a_version_2_pool_is_migrated_on_open(pool_spec):
     _complete(pool, tid)
     # make it a version-2 pool: completions without the version-3 columns
     _execute(pool, *(f"ALTER TABLE completions DROP COLUMN {c}" for c in V3_COLUMNS + V4_COLUMNS),
+             "ALTER TABLE trajectories DROP COLUMN infra",
              "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     pool.close()
     old = open_spec(pool_spec)
     try:
         with old._read() as cur:
-            assert cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0] == "4"
+            assert cur.one("SELECT value FROM meta WHERE key = 'schema_version'")[0] == str(SCHEMA_VERSION)
         (before,) = old.trajectory(tid).completions
         assert before.agent is None and before.reward is None and before.reward_components == {}
         assert before.tool_calls is None and before.history is None  # not recorded before version 4

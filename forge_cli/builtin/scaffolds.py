@@ -13,8 +13,9 @@ format; the tool format is the gateway's concern, the policies act on OpenAI mes
 
 A white-box scaffold's options are its family's (:mod:`forge_cli.rollout.families`) plus those of
 its context policy, and ``mcp`` (the MCP servers its tools come from: :mod:`forge_cli.rollout.mcp_tools`);
-black-box scaffolds share the options of a launched agent, ``mcp`` among them for the agents that take
-MCP servers (:mod:`forge_cli.rollout.agent_mcp`). Both are what ``[scaffolds.NAME]`` in
+black-box scaffolds share the options of a launched agent (:class:`forge_cli.specs.AgentOptions`, which
+every black-box scaffold gets whatever plugin registers it), ``mcp`` refused in one line for the agents
+that take no MCP servers (:mod:`forge_cli.rollout.agent_mcp`). Both are what ``[scaffolds.NAME]`` in
 ``forge.toml`` may set.
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel
 
 from forge_cli import hookimpl
 from forge_cli.builtin.tool_formats import TEXT_FORMATS
@@ -32,39 +33,14 @@ from forge_cli.rollout.agent_mcp import supports_mcp, unsupported
 from forge_cli.rollout.context import CONTEXT_POLICIES, context_policy, with_policy_options
 from forge_cli.rollout.families import FAMILIES, Family, ToolLoopOptions
 from forge_cli.rollout.mcp_tools import with_mcp_option
-from forge_cli.specs import ScaffoldSpec
+from forge_cli.specs import AgentOptions, ScaffoldSpec, agent_options
 
 __all__ = ["AgentOptions", "ToolLoopOptions", "load_definitions", "scaffold_name", "systematic_scaffolds"]
 
 
-class AgentOptions(BaseModel):
-    """Options of a black-box agent (``[scaffolds.opencode]`` etc.)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    timeout_s: float = Field(900.0, gt=0, description="Wall-clock budget of one run; then it is killed.")
-    extra_args: list[str] = Field(default_factory=list, description="Appended to the launch command.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the agent.")
-    sandbox: str | None = Field(None, description=(
-        "Where this agent runs, a registered sandbox (local, docker); unset: rollout.sandbox. Set here, it wins "
-        "over rollout.sandbox and --sandbox: the agent's own section is the more specific."))
-
-
 def _black_options(spec: ScaffoldSpec) -> type[BaseModel]:
     """A black-box agent's options: ``mcp`` for those that take MCP servers, refused (one line) for the others."""
-    options = with_mcp_option(AgentOptions)
-    if supports_mcp(spec.name):
-        return options
-
-    def refuse(names: list[str]) -> list[str]:
-        if names:
-            raise ValueError(unsupported(spec.name))
-        return names
-
-    checked: type[BaseModel] = create_model(options.__name__, __base__=options, __doc__=options.__doc__,
-                                            __module__=options.__module__,
-                                            __validators__={"no_mcp": field_validator("mcp")(refuse)})
-    return checked
+    return agent_options(None, None if supports_mcp(spec) else unsupported(spec))
 
 
 def _white_options(spec: ScaffoldSpec) -> type[BaseModel]:

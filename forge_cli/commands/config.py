@@ -19,6 +19,6 @@ def register(app: typer.Typer) -> None:
         state = get_state()
         config = state.config()
         source = find_config_file(state.config_path)
-        registry().validate_config_sections(config, str(source) if source else "forge.toml")
+        registry().validate_config_sections(config)  # an error names the file, the variable or the --set flag
         err_console.print(f"[dim]config file: {source or 'none (defaults)'}[/]", highlight=False)
         console.print_json(config.to_json())

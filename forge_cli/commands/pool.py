@@ -65,6 +65,10 @@ def register(app: typer.Typer) -> None:
         table.add_column(style="bold")
         table.add_column()
         table.add_row("trajectories", "  ".join(f"{k} {v}" for k, v in data["trajectories"].items()))
+        infra = data["infra_failures"]
+        table.add_row("infrastructure", (f"{sum(infra.values())} failed for a reason the policy could not cause: "
+                                         + ", ".join(f"{k} {v}" for k, v in infra.items()) + " (their groups dropped, not trained)")
+                      if infra else "no failures of the infrastructure")
         table.add_row("groups", "  ".join(f"{k} {v}" for k, v in data["groups"].items()))
         q = data["queue"]
         w = "∞" if window is None else str(window)
@@ -118,7 +122,7 @@ def register(app: typer.Typer) -> None:
         head = Table.grid(padding=(0, 2))
         head.add_column(style="bold")
         head.add_column()
-        for key in ("id", "group_id", "task_id", "scaffold", "queue_index", "status", "reward", "error", "owner"):
+        for key in ("id", "group_id", "task_id", "scaffold", "queue_index", "status", "infra", "reward", "error", "owner"):
             value = getattr(traj, key)
             head.add_row(key, "–" if value is None else str(value.value if hasattr(value, "value") else value))
         head.add_row("run", str(run_dir))

@@ -67,11 +67,12 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
 
     def table(p: Any) -> Table:
         t = Table(title=f"forge rollout: {request.scaffold} on {request.label}", title_justify="left")
-        for column in ("running", "finished", "failed", "timed out", "success", "tokens/s", "elapsed"):
+        for column in ("running", "finished", "failed", "timed out", "infra", "success", "tokens/s", "elapsed"):
             t.add_column(column, justify="right")
-        success = f"{p.solved}/{p.finished}" if p.finished else "—"
+        success = f"{p.solved}/{p.finished - p.infra}" if p.finished > p.infra else "—"
         elapsed = time.monotonic() - p.started_at
-        t.add_row(str(p.running), f"{p.finished}/{p.total}", str(p.failed), str(p.timed_out), success,
+        t.add_row(str(p.running), f"{p.finished}/{p.total}", str(p.failed), str(p.timed_out),
+                  str(p.infra) + (f" ({p.retried} retried)" if p.retried else ""), success,
                   f"{p.output_tokens / elapsed:.0f}" if elapsed > 0 else "—", f"{elapsed:.0f} s")
         return t
 

@@ -14,7 +14,6 @@ from rich.table import Table
 
 from forge_cli import installer, plugins
 from forge_cli.commands._common import get_state, print_json, registry
-from forge_cli.config import find_config_file
 from forge_cli.console import console, err_console, warn
 from forge_cli.errors import ForgeError
 from forge_cli.installer import agent_prefix, installed
@@ -128,38 +127,65 @@ def register(app: typer.Typer) -> None:
 
     @group.command("remove")
     def remove(
-        target: str = typer.Argument(..., help="An installed black-box scaffold, or a plugin's scaffold or distribution."),
+        target: str = typer.Argument(..., help="A black-box scaffold, or (with --plugin, or by its name) a plugin distribution."),
+        plugin: bool = typer.Option(False, "--plugin", help=(
+            "Uninstall the plugin distribution that registered TARGET (pip uninstall), and its agents' installs.")),
     ) -> None:
-        """Remove an installed agent from FORGE_HOME, or uninstall the plugin distribution that registered a scaffold."""
+        """Remove a black-box agent's install from FORGE_HOME/agents (the scaffold stays registered), or, with
+        --plugin or given a distribution's name, uninstall a plugin and every agent it installed."""
         reg = registry()
         entry = reg.scaffolds.get(target)
-        if entry is not None and entry.value.kind == "black" and reg.plugins[entry.plugin].builtin:
-            if installer.remove_agent(entry.value):
-                console.print(f"[green]removed[/] {target} from {installer.agent_prefix(target)}")
-            else:
-                console.print(f"{target} is not installed; nothing to remove")
-            return
-        plugin = entry.plugin if entry is not None else _plugin_named(reg, target)
-        if plugin is None:
+        if entry is not None and not plugin:
+            if entry.value.kind == "black":
+                _remove_agent(entry.value)
+                if not reg.plugins[entry.plugin].builtin:
+                    console.print(f"[dim]its plugin {entry.plugin} stays installed (forge scaffold remove {target} --plugin "
+                                  "uninstalls it)[/]")
+                return
+            if reg.plugins[entry.plugin].builtin:
+                raise ForgeError(f"'{target}' is built into Forge (plugin {entry.plugin}) and cannot be removed")
+            raise ForgeError(f"'{target}' is a white-box scaffold: nothing is installed for it; `forge scaffold remove "
+                             f"{target} --plugin` uninstalls its plugin {entry.plugin} (and everything it registered)")
+        name = entry.plugin if entry is not None else _plugin_named(reg, target)
+        if name is None:
             raise ForgeError(f"'{target}' is neither a registered scaffold nor a loaded plugin distribution")
-        info = reg.plugins[plugin]
-        if info.builtin:
-            raise ForgeError(f"'{target}' is built into Forge (plugin {plugin}) and cannot be removed")
-        dist = plugin.split(":")[0]
-        goes = ", ".join(f"{k.replace('_', ' ')} {', '.join(v)}" for k, v in info.registered.items()) or "nothing registered"
-        with console.status(f"uninstalling {dist}") as status:
-            installer.pip_uninstall(dist, on_line=lambda line: status.update(f"uninstalling {dist}: {line[:100]}"))
-        plugins.reset()
-        console.print(f"[green]uninstalled[/] {dist} (it registered: {goes})")
+        _uninstall_plugin(reg, name, target)
+
+
+def _remove_agent(spec: Any) -> None:
+    """Delete a black-box scaffold's install folder, saying what went."""
+    where = installer.agent_prefix(spec.name)
+    if installer.remove_agent(spec):
+        console.print(f"[green]removed[/] the install of {spec.name} at {where}", soft_wrap=True)
+    else:
+        console.print(f"{spec.name} is not installed at {where}; nothing to remove", soft_wrap=True)
+
+
+def _uninstall_plugin(reg: Any, name: str, target: str) -> None:
+    """``pip uninstall`` the plugin ``name`` and remove the installs of the black-box agents it registered."""
+    info = reg.plugins[name]
+    if info.builtin:
+        raise ForgeError(f"'{target}' is built into Forge (plugin {name}) and cannot be removed")
+    dist = name.split(":")[0]
+    goes = ", ".join(f"{k.replace('_', ' ')} {', '.join(v)}" for k, v in info.registered.items()) or "nothing registered"
+    agents = [reg.scaffolds[n].value for n in info.registered.get("scaffolds", []) if reg.scaffolds[n].value.kind == "black"]
+    console.print(f"uninstalling the plugin {dist} (it registered: {goes})"
+                  + (f" and removing its agents' installs ({', '.join(a.name for a in agents)})" if agents else ""),
+                  soft_wrap=True)  # one line, also when piped
+    with console.status(f"uninstalling {dist}") as status:
+        installer.pip_uninstall(dist, on_line=lambda line: status.update(f"uninstalling {dist}: {line[:100]}"))
+    plugins.reset()
+    console.print(f"[green]uninstalled[/] {dist}")
+    for spec in agents:
+        _remove_agent(spec)
 
 
 def _describe(name: str) -> dict[str, Any]:
     """One scaffold as a dict, with its options resolved from ``forge.toml``."""
     reg = registry()
     spec = reg.scaffold(name)
-    state = get_state()
-    source = find_config_file(state.config_path)
-    options = reg.options_for("scaffolds", name, state.config().scaffolds.get(name, {}), str(source or "forge.toml"))
+    config = get_state().config()
+    options = reg.options_for("scaffolds", name, config.scaffolds.get(name, {}), config.origin)
     info: dict[str, Any] = {
         "kind": f"{spec.kind}-box" + (f" ({spec.family} family)" if spec.family else ""),
         "description": spec.description,

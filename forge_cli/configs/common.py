@@ -63,17 +63,24 @@ def describe_error(exc: ValidationError, model: type[BaseModel], origin_of: Call
     return f"{origin_of(dotted)}: {dotted}: {what}{more}"
 
 
-def validate_options(model: type[BaseModel] | None, raw: Mapping[str, Any], where: str) -> BaseModel | dict[str, Any]:
+def validate_options(model: type[BaseModel] | None, raw: Mapping[str, Any], where: str,
+                     origin_of: Callable[[str], str] | None = None) -> BaseModel | dict[str, Any]:
     """Validate one plugin section (``[scaffolds.NAME]``) against the model its plugin registered.
 
-    ``where`` names the section for the error (``forge.toml [scaffolds.NAME]``). A plugin that
-    registered no model accepts no keys.
+    ``where`` names the section for the error (``forge.toml [scaffolds.NAME]``); ``origin_of``, when
+    given, says where a key of the section came from (the file, an environment variable, a ``--set``
+    flag) and is put before ``where``. A plugin that registered no model accepts no keys.
     """
+
+    def blame(key: str) -> str:
+        return f"{origin_of(key)} {where}" if origin_of is not None else where
+
     if model is None:
         if raw:
-            raise ForgeError(f"{where}: unknown key '{next(iter(raw))}' (this takes no options)")
+            key = next(iter(raw))
+            raise ForgeError(f"{blame(key)}: unknown key '{key}' (this takes no options)")
         return {}
     try:
         return model.model_validate(dict(raw))
     except ValidationError as exc:
-        raise ForgeError(describe_error(exc, model, lambda _d: where)) from None
+        raise ForgeError(describe_error(exc, model, lambda dotted: blame(dotted.split(".")[0]))) from None

@@ -22,6 +22,11 @@ class RolloutConfig(Section):
     groups: int = Field(4, ge=1, description="Tasks (groups) to run; each runs train.group_size trajectories.")
     concurrency: int = Field(8, ge=1, description="Trajectories running at once.")
     trajectory_timeout_s: float = Field(600.0, gt=0, description="A trajectory running longer is ended as timed out.")
+    infra_retries: int = Field(2, ge=0, le=10, description=(
+        "A trajectory that fails for a reason its policy could not cause (an infrastructure failure: the sandbox, the "
+        "agent's install or launch, the verifier; any failure before its first model call) runs again, afresh, up to "
+        "this many times; still failing, or failing so after the policy acted, its group is dropped whole with the "
+        "reason: never trained as a reward of 0. 0: drop at once."))
     max_tokens_per_trajectory: int | None = Field(
         None, ge=1, description="Output tokens a trajectory may sample in all (calls past it get a 409); none if unset.")
     executor: Literal[tuple(EXECUTOR_NAMES)] = Field(  # type: ignore[valid-type]

@@ -71,7 +71,7 @@ class PoolReads:
         rewards = {r[0]: r[1] for r in cur.all("SELECT name, value FROM rewards WHERE trajectory_id = ? ORDER BY name", (trajectory_id,))}
         return Trajectory(
             row[0], row[1], row[2], row[3], row[4], TrajectoryStatus(row[5]), row[6], rewards, row[7], row[8], row[9],
-            events=events, completions=completions, owner=row[10],
+            events=events, completions=completions, owner=row[10], infra=row[11],
         )
 
     def trajectory(self, trajectory_id: str) -> Trajectory:
@@ -99,6 +99,12 @@ class PoolReads:
             row = cur.one("SELECT status FROM trajectories WHERE id = ?", (trajectory_id,))
             return row[0] if row else None
 
+    def completion_count(self, trajectory_id: str) -> int:
+        """How many completions a trajectory has recorded (0 for an unknown one)."""
+        with self._read() as cur:
+            row = cur.one("SELECT n_completions FROM trajectories WHERE id = ?", (trajectory_id,))
+            return int(row[0]) if row else 0
+
     def has_trajectory(self, trajectory_id: str) -> bool:
         with self._read() as cur:
             return cur.one("SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id,)) is not None
@@ -107,6 +113,7 @@ class PoolReads:
         """Counts by status, the queue head and window, off-policy ages, storage per token."""
         with self._read() as cur:
             traj = dict(cur.all("SELECT status, COUNT(*) FROM trajectories GROUP BY status"))
+            infra = dict(cur.all("SELECT infra, COUNT(*) FROM trajectories WHERE infra IS NOT NULL GROUP BY infra"))
             groups = dict(cur.all("SELECT status, COUNT(*) FROM groups GROUP BY status"))
             head = cur.one("SELECT MIN(queue_index) FROM groups WHERE status = ?", (GroupStatus.ACTIVE.value,))[0]
             next_index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
@@ -131,6 +138,8 @@ class PoolReads:
             "location": self.location,
             "backend": self.dialect.name,
             "trajectories": {s.value: int(traj.get(s.value, 0)) for s in TrajectoryStatus},
+            # of the failed and timed out, those that failed for a reason the policy could not cause, by cause
+            "infra_failures": {str(cause): int(n) for cause, n in sorted(infra.items())},
             "groups": {s.value: int(groups.get(s.value, 0)) for s in GroupStatus} | {"timed_out": int(timed_out_groups)},
             "queue": {"head": head, "next_index": next_index, "window": window},
             "completions": int(n_comp),

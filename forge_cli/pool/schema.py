@@ -15,7 +15,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS trajectories (
     started_at {real},
     finished_at {real},
     error TEXT,
-    owner TEXT
+    owner TEXT,
+    infra TEXT
 );
 CREATE INDEX IF NOT EXISTS trajectories_group ON trajectories (group_id);
 CREATE TABLE IF NOT EXISTS completions (
@@ -118,6 +119,9 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE completions ADD COLUMN tool_calls TEXT",
         "ALTER TABLE completions ADD COLUMN history TEXT",
     ],
+    # 4 → 5: an infrastructure failure's cause (sandbox, install, launch, verifier, gateway) on a
+    # trajectory that failed for a reason its policy could not cause; NULL for the policy's own ends
+    4: ["ALTER TABLE trajectories ADD COLUMN infra TEXT"],
 }
 
 # the columns a record is read (and, for groups and completions, written) with
@@ -127,7 +131,7 @@ COMPLETION_COLS = (
 )
 # the per-completion reward columns, read after COMPLETION_COLS
 COMPLETION_REWARD_COLS = "reward, reward_to_go, advantage, reward_components"
-TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error, owner"
+TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error, owner, infra"
 GROUP_COLS = (
     "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step, rewards_pending"
 )

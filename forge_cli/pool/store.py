@@ -48,6 +48,7 @@ from forge_cli.pool.schema import (
     unpack_floats,
 )
 from forge_cli.pool.types import (
+    INFRA_CAUSES,
     Batch,
     Completion,
     CompletionReward,
@@ -283,15 +284,21 @@ class DataPool(PoolReads):
         self._transition(trajectory_id, (TrajectoryStatus.RUNNING,), TrajectoryStatus.COMPLETED, rewards=rewards)
 
     def fail_trajectory(
-        self, trajectory_id: str, error: str, *, timed_out: bool = False, rewards: dict[str, float] | None = None
+        self, trajectory_id: str, error: str, *, timed_out: bool = False, rewards: dict[str, float] | None = None,
+        infra: str | None = None,
     ) -> None:
         """queued/running → failed (or timed_out): a crashing agent is a failed trajectory.
 
-        ``rewards`` are its failure reward components, set in the same transaction.
+        ``rewards`` are its failure reward components, set in the same transaction. ``infra``: the
+        cause (:data:`~forge_cli.pool.types.INFRA_CAUSES`) when it failed for a reason its policy
+        could not cause.
         """
+        if infra is not None and infra not in INFRA_CAUSES:
+            raise ForgeError(f"infra: {infra!r} is not one of {', '.join(INFRA_CAUSES)}")
         status = TrajectoryStatus.TIMED_OUT if timed_out else TrajectoryStatus.FAILED
         self._transition(
-            trajectory_id, (TrajectoryStatus.QUEUED, TrajectoryStatus.RUNNING), status, error=str(error)[:4000], rewards=rewards
+            trajectory_id, (TrajectoryStatus.QUEUED, TrajectoryStatus.RUNNING), status, error=str(error)[:4000], rewards=rewards,
+            infra=infra,
         )
 
     def _transition(
@@ -303,6 +310,7 @@ class DataPool(PoolReads):
         started: str | None = None,
         error: str | None = None,
         rewards: dict[str, float] | None = None,
+        infra: str | None = None,
     ) -> None:
         if rewards is not None:
             _check_rewards(rewards)
@@ -313,7 +321,7 @@ class DataPool(PoolReads):
         if started:  # the owner
             sql, args = "UPDATE trajectories SET status = ?, started_at = ?, owner = ?", (to.value, now, started)
         else:
-            sql, args = "UPDATE trajectories SET status = ?, finished_at = ?, error = ?", (to.value, now, error)
+            sql, args = "UPDATE trajectories SET status = ?, finished_at = ?, error = ?, infra = ?", (to.value, now, error, infra)
         with self._tx() as cur:
             row = cur.one(f"{sql} WHERE id = ? AND status IN ({marks}) RETURNING id", (*args, trajectory_id, *allowed_values))
             if row is None:

@@ -14,6 +14,11 @@ from typing import Any, Sequence
 from forge_cli.errors import ForgeError
 
 
+# why a trajectory failed when its policy could not have caused it (an infrastructure failure): such a
+# trajectory is never trained as a reward of 0 (its group is retried or dropped: forge_cli.rollout.driver)
+INFRA_CAUSES = ("sandbox", "install", "launch", "verifier", "gateway")
+
+
 class TrajectoryStatus(str, enum.Enum):
     """Where a trajectory is in its life. The last three are terminal."""
 
@@ -197,7 +202,8 @@ class Event:
 @dataclass(frozen=True)
 class Trajectory:
     """One scaffold run on one task. ``reward`` is the sum of ``rewards``' named components;
-    ``owner`` is the process that started it (:mod:`forge_cli.pool.owners`)."""
+    ``owner`` is the process that started it (:mod:`forge_cli.pool.owners`); ``infra``, for one
+    that failed for a reason its policy could not cause, that cause (:data:`INFRA_CAUSES`)."""
 
     id: str
     group_id: str
@@ -213,6 +219,7 @@ class Trajectory:
     events: list[Event] = field(default_factory=list)
     completions: list[Completion] = field(default_factory=list)
     owner: str | None = None
+    infra: str | None = None
 
 
 @dataclass(frozen=True)

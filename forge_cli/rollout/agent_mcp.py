@@ -15,7 +15,10 @@ The agent itself starts the servers over stdio, inside its sandbox, from its own
 - ``claude-code`` — ``--mcp-config FILE --strict-mcp-config`` (only Forge's servers); it offers them as
   ``mcp__SERVER__TOOL``;
 - ``openai-agents`` and ``smolagents`` — their runners' ``--mcp-config FILE`` (the same ``mcpServers``
-  JSON as claude-code's): the servers' tools replace the built-in shell.
+  JSON as claude-code's): the servers' tools replace the built-in shell;
+- any other agent whose launch declares how it takes them (``[launch.mcp]``,
+  :class:`~forge_cli.specs.McpLaunch`): an ``mcpServers`` JSON file in its working folder (merged into
+  the recipe's own file of that name) and extra arguments that may name the file (``$mcp_config``).
 
 Where they run from (:func:`tools_env`): both sandboxes see ``$FORGE_HOME/agents`` read-only and the
 Python installation the agents' venvs were made from, but not Forge's own venv (a container has only
@@ -48,6 +51,7 @@ from packaging.requirements import Requirement
 from forge_cli.errors import ForgeError
 from forge_cli.installer import MARKER
 from forge_cli.paths import data_dir
+from forge_cli.specs import McpLaunch, ScaffoldSpec, render_template
 
 ENV_DIR = ".forge-mcp"  # under $FORGE_HOME/agents: visible read-only in every sandbox
 CONFIG_FILE = ".forge-mcp.json"  # an mcpServers file in the work directory (claude-code, the runners)
@@ -81,10 +85,13 @@ def _codex(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> L
     return Launch(launch.command, launch.env, {**launch.files, name: launch.files.get(name, "") + tables})
 
 
+def _servers(servers: Mapping[str, list[str]]) -> dict[str, Any]:
+    return {n: {"type": "stdio", "command": argv[0], "args": argv[1:]} for n, argv in servers.items()}
+
+
 def _servers_file(servers: Mapping[str, list[str]]) -> str:
     """The ``mcpServers`` JSON claude-code (and Forge's runners) read."""
-    return json.dumps({"mcpServers": {n: {"type": "stdio", "command": argv[0], "args": argv[1:]}
-                                      for n, argv in servers.items()}}, indent=2)
+    return json.dumps({"mcpServers": _servers(servers)}, indent=2)
 
 
 def _claude_code(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
@@ -105,26 +112,59 @@ AGENTS: dict[str, Configure] = {"opencode": _opencode, "codex": _codex, "claude-
                                 "openai-agents": _runner, "smolagents": _runner}
 
 
-def supports_mcp(scaffold: str) -> bool:
-    return scaffold in AGENTS
+def _declared(declared: McpLaunch, launch: Launch, servers: Mapping[str, list[str]], workdir: Path,
+              values: Mapping[str, str]) -> Launch:
+    """A launch's own ``[launch.mcp]``: the servers in its ``mcpServers`` file, its ``args`` after the command."""
+    path = workdir / declared.file
+    try:
+        config = json.loads(launch.files.get(declared.file, "{}"))
+    except ValueError as exc:
+        raise ForgeError(f"the launch's file {declared.file} is not JSON, so the MCP servers cannot be added to it: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.setdefault("mcpServers", {}), dict):
+        raise ForgeError(f"the launch's file {declared.file} is not a JSON object with an mcpServers object")
+    config["mcpServers"].update(_servers(servers))
+    args = [render_template(a, {**values, "mcp_config": str(path)}) for a in declared.args]
+    return Launch([*launch.command, *args], launch.env, {**launch.files, declared.file: json.dumps(config, indent=2)})
 
 
-def unsupported(scaffold: str) -> str:
+def _name_and_declared(scaffold: "str | ScaffoldSpec") -> tuple[str, McpLaunch | None]:
+    if isinstance(scaffold, str):
+        return scaffold, None
+    return scaffold.name, scaffold.launch.mcp if scaffold.launch is not None else None
+
+
+def supports_mcp(scaffold: "str | ScaffoldSpec") -> bool:
+    """Whether the agent takes MCP servers: Forge knows it (:data:`AGENTS`), or its launch declares how."""
+    name, declared = _name_and_declared(scaffold)
+    return name in AGENTS or declared is not None
+
+
+def unsupported(scaffold: "str | ScaffoldSpec") -> str:
     """Why ``scaffold`` cannot be given MCP servers, in one line."""
-    return f"the agent '{scaffold}' cannot use MCP servers (those that can: {', '.join(AGENTS)})"
+    name, _ = _name_and_declared(scaffold)
+    return (f"the agent '{name}' cannot use MCP servers (those that can: {', '.join(AGENTS)}, and any whose launch "
+            "declares [launch.mcp])")
 
 
-def check_supported(scaffold: str, names: Sequence[str]) -> None:
+def check_supported(scaffold: "str | ScaffoldSpec", names: Sequence[str]) -> None:
     """A ForgeError when ``scaffold``'s agent is asked for MCP servers it cannot take."""
-    if names and scaffold not in AGENTS:
+    if names and not supports_mcp(scaffold):
         raise ForgeError(unsupported(scaffold))
 
 
-def configure(scaffold: str, launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+def configure(scaffold: "str | ScaffoldSpec", launch: Launch, servers: Mapping[str, list[str]], workdir: Path,
+              values: Mapping[str, str] | None = None) -> Launch:
     """``launch`` with ``servers`` (name → the argv that starts it inside the sandbox) in the agent's own
-    MCP configuration."""
+    MCP configuration: Forge's own for the agents of :data:`AGENTS`, else the scaffold's ``[launch.mcp]``
+    (its ``args`` rendered with the launch placeholders ``values`` and ``$mcp_config``)."""
     check_supported(scaffold, list(servers))
-    return AGENTS[scaffold](launch, servers, workdir) if servers else launch
+    if not servers:
+        return launch
+    name, declared = _name_and_declared(scaffold)
+    if name in AGENTS:
+        return AGENTS[name](launch, servers, workdir)
+    assert declared is not None
+    return _declared(declared, launch, servers, workdir, values or {})
 
 
 # ---- the servers' own environment under $FORGE_HOME/agents --------------------------------------------------

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from forge_cli import installer
-from forge_cli.errors import ForgeError
+from forge_cli.errors import ForgeError, InfraError
 from forge_cli.paths import data_dir
 from forge_cli.rollout import agent_mcp
 from forge_cli.rollout.agent_mcp import check_supported
@@ -81,8 +81,9 @@ def find_install(spec: "ScaffoldSpec", agents_home: Path | None = None) -> "Agen
     found = installed_under(spec, agents_home) if agents_home is not None else installer.installed(spec)
     if found is None:
         where = agents_home / spec.name if agents_home is not None else installer.agent_prefix(spec.name)
-        raise ForgeError(
-            f"the agent '{spec.name}' is not installed at {where}: run `forge scaffold add {spec.name}` first"
+        # an infrastructure failure when a rollout meets it (the preflight refuses to start without the install)
+        raise InfraError(
+            "install", f"the agent '{spec.name}' is not installed at {where}: run `forge scaffold add {spec.name}` first"
         )
     return found
 
@@ -107,10 +108,12 @@ def launch_values(spec: "ScaffoldSpec", install: "AgentInstall", *, base_url: st
     """The placeholders a launch recipe is rendered with (see :class:`forge_cli.specs.LaunchSpec`).
 
     ``$python`` is the python beside a pip agent's program (its own venv's); npm agents have none.
+    ``$agent_dir`` is the install folder (the recipe's ``scripts`` are copied there).
     """
     base = base_url.rstrip("/")
     values = {
         "bin": str(install.bin),
+        "agent_dir": str(install.prefix),
         "scaffolds": str(data_dir("scaffolds")),
         "workdir": str(workdir),
         "base_url": base,
@@ -162,7 +165,7 @@ async def run_blackbox(
     install = find_install(spec, agents_home)
     assert spec.launch is not None
     if mcp:
-        check_supported(spec.name, mcp)
+        check_supported(spec, mcp)
     owned = sandbox is None
     if sandbox is None:
         if workdir is None:
@@ -177,8 +180,8 @@ async def run_blackbox(
                                workdir=sandbox.workdir)
         command, env, files = spec.launch.render(values)
         if mcp:
-            command, env, files = await _with_mcp(spec.name, command, env, files, mcp, sandbox, task,
-                                                  install.prefix.parent)
+            command, env, files = await _with_mcp(spec, command, env, files, mcp, sandbox, task,
+                                                  install.prefix.parent, values)
         command, env = [*command, *extra_args], {**env, **(extra_env or {})}
         for name, text in {**task.files, **files}.items():
             await sandbox.write_file(name, text)
@@ -193,8 +196,8 @@ async def run_blackbox(
             await sandbox.close()
 
 
-async def _with_mcp(scaffold: str, command: list[str], env: dict[str, str], files: dict[str, str],
-                    names: Sequence[str], sandbox: "Sandbox", task: "Task", agents_home: Path
+async def _with_mcp(spec: "ScaffoldSpec", command: list[str], env: dict[str, str], files: dict[str, str],
+                    names: Sequence[str], sandbox: "Sandbox", task: "Task", agents_home: Path, values: dict[str, str]
                     ) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """The launch with the MCP servers ``names`` in the agent's own configuration, each started by the
     servers' environment under ``agents_home`` in the work directory (a search corpus written there)."""
@@ -204,7 +207,7 @@ async def _with_mcp(scaffold: str, command: list[str], env: dict[str, str], file
         shipped = server(name)
         args = ["--corpus", await write_corpus(sandbox, task)] if name == "search" else []
         servers[name] = [str(python), str(folder / shipped.script), "--root", str(sandbox.workdir), *args]
-    done = agent_mcp.configure(scaffold, agent_mcp.Launch(command, env, files), servers, Path(sandbox.workdir))
+    done = agent_mcp.configure(spec, agent_mcp.Launch(command, env, files), servers, Path(sandbox.workdir), values)
     return done.command, done.env, done.files
 
 

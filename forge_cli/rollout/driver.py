@@ -15,13 +15,14 @@ it started or queued is failed as "interrupted": nothing is left ``running``.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from forge_cli.configs.common import validate_options
-from forge_cli.errors import ForgeError
+from forge_cli.errors import ForgeError, InfraError
 from forge_cli.plugins import get_registry
 from forge_cli.pool.scheduler import Scheduler
 from forge_cli.pool.store import PoolFull
@@ -60,6 +61,9 @@ class RolloutProgress:
     completed: int = 0
     failed: int = 0
     timed_out: int = 0
+    infra: int = 0  # of the failed and timed out: infrastructure failures (their groups dropped, not trained)
+    retried: int = 0  # trajectories that ran again after an infrastructure failure
+    dropped_groups: int = 0  # groups dropped for an infrastructure failure
     solved: int = 0
     output_tokens: int = 0  # sampled by the trajectories that have ended
     started_at: float = field(default_factory=time.monotonic)
@@ -74,10 +78,25 @@ class RolloutProgress:
     def count(self, result: TrajectoryResult) -> None:
         """One more trajectory ended."""
         setattr(self, result.status, getattr(self, result.status) + 1)
+        self.infra += result.infra is not None
+        self.retried += result.attempts > 1
         self.solved += result.solved
         suite = self.by_suite.setdefault(result.suite, SuiteCount())
         suite.finished += 1
         suite.solved += result.solved
+
+
+@dataclass
+class Attempt:
+    """How one run of a trajectory's scaffold ended: ``status`` completed | failed | timed_out, the
+    verifier's ``outcome`` (completed only), ``reason``, the scaffold's ``events``, and ``infra`` —
+    the cause when it failed for a reason its policy could not cause (``pool.types.INFRA_CAUSES``)."""
+
+    status: str
+    outcome: "Outcome | None"
+    reason: str
+    events: list[Any]
+    infra: str | None
 
 
 class _Rollout:
@@ -190,6 +209,17 @@ class _Rollout:
                ended: list[tuple["TrajectoryResult", "Outcome | None"]]) -> list[TrajectoryResult]:
         """The group's rewards (DESIGN §6: each component, reward-to-go, group-normalised advantages
         per completion), written in one transaction; then the scheduler may hand the group out."""
+        broken = next((r for r, _ in ended if r.infra is not None), None)
+        if broken is not None:  # never trained as a reward of 0: the group goes, with the reason
+            try:
+                self.pool.drop_group(group_id, f"infrastructure failure ({broken.infra}) of trajectory "
+                                               f"{broken.trajectory_id}: {broken.reason}"[:4000])
+                self.progress.dropped_groups += 1
+            except ForgeError:  # it timed out and was dropped meanwhile
+                pass
+            finally:
+                self.pending.discard(group_id)
+            return [r for r, _ in ended]
         outcomes = {r.trajectory_id: outcome for r, outcome in ended if outcome is not None}
         texts = {t.id: [self.gw.output_text(c.output_ids) for c in t.completions] for t in self.pool.group(group_id).trajectories}
         tools = [tool.schema() for tool in self.suites[key].tools(task, self.gw.run_dir / "work" / "schemas")]
@@ -206,37 +236,64 @@ class _Rollout:
 
     async def trajectory(self, key: str, task: "Task", group_id: str,
                          trajectory_id: str) -> tuple[TrajectoryResult, "Outcome | None"]:
-
+        """Run one trajectory to its end. One that fails for a reason its policy could not cause
+        (:class:`~forge_cli.errors.InfraError`, or any failure before its first model call) runs again
+        afresh, up to ``infra_retries`` times, while it has recorded nothing; each retry is an event."""
         async with self.slots:
             started = time.monotonic()
-            status, outcome, reason, events, session = "failed", None, "", [], None
+            ran = Attempt("failed", None, "", [], None)
+            retries: list[dict[str, Any]] = []
             self.progress.running += 1
             self.tell()
             try:
                 await asyncio.to_thread(self.pool.start_trajectory, trajectory_id)
-                session = await self.gw.open_session(SessionRequest(
-                    task_id=task.id, scaffold=self.spec.name, trajectory_id=trajectory_id, tool_format=self.spec.tool_format,
-                    training=True, token_budget=self.request.max_tokens_per_trajectory))
-                # a black-box program is killed at the budget by its sandbox; this is the backstop
-                budget = self.request.trajectory_timeout_s + (0 if self.spec.kind == "white" else 15)
-                _, events, outcome = await asyncio.wait_for(self.run_scaffold(key, task, trajectory_id, session),
-                                                            timeout=budget)
-                status, reason = "completed", outcome.reason
-            except (asyncio.TimeoutError, AgentTimedOut) as exc:
-                status, reason = "timed_out", str(exc) or f"over its time budget of {self.request.trajectory_timeout_s:g} s"
-            except ForgeError as exc:
-                reason = str(exc)
-            except Exception as exc:  # a crashing scaffold is a failed trajectory, never a crashed rollout
-                reason = f"{type(exc).__name__}: {exc}"
+                while True:
+                    ran = await self.attempt(key, task, trajectory_id)
+                    if ran.infra is None or len(retries) >= self.request.infra_retries:
+                        break
+                    if await asyncio.to_thread(self.pool.completion_count, trajectory_id):
+                        break  # it recorded completions: it cannot start afresh under the same id
+                    retries.append({"kind": "infra-retry", "at": time.time(),
+                                    "data": {"attempt": len(retries) + 1, "cause": ran.infra, "reason": ran.reason}})
+                    await asyncio.to_thread(shutil.rmtree, self.gw.run_dir / "work" / trajectory_id, True)
+            except ForgeError as exc:  # the pool refused to start it (its group timed out meanwhile)
+                ran = Attempt("failed", None, str(exc), [], None)
             finally:
-                if session is not None:  # its history is not needed any more
-                    self.progress.output_tokens += await asyncio.shield(self.gw.close_session(session.id))
                 self.progress.running -= 1
-            result = await asyncio.to_thread(self.end, trajectory_id, group_id, key, task, status, outcome, reason, events,
-                                             time.monotonic() - started)
+            result = await asyncio.to_thread(self.end, trajectory_id, group_id, key, task, ran, retries + ran.events,
+                                             time.monotonic() - started, len(retries) + 1)
             self.progress.count(result)
             self.tell()
-            return result, outcome
+            return result, ran.outcome
+
+    async def attempt(self, key: str, task: "Task", trajectory_id: str) -> "Attempt":
+        """One run of the scaffold in a session of its own, and how it ended."""
+        status, outcome, reason, events, infra, session = "failed", None, "", [], None, None
+        try:
+            session = await self.gw.open_session(SessionRequest(
+                task_id=task.id, scaffold=self.spec.name, trajectory_id=trajectory_id, tool_format=self.spec.tool_format,
+                training=True, token_budget=self.request.max_tokens_per_trajectory))
+            # a black-box program is killed at the budget by its sandbox; this is the backstop
+            budget = self.request.trajectory_timeout_s + (0 if self.spec.kind == "white" else 15)
+            _, events, outcome = await asyncio.wait_for(self.run_scaffold(key, task, trajectory_id, session), timeout=budget)
+            status, reason = "completed", outcome.reason
+        except (asyncio.TimeoutError, AgentTimedOut) as exc:
+            status, reason = "timed_out", str(exc) or f"over its time budget of {self.request.trajectory_timeout_s:g} s"
+            events = list(getattr(exc, "events", ()))
+        except InfraError as exc:
+            reason, infra, events = str(exc), exc.cause, list(getattr(exc, "events", ()))
+        except ForgeError as exc:
+            reason, events = str(exc), list(getattr(exc, "events", ()))
+        except Exception as exc:  # a crashing scaffold is a failed trajectory, never a crashed rollout
+            reason = f"{type(exc).__name__}: {exc}"
+        finally:
+            if session is not None:  # its history is not needed any more
+                self.progress.output_tokens += await asyncio.shield(self.gw.close_session(session.id))
+        if status != "completed" and infra is None and session is not None \
+                and not await asyncio.to_thread(self.pool.completion_count, trajectory_id):
+            # it ended before its policy was ever asked for anything: nothing of the policy's to blame
+            infra, reason = "launch", f"ended before its first model call: {reason}"
+        return Attempt(status, outcome, reason, events, infra)
 
     async def run_scaffold(self, key: str, task: "Task", trajectory_id: str, session: Any) -> tuple[Any, list[Any], "Outcome"]:
         """Run the scaffold in the trajectory's session on the executor, and verify: ``(Transcript, events, Outcome)``."""
@@ -247,24 +304,28 @@ class _Rollout:
                   gateway_socket=str(self.gw.unix_path) if getattr(self.gw, "unix_path", None) else None)
         return await self.executors[key].run(job)
 
-    def end(self, trajectory_id: str, group_id: str, key: str, task: "Task", status: str, outcome: "Outcome | None",
-            reason: str, events: list[Any], wall_s: float) -> TrajectoryResult:
-        """Write the trajectory's events and end it (in a worker thread: the pool is blocking); its
-        rewards come with its group's (:meth:`reward`). One that ended already (its group timed out)
-        keeps the status it has."""
+    def end(self, trajectory_id: str, group_id: str, key: str, task: "Task", ran: "Attempt", events: list[Any],
+            wall_s: float, attempts: int) -> TrajectoryResult:
+        """Write the trajectory's events (its verification's outcome among them) and end it (in a
+        worker thread: the pool is blocking); its rewards come with its group's (:meth:`reward`). One
+        that ended already (its group timed out) keeps the status it has."""
+        status, reason, infra = ran.status, ran.reason, ran.infra
+        if ran.outcome is not None:
+            events = [*events, {"kind": "verified", "at": time.time(),
+                                "data": {"score": ran.outcome.score, "reason": ran.outcome.reason}}]
         try:
             if events:
                 self.pool.append_events(trajectory_id, events)
             if status == "completed":
                 self.pool.finish_trajectory(trajectory_id)
             else:
-                self.pool.fail_trajectory(trajectory_id, reason or status, timed_out=status == "timed_out")
+                self.pool.fail_trajectory(trajectory_id, reason or status, timed_out=status == "timed_out", infra=infra)
         except ForgeError as exc:
             now = self.pool.trajectory_status(trajectory_id) or "failed"
             status, reason = (now, reason or str(exc)) if now in ("completed", "failed", "timed_out") else ("failed", str(exc))
         self.mine.discard(trajectory_id)
-        return TrajectoryResult(trajectory_id, group_id, task.id, status, outcome.score if outcome else None, reason, wall_s,
-                                len(events), suite=key)
+        return TrajectoryResult(trajectory_id, group_id, task.id, status, ran.outcome.score if ran.outcome else None, reason,
+                                wall_s, len(events), suite=key, infra=infra, attempts=attempts)
 
     def interrupt(self) -> int:
         """Fail, as "interrupted", every trajectory of this rollout that is not over, and release its

@@ -10,12 +10,13 @@ the one table of executor names.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from forge_cli.errors import ForgeError
+from forge_cli.errors import ForgeError, InfraError
 from forge_cli.plugins import get_registry
 from forge_cli.rollout.blackbox import run_blackbox
 from forge_cli.rollout.loop import run_episode
@@ -83,16 +84,38 @@ async def run_job(job: Job, spec: "ScaffoldSpec | None" = None, suite: "TaskSuit
         try:  # run_blackbox writes task.files itself
             ran = await run_blackbox(spec, base_url=job.base_url, api_key=job.api_key, model=job.model, task=job.task,
                                      workdir=workdir, sandbox=sandbox, **launch_options(job))
+            events = [agent_exit(ran)]  # what the program printed, kept with the trajectory however it ended
             if ran.status == "timed_out":
-                raise AgentTimedOut(ran.reason)
+                raise with_events(AgentTimedOut(ran.reason), events)
+            if ran.status != "completed" and ran.exit_code is None:  # the sandbox never started the program
+                raise with_events(InfraError("sandbox", f"the agent never started: {ran.reason}"), events)
             if ran.status != "completed":
-                raise ForgeError(f"the agent failed: {ran.reason}")
+                raise with_events(ForgeError(f"the agent failed: {ran.reason}"), events)
             transcript = ran.transcript()
             # verified while the sandbox is still open: a verifier that runs programs (swe-mini's tests) runs them there
-            return transcript, [], await _verify(suite, job, workdir, transcript, sandbox)
+            try:
+                return transcript, events, await _verify(suite, job, workdir, transcript, sandbox)
+            except ForgeError as exc:
+                raise with_events(exc, events)
         finally:
             await sandbox.close()
     return transcript, events, await _verify(suite, job, workdir, transcript)
+
+
+OUTPUT_TAIL = 4000  # characters of a black-box agent's stdout and stderr kept with its trajectory
+
+
+def agent_exit(ran: Any) -> dict[str, Any]:
+    """The ``agent-exit`` event of a black-box run: how it ended and the tails of its output."""
+    return {"kind": "agent-exit", "at": time.time(),
+            "data": {"status": ran.status, "exit_code": ran.exit_code, "reason": ran.reason, "wall_s": round(ran.wall_s, 3),
+                     "stdout": ran.stdout[-OUTPUT_TAIL:], "stderr": ran.stderr[-OUTPUT_TAIL:]}}
+
+
+def with_events(exc: ForgeError, events: list[Any]) -> ForgeError:
+    """``exc`` carrying the events of the run it ended (the driver records them with the failure)."""
+    exc.events = events  # type: ignore[attr-defined]
+    return exc
 
 
 async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Transcript", sandbox: Any = None) -> "Outcome":
@@ -101,7 +124,9 @@ async def _verify(suite: "TaskSuite", job: Job, workdir: Path, transcript: "Tran
         return await asyncio.wait_for(verify_outcome(suite.verifier, job.task, workdir, transcript, sandbox),
                                       timeout=VERIFY_TIMEOUT_S)
     except asyncio.TimeoutError:
-        raise ForgeError(f"the verifier did not answer within {VERIFY_TIMEOUT_S:g} s") from None
+        raise InfraError("verifier", f"the verifier did not answer within {VERIFY_TIMEOUT_S:g} s") from None
+    except Exception as exc:  # a verifier that raises judged nothing: not the policy's failure
+        raise InfraError("verifier", f"the verifier of {suite.name} raised {type(exc).__name__}: {exc}") from None
 
 
 def launch_options(job: Job) -> dict[str, Any]:
@@ -122,7 +147,10 @@ def open_sandbox(registry: Any, job: Job, workdir: Path, options: Any = None) ->
         raise ForgeError(f"sandbox '{job.sandbox}' cannot run agents (known: {known})")
     port = urlsplit(job.base_url).port or 80
     access = GatewayAccess(Path(job.gateway_socket), port) if job.gateway_socket else None
-    return entry.value.open(workdir, options, access)
+    try:
+        return entry.value.open(workdir, options, access)
+    except Exception as exc:  # not the policy's doing: an infrastructure failure
+        raise InfraError("sandbox", f"the {job.sandbox} sandbox did not start: {type(exc).__name__}: {exc}") from None
 
 
 class LocalExecutor:

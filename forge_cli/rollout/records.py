@@ -27,6 +27,7 @@ class RolloutRequest:
     n: int = 8
     concurrency: int = 8
     trajectory_timeout_s: float = 600.0
+    infra_retries: int = 2  # an infrastructure failure: runs again afresh, then its group is dropped
     max_tokens_per_trajectory: int | None = None
     seed: int = 0
     executor: str = "local"  # a name in forge_cli.rollout.executors.EXECUTORS
@@ -54,7 +55,7 @@ def request_from_config(config: Any, **overrides: Any) -> RolloutRequest:
     r = config.rollout
     fields: dict[str, Any] = dict(
         scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups, n=config.train.group_size,
-        concurrency=r.concurrency, trajectory_timeout_s=r.trajectory_timeout_s,
+        concurrency=r.concurrency, trajectory_timeout_s=r.trajectory_timeout_s, infra_retries=r.infra_retries,
         max_tokens_per_trajectory=r.max_tokens_per_trajectory, seed=config.run.seed, executor=r.executor,
         ray_address=r.ray_address, mix=dict(r.mix))
     return RolloutRequest(**(fields | overrides))
@@ -74,6 +75,8 @@ class TrajectoryResult:
     events: int
     rewards: dict[str, float] = field(default_factory=dict)
     suite: str = ""  # the key of its task's suite in the request's weights
+    infra: str | None = None  # failed for a reason its policy could not cause: the cause (pool.types.INFRA_CAUSES)
+    attempts: int = 1  # runs it took (more than one: infrastructure failures before it, retried)
 
     @property
     def solved(self) -> bool:

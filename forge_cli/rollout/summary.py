@@ -46,14 +46,19 @@ class RolloutSummary:
     # (the pool's timestamps, as the reward's default source reads them) and tool calls
     solved_seconds: float | None = None
     solved_tool_calls: float | None = None
+    # failures the policy could not cause, by cause (their groups dropped; not in the success rate)
+    infra_failures: dict[str, int] = field(default_factory=dict)
 
     def rows(self) -> list[tuple[str, str]]:
         """The summary as (label, value) rows, for a table."""
         def num(x: float | None, fmt: str = ".3f") -> str:
             return "—" if x is None else format(x, fmt)
 
-        rows = [("trajectories", f"{self.trajectories}  (" + ", ".join(f"{k} {v}" for k, v in self.by_status.items()) + ")"),
-                ("success rate", num(self.success_rate, ".1%")), ("mean reward", num(self.mean_reward))]
+        rows = [("trajectories", f"{self.trajectories}  (" + ", ".join(f"{k} {v}" for k, v in self.by_status.items()) + ")")]
+        if self.infra_failures:
+            rows += [("infrastructure failures", f"{sum(self.infra_failures.values())}  ("
+                      + ", ".join(f"{k} {v}" for k, v in sorted(self.infra_failures.items())) + "; groups dropped, not trained)")]
+        rows += [("success rate", num(self.success_rate, ".1%")), ("mean reward", num(self.mean_reward))]
         rows += [(f"  {name}", num(value)) for name, value in self.mean_components.items()]
         rows += [("completions / trajectory", num(self.completions_per_trajectory, ".1f")),
                  ("tokens / trajectory", num(self.tokens_per_trajectory, ".0f")),
@@ -99,9 +104,14 @@ def summarize_rollout(pool: Any, results: Sequence["TrajectoryResult"], wall_s: 
         if difficulty and r.task_id in difficulty:
             per_difficulty.setdefault(difficulty[r.task_id], []).append(r.solved)
         per_suite.setdefault(r.suite, []).append(r.solved)
+    infra: dict[str, int] = {}
+    for r in results:
+        if r.infra is not None:
+            infra[r.infra] = infra.get(r.infra, 0) + 1
+    policy_ran = len(results) - sum(infra.values())  # the success rate is the policy's: infrastructure failures out
     return RolloutSummary(
         scaffold=request.scaffold, suite=request.label, run_dir=run_dir, trajectories=len(results), by_status=by_status,
-        success_rate=sum(1 for r in results if r.solved) / n,
+        success_rate=sum(1 for r in results if r.solved) / (policy_ran or 1), infra_failures=infra,
         mean_reward=fmean(rewards) if rewards else None,
         mean_components={k: fmean(r.rewards.get(k, 0.0) for r in results) for k in names},
         completions_per_trajectory=completions / n, tokens_per_trajectory=sum(map(len, sequences)) / n,
