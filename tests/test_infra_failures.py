@@ -83,7 +83,7 @@ def run_rollout(fake_dist, tiny_model, tmp_path, monkeypatch, prompts, *, scaffo
 
 
 def test_a_trajectory_that_falls_over_before_its_first_call_runs_again_and_is_trained_as_usual(
-        fake_dist, tiny_model, tmp_path, monkeypatch):
+        fake_dist, tiny_model, tmp_path, monkeypatch, cli):
     _, progress, pool = run_rollout(fake_dist, tiny_model, tmp_path, monkeypatch, ["flaky: two plus two?"],
                                     groups=1, n=3, concurrency=1)
     (group,) = pool.groups()
@@ -95,6 +95,11 @@ def test_a_trajectory_that_falls_over_before_its_first_call_runs_again_and_is_tr
         assert [e.data["reason"] for e in t.events if e.kind == "verified"] == ["exact"]  # why it scored, kept
         assert len(t.completions) == 1 and all(c.advantage is not None for c in t.completions)
     assert progress.retried == 3 and progress.infra == 0 and progress.completed == 3
+    # what a user reads of one: its events (the retry, the verifier's reason) and its text
+    shown = cli("pool", "show", group.trajectories[0].id, "--run", str(tmp_path / "runs" / "r"), "--text")
+    assert shown.exit_code == 0, shown.stderr
+    assert "infra-retry" in shown.stdout and "verified" in shown.stdout and "exact" in shown.stdout
+    assert "flaky: two plus two?" in shown.stdout and "seq 0 output" in shown.stdout and "four" in shown.stdout
 
 
 def test_one_that_never_starts_drops_its_group_whole_and_nothing_of_it_is_trained(fake_dist, tiny_model, tmp_path, monkeypatch):

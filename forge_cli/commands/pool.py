@@ -43,6 +43,40 @@ def _find(trajectory: str, run: str, *, any_run: bool) -> tuple[Any, Any] | None
         return (pool.trajectory(trajectory), run_dir) if pool.has_trajectory(trajectory) else None
 
 
+def _run_tokenizer(run_dir: Any) -> Any:
+    """The tokenizer of the model the run recorded with (its saved config's ``model.path``)."""
+    from forge_cli.engine.default_model import resolve_model_path
+
+    cfg = run_config(get_state().config(), run_dir)
+    try:
+        from transformers import AutoTokenizer  # heavy: only for --text
+
+        return AutoTokenizer.from_pretrained(resolve_model_path(cfg.model.path))
+    except (OSError, ValueError) as exc:
+        raise ForgeError(f"cannot decode the run's tokens: its model {cfg.model.path or 'the embedded default'} "
+                         f"does not load ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def print_transcript(completions: list[Any], tokenizer: Any) -> None:
+    """Each completion as text: what its prompt adds to the previous completion's prompt and output
+    (the whole prompt for the first, and where a prompt drifted from what was sampled), then its output."""
+    before: list[int] = []
+    for c in completions:
+        same = 0
+        for a, b in zip(before, c.prompt_ids):
+            if a != b:
+                break
+            same += 1
+        head = f"seq {c.seq} prompt" + (f" (+{len(c.prompt_ids) - same} tokens)" if same else f" ({len(c.prompt_ids)} tokens)")
+        if before and same < len(before):
+            head += f" — differs from what came before at token {same}"
+        console.print(f"[bold]{head}[/]", highlight=False)
+        console.print(tokenizer.decode(c.prompt_ids[same:]), soft_wrap=True, highlight=False, markup=False)
+        console.print(f"[bold green]seq {c.seq} output ({len(c.output_ids)} tokens, {c.finish_reason})[/]", highlight=False)
+        console.print(tokenizer.decode(c.output_ids), soft_wrap=True, highlight=False, markup=False)
+        before = list(c.prompt_ids) + list(c.output_ids)
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Inspect a run's data pool: counts, the queue and window, trajectories.", no_args_is_help=True)
     app.add_typer(group, name="pool")
@@ -96,6 +130,9 @@ def register(app: typer.Typer) -> None:
         run: Optional[str] = typer.Option(
             None, "--run", help=RUN_HELP + " Default: every run under run.dir, newest first (one that cannot be read is skipped with a warning)."),
         tokens: bool = typer.Option(False, "--tokens", help="Print each completion's token ids."),
+        text: bool = typer.Option(False, "--text", help=(
+            "Print the trajectory as text, decoded with its run's tokenizer: the first prompt whole, then each "
+            "completion's new prompt tokens and its output.")),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """One trajectory: status, rewards, events and every completion."""
@@ -148,6 +185,8 @@ def register(app: typer.Typer) -> None:
                     # the prompt as sampled before, then where it diverged
                     prompt = f"{c.prompt_ids[:c.history.at]} [red]‖ drifted here ‖[/] {c.prompt_ids[c.history.at:]}"
                 console.print(f"[bold]seq {c.seq}[/] prompt {prompt}\n        output {c.output_ids}", soft_wrap=True)
+        if text and traj.completions:
+            print_transcript(traj.completions, _run_tokenizer(run_dir))
 
     @group.command("export")
     def export(
