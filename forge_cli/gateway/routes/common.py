@@ -145,6 +145,16 @@ async def session_of(request: Request) -> Session:
     return await state_of(request).resolve(api_key(request), request.path_params.get("session"))
 
 
+async def counting_format(request: Request) -> Any:
+    """The tool format a token count renders with: the session's (with the same auth as a call) when
+    the request names one or the gateway is strict, else the defaults — counting opens no trajectory."""
+    state = state_of(request)
+    key, in_path = api_key(request), request.path_params.get("session")
+    if in_path is not None or key in state.by_key or state.auth == "strict":
+        return state.tool_format_for(await state.resolve(key, in_path))
+    return state.formats.get()
+
+
 def check_conversation(turns: list[Turn], param: str = "messages") -> None:
     """400 unless there is something to answer: a user, assistant or tool turn, not only instructions."""
     if not any(t.role != "system" for t in turns):

@@ -37,7 +37,7 @@ from forge_cli.gateway.protocol.gemini import (ContentIn, CountTokensRequest, Fu
                                                GenerationConfig, PartIn)
 from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, arguments_object, render_prompt
-from forge_cli.gateway.routes.common import (Generated, api_key, check_conversation, commit, generate, prepare, read_json,
+from forge_cli.gateway.routes.common import (Generated, counting_format, check_conversation, commit, generate, prepare, read_json,
                                              sampling, state_of, stream, validate)
 from forge_cli.gateway.token_text import json_logprob, logprob_entries
 from forge_cli.specs import ParsedOutput, ToolCall
@@ -434,11 +434,7 @@ async def count_tokens(request: Request, model: str):
     turns, tools, choice, forced = _request(whole)
     check_conversation(turns, "contents")
     state = state_of(request)
-    key, in_path = api_key(request), request.path_params.get("session")
-    if in_path is not None or key in state.by_key or state.auth == "strict":
-        fmt = state.tool_format_for(await state.resolve(key, in_path))  # the same auth as a call
-    else:
-        fmt = state.formats.get()
+    fmt = await counting_format(request)
     rendered = await run_in_threadpool(lambda: render_prompt(state.tokenizer, turns, tools, fmt, tool_choice=choice, forced_tool=forced,
                                                              max_len=state.engine.max_model_len))
     return JSONResponse(gemini_json(CountTokensResponse(total_tokens=len(rendered.prompt_ids))))

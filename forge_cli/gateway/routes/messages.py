@@ -25,7 +25,7 @@ from forge_cli.gateway.openapi import body_schema
 from forge_cli.gateway.protocol.anthropic import Block, CountTokensRequest, MessagesRequest
 from forge_cli.gateway.protocol.types import output_format
 from forge_cli.gateway.render import Tool, Turn, arguments_object, render_prompt
-from forge_cli.gateway.routes.common import (api_key, check_conversation, commit, generate, prepare, read_json, sampling, sse_event,
+from forge_cli.gateway.routes.common import (counting_format, check_conversation, commit, generate, prepare, read_json, sampling, sse_event,
                                              state_of, stream, validate, wire_json)
 from forge_cli.specs import ToolCall
 
@@ -237,11 +237,7 @@ async def count_tokens(request: Request):
     A prompt that certainly cannot fit the model's context is refused (400), as a call would be."""
     req: CountTokensRequest = validate(CountTokensRequest, await read_json(request))
     state = state_of(request)
-    key, in_path = api_key(request), request.path_params.get("session")
-    if in_path is not None or key in state.by_key or state.auth == "strict":
-        fmt = state.tool_format_for(await state.resolve(key, in_path))  # the same auth as a call
-    else:
-        fmt = state.formats.get()
+    fmt = await counting_format(request)
     tools = to_tools(req)
     choice, forced = _tool_choice(req, tools)
     turns = to_turns(req)
