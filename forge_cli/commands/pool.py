@@ -14,6 +14,7 @@ from rich.table import Table
 
 from forge_cli.commands._common import get_state, print_json
 from forge_cli.console import console, err_console, warn
+from forge_cli.engine.default_model import resolve_model_path
 from forge_cli.errors import ForgeError
 from forge_cli.pool.scheduler import window_size
 from forge_cli.pool.store import NoPool, open_pool
@@ -45,8 +46,6 @@ def _find(trajectory: str, run: str, *, any_run: bool) -> tuple[Any, Any] | None
 
 def _run_tokenizer(run_dir: Any) -> Any:
     """The tokenizer of the model the run recorded with (its saved config's ``model.path``)."""
-    from forge_cli.engine.default_model import resolve_model_path
-
     cfg = run_config(get_state().config(), run_dir)
     try:
         from transformers import AutoTokenizer  # heavy: only for --text
