@@ -14,10 +14,10 @@ train: setup      ## the main job: forge train on the embedded default (RL from 
 	$(VENV)/bin/forge train
 
 test: setup system-deps  ## the whole test suite, slow tests included (what CI runs)
-	$(VENV)/bin/python -m pytest --durations=30  # the slowest 30 in the log: the suite must stay under 30 minutes
+	$(VENV)/bin/python -m pytest -n 2 --durations=30  # two workers (tests/conftest.py: the heavy modules on one, in order); the slowest 30 in the log
 
 test-fast: setup system-deps  ## everything but the slow tests
-	$(VENV)/bin/python -m pytest -m "not slow"
+	$(VENV)/bin/python -m pytest -n 2 -m "not slow"
 
 bench: setup      ## every benchmark; figures go to benchmarks/results/
 	$(VENV)/bin/python benchmarks/cli_startup.py

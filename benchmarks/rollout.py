@@ -66,7 +66,7 @@ async def throughput(model: Path, runs: Path, levels: list[int], executors: list
     return rows
 
 
-async def sharing(model: Path, runs: Path, groups: int) -> list[dict]:
+async def sharing(model: Path, runs: Path, groups: int, n: int = 8) -> list[dict]:
     from forge_cli.config import load_config
     from forge_cli.gateway.server import serve_gateway
     from forge_cli.rollout.records import RolloutRequest
@@ -78,7 +78,7 @@ async def sharing(model: Path, runs: Path, groups: int) -> list[dict]:
     rows = []
     async with serve_gateway(config, "sharing") as gw:
         for scaffold in POLICIES:
-            summary = await rollout(config, RolloutRequest(scaffold=scaffold, suite="kv-search", groups=groups, n=8, concurrency=16),
+            summary = await rollout(config, RolloutRequest(scaffold=scaffold, suite="kv-search", groups=groups, n=n, concurrency=16),
                                     gateway=gw)
             rows.append({"scaffold": scaffold, "prefix_share": round(summary.prefix_share or 0, 2),
                          "context_events_per_trajectory": round(summary.context_events_per_trajectory, 2),
@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--executors", nargs="+", default=["local", "ray"], choices=["local", "ray"])
     parser.add_argument("--max-tokens", type=int, default=64, help="per completion, part 1")
     parser.add_argument("--groups", type=int, default=4, help="kv-search groups per policy, part 2")
+    parser.add_argument("--n", type=int, default=8, help="trajectories per group, part 2")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "rollout.json")
     args = parser.parse_args()
@@ -110,8 +111,8 @@ def main() -> None:
             result["throughput"] = asyncio.run(throughput(model, Path(tmp) / "runs", args.levels, args.executors, args.max_tokens))
             result["throughput_settings"] = {"scaffold": "tool-call", "suite": "calc", "n": 8, "max_tokens": args.max_tokens,
                                              "engine": "vllm", "model": "default tiny"}
-        print(f"{'scaffold (kv-search, n = 8)':>32}{'share':>8}{'events':>9}{'calls':>8}{'tokens':>9}{'solved':>9}")
-        result["sharing"] = asyncio.run(sharing(model, Path(tmp) / "runs", args.groups))
+        print(f"{f'scaffold (kv-search, n = {args.n})':>32}{'share':>8}{'events':>9}{'calls':>8}{'tokens':>9}{'solved':>9}")
+        result["sharing"] = asyncio.run(sharing(model, Path(tmp) / "runs", args.groups, args.n))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

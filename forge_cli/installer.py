@@ -107,10 +107,11 @@ def run_streamed(
 ) -> None:
     """Run ``cmd``, append its output to ``log``, pass each line to ``on_line``.
 
-    On failure: a ForgeError saying ``what`` failed, with the last output line and the log's path.
+    On failure: a ForgeError saying ``what`` failed, with what it said last (from its last line that
+    starts with ``error``, which uv may wrap over several, else its last line) and the log's path.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
-    last = ""
+    last, said = "", []
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
         try:
@@ -125,11 +126,12 @@ def run_streamed(
             line = line.strip()
             if line:
                 last = line
+                said = [line] if line.lower().startswith("error") else said + [line] if said else []
                 if on_line:
                     on_line(line)
         code = proc.wait()
     if code != 0:
-        raise ForgeError(f"{what} failed (exit {code}): {last[:300]} — full log: {log}")
+        raise ForgeError(f"{what} failed (exit {code}): {(' '.join(said[:4]) or last)[:300]} — full log: {log}")
 
 
 def install_agent(spec: ScaffoldSpec, *, force: bool = False, on_line: LineSink | None = None) -> AgentInstall:
@@ -196,8 +198,8 @@ def _install_pip(recipe: InstallRecipe, prefix: Path, log: Path, on_line: LineSi
         on_line(f"creating a venv at {venv_dir}")
     run_streamed("creating a venv", [sys.executable, "-m", "venv", str(venv_dir)], log, on_line)
     python = str(venv_dir / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
-    run_streamed("pip install", [*pip, recipe.requirement, *recipe.extra_packages], log, on_line)
+    what, install, env = pip_install_command(python)
+    run_streamed(what, [*install, recipe.requirement, *recipe.extra_packages], log, on_line, env=env)
     runner = runner_script(recipe)
     if runner is not None:
         program = venv_dir / "bin" / recipe.bin
@@ -206,6 +208,42 @@ def _install_pip(recipe: InstallRecipe, prefix: Path, log: Path, on_line: LineSi
     probe = f"import importlib.metadata as m; print(m.version({recipe.package!r}))"
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     return done.stdout.strip() or "?"
+
+
+# pip's settings uv reads under its own names (uv does not read pip.conf)
+PIP_TO_UV = {"PIP_INDEX_URL": "UV_INDEX_URL", "PIP_EXTRA_INDEX_URL": "UV_EXTRA_INDEX_URL",
+             "PIP_FIND_LINKS": "UV_FIND_LINKS", "PIP_CONSTRAINT": "UV_CONSTRAINT"}
+
+
+def uv_binary() -> str | None:
+    """uv's program: the one installed beside Forge's Python (the ``uv`` dependency), else on PATH;
+    None where there is none, or where ``FORGE_AGENT_INSTALLER=pip`` asks for pip."""
+    if os.environ.get("FORGE_AGENT_INSTALLER", "").lower() == "pip":
+        return None
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    try:
+        from uv import find_uv_bin  # the uv distribution's own locator (a few lines, no import cost)
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def pip_install_command(python: str) -> tuple[str, list[str], dict[str, str]]:
+    """(what, the install command less its requirements, its environment) for the venv of ``python``:
+    ``uv pip install`` (parallel downloads; an agent like aider installs in ~8 s instead of ~47 s with
+    pip) with bytecode compiled as pip does, else pip itself. pip's index settings in the environment
+    are passed to uv under uv's names."""
+    uv = uv_binary()
+    if uv is None:
+        return "pip install", [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"], dict(os.environ)
+    env = dict(os.environ)
+    for pip_name, uv_name in PIP_TO_UV.items():
+        if pip_name in env and uv_name not in env:
+            env[uv_name] = env[pip_name]
+    return "uv pip install", [uv, "pip", "install", "--python", python, "--compile-bytecode"], env
 
 
 def remove_agent(spec: ScaffoldSpec) -> bool:

@@ -14,7 +14,7 @@ import string
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
@@ -28,7 +28,8 @@ else:  # pragma: no cover
 
 ScaffoldKind = Literal["white", "black"]
 # The wire API a scaffold speaks to the gateway.
-AgentApi = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+AgentApi = Literal["openai-chat", "openai-responses", "anthropic-messages", "gemini", "ollama"]
+AGENT_APIS: tuple[str, ...] = get_args(AgentApi)
 
 
 
@@ -313,6 +314,8 @@ class ScaffoldSpec:
         check_name("scaffold", self.name)
         if self.kind not in ("white", "black"):
             raise ForgeError(f"scaffold '{self.name}': kind must be 'white' or 'black', not {self.kind!r}")
+        if self.api not in AGENT_APIS:
+            raise ForgeError(f"scaffold '{self.name}': api must be one of {', '.join(AGENT_APIS)}, not {self.api!r}")
         if not self.description:
             raise ForgeError(f"scaffold '{self.name}': a description is required")
         if self.kind == "white" and not self.family:

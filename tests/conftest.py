@@ -164,6 +164,29 @@ def tiny_model(tmp_path_factory):
     return init_default_model(tmp_path_factory.mktemp("model") / "tiny", size="tiny", seed=0)
 
 
+@pytest.fixture(scope="session")
+def scoring_model(tiny_model, tmp_path_factory):
+    """The tiny policy's tokenizer and chat template over a 1-layer, 1-head Llama with 65,536 positions:
+    for tests where a scripted policy writes the text and the model only scores it. Real agents send
+    10-30k-token prompts; this model scores one ~16 times faster than the tiny policy (attention is most
+    of the cost), and its logprobs are a real model's all the same."""
+    import shutil
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("model") / "scoring"
+    shutil.copytree(tiny_model, folder)
+    for weights in folder.glob("*.safetensors"):
+        weights.unlink()
+    torch.manual_seed(0)
+    shape = LlamaConfig.from_pretrained(folder)  # the tiny policy's own, but for its size
+    shape.update(dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1,
+                      num_key_value_heads=1, head_dim=32, max_position_embeddings=65536))
+    LlamaForCausalLM(shape).save_pretrained(folder)
+    return folder
+
+
 class LiveGateway:
     """A gateway served by uvicorn on a free loopback port, in a background thread (``app``: serve
     that app instead of the gateway's own)."""
@@ -201,6 +224,28 @@ def tool_formats():
     from forge_cli import plugins
 
     return {name: e.value for name, e in plugins.get_registry().tool_formats.items()}
+
+
+# modules whose tests hold machine-wide things (the Docker engine's containers, a Ray cluster, real agents
+# at full tilt): under pytest-xdist (`make test` runs two workers) they run one after another on one worker
+HEAVY_MODULES = frozenset({
+    "test_agents_more", "test_agents_npm", "test_agents_pip", "test_hostile_agent", "test_mcp_tools", "test_reward_hacking",
+    "test_sandbox_docker", "test_sandbox_escape_docker", "test_rollout_cli", "test_scaling_examples",
+})
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scope scheduling with one scope for every HEAVY_MODULES test (one worker runs them
+    in order) and one per test elsewhere (any worker). (xdist's own ``loadgroup`` does not group under
+    pytest 9.2, whose node ids it can no longer rename.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class HeavyTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0].rpartition("/")[2].removesuffix(".py")
+            return "heavy" if module in HEAVY_MODULES else nodeid
+
+    return HeavyTogether(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

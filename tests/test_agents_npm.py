@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,21 +18,6 @@ from tests.docker_support import docker_engine, sandbox_containers  # noqa: F401
 
 # the tool each agent edits with, as its policy calls it
 EDIT_TOOL = {"opencode": "edit", "codex": "exec_command", "claude-code": "Edit"}
-
-
-@pytest.fixture(scope="session")
-def long_model(tiny_model, tmp_path_factory):
-    """The default tiny model with room for real agents' first prompts (claude-code's ~30k tokens): the
-    session's tiny model where it has 65,536 positions already, else a copy that says so (RoPE has no
-    weights per position)."""
-    config = json.loads((Path(tiny_model) / "config.json").read_text())
-    if config.get("max_position_embeddings", 0) >= 65536:
-        return tiny_model
-    copy = tmp_path_factory.mktemp("model-64k") / "tiny"
-    shutil.copytree(tiny_model, copy)
-    config["max_position_embeddings"] = 65536
-    (copy / "config.json").write_text(json.dumps(config))
-    return copy
 
 
 def rerendered(api: str, raw: dict, tokenizer, fmt) -> str:
@@ -127,46 +111,46 @@ def docker_ready(docker_engine):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_opencode_local_with_mcp_files(installed_agent, long_model, tmp_path, local_sandbox):
+def test_opencode_local_with_mcp_files(installed_agent, scoring_model, tmp_path, local_sandbox):
     """opencode in bubblewrap with ``mcp = ["files"]``: the server in its opencode.json (``type = "local"``),
     offered as ``files_read_file`` / ``files_edit_file``, through which the policy reads and edits."""
     installed_agent("opencode")
-    calls = fix_swe_mini("opencode", "local", long_model, tmp_path, mcp=["files"], edit_tool="files_edit_file")
+    calls = fix_swe_mini("opencode", "local", scoring_model, tmp_path, mcp=["files"], edit_tool="files_edit_file")
     assert {"files_read_file", "files_edit_file"} <= {t["function"]["name"] for t in calls[-1].request["tools"]}
 
 
 @pytest.mark.slow
-def test_opencode_docker(installed_agent, long_model, tmp_path, docker_ready):
+def test_opencode_docker(installed_agent, scoring_model, tmp_path, docker_ready):
     installed_agent("opencode")
-    fix_swe_mini("opencode", "docker", long_model, tmp_path)
+    fix_swe_mini("opencode", "docker", scoring_model, tmp_path)
 
 
 @pytest.mark.slow
-def test_codex_local(installed_agent, long_model, tmp_path, local_sandbox):
+def test_codex_local(installed_agent, scoring_model, tmp_path, local_sandbox):
     installed_agent("codex")
-    fix_swe_mini("codex", "local", long_model, tmp_path)
+    fix_swe_mini("codex", "local", scoring_model, tmp_path)
 
 
 @pytest.mark.slow
-def test_codex_docker_with_mcp_files(installed_agent, long_model, tmp_path, docker_ready):
+def test_codex_docker_with_mcp_files(installed_agent, scoring_model, tmp_path, docker_ready):
     """codex in a container with ``mcp = ["files"]``: ``[mcp_servers.files]`` in its config.toml; codex sends
     the server's tools in an ``mcp__files`` namespace (rendered as ``read_file``, ``edit_file``) once the
     server is up, and the policy edits through them."""
     installed_agent("codex")
-    calls = fix_swe_mini("codex", "docker", long_model, tmp_path, mcp=["files"], edit_tool="edit_file")
+    calls = fix_swe_mini("codex", "docker", scoring_model, tmp_path, mcp=["files"], edit_tool="edit_file")
     spaces = {t["name"]: t for t in calls[-1].request["tools"] if t.get("type") == "namespace"}
     assert {"read_file", "edit_file"} <= {t["name"] for t in spaces["mcp__files"]["tools"]}
 
 
 @pytest.mark.slow
-def test_claude_code_local_with_mcp_files(installed_agent, long_model, tmp_path, local_sandbox):
+def test_claude_code_local_with_mcp_files(installed_agent, scoring_model, tmp_path, local_sandbox):
     """claude-code in bubblewrap with ``mcp = ["files"]``: Forge writes its --mcp-config, claude-code starts
     the files server in its sandbox and reads and edits the repository only through it
     (``mcp__files__read_file``, ``mcp__files__edit_file``). One claude-code fix, ~70 s with its ~135k tokens
     scored: claude-code in docker is only launched, and fails cleanly, in test_agents_pip's untrained seven; the
     MCP servers' own venv in a container is codex's docker test above; claude-code without MCP is not run."""
     installed_agent("claude-code")
-    calls = fix_swe_mini("claude-code", "local", long_model, tmp_path, mcp=["files"], edit_tool="mcp__files__edit_file")
+    calls = fix_swe_mini("claude-code", "local", scoring_model, tmp_path, mcp=["files"], edit_tool="mcp__files__edit_file")
     offered = {t["name"] for t in calls[-1].request["tools"]}
     assert {"mcp__files__read_file", "mcp__files__edit_file", "mcp__files__write_file"} <= offered
     assert "mcp__files__read_file" in json.dumps([c.request for c in calls])

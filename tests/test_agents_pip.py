@@ -143,31 +143,31 @@ def docker_sandbox(docker_engine):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_mini_swe_agent_local(tiny_model, tmp_path, installed_agent, local_sandbox):
-    completions = solve("mini-swe-agent", "local", tiny_model, tmp_path, installed_agent)
+def test_mini_swe_agent_local(scoring_model, tmp_path, installed_agent, local_sandbox):
+    completions = solve("mini-swe-agent", "local", scoring_model, tmp_path, installed_agent)
     assert '"name": "bash"' in seen(completions) and "edited" in seen(completions)
 
 
 @pytest.mark.slow
-def test_mini_swe_agent_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
-    completions = solve("mini-swe-agent", "docker", tiny_model, tmp_path, installed_agent)
+def test_mini_swe_agent_docker(scoring_model, tmp_path, installed_agent, docker_sandbox):
+    completions = solve("mini-swe-agent", "docker", scoring_model, tmp_path, installed_agent)
     assert "edited" in seen(completions)
 
 # ---- smolagents: a ToolCallingAgent with a shell tool, tool_choice "required", ends with final_answer -----
 
 
 @pytest.mark.slow
-def test_smolagents_local(tiny_model, tmp_path, installed_agent, local_sandbox):
-    completions = solve("smolagents", "local", tiny_model, tmp_path, installed_agent)
+def test_smolagents_local(scoring_model, tmp_path, installed_agent, local_sandbox):
+    completions = solve("smolagents", "local", scoring_model, tmp_path, installed_agent)
     assert '"final_answer"' in seen(completions) and "edited" in seen(completions)
 
 
 @pytest.mark.slow
-def test_smolagents_docker_with_mcp_shell(tiny_model, tmp_path, installed_agent, docker_sandbox):
+def test_smolagents_docker_with_mcp_shell(scoring_model, tmp_path, installed_agent, docker_sandbox):
     """``mcp = ["shell"]``: the runner's tools are those of Forge's shell MCP server (smolagents' own MCP
     client needs mcpadapt; the runner talks to the server with the mcp SDK of the servers' venv), started
     over stdio inside the container; the same policy fixes the repository through it."""
-    completions = solve("smolagents", "docker", tiny_model, tmp_path, installed_agent,
+    completions = solve("smolagents", "docker", scoring_model, tmp_path, installed_agent,
                         **{"scaffolds.smolagents.mcp": ["shell"]})
     offered = sorted(t["function"]["name"] for t in completions[0].request["tools"])
     assert offered == ["final_answer", "shell"] and "timeout_s" in json.dumps(completions[0].request["tools"])
@@ -213,17 +213,17 @@ def test_forge_train_on_smolagents_in_bubblewrap(cli, tiny_model, tmp_path, inst
 
 
 @pytest.mark.slow
-def test_openai_agents_local(tiny_model, tmp_path, installed_agent, local_sandbox):
-    completions = solve("openai-agents", "local", tiny_model, tmp_path, installed_agent)
+def test_openai_agents_local(scoring_model, tmp_path, installed_agent, local_sandbox):
+    completions = solve("openai-agents", "local", scoring_model, tmp_path, installed_agent)
     assert all("input" in c.request for c in completions) and "edited" in seen(completions)
 
 
 @pytest.mark.slow
-def test_openai_agents_docker_with_mcp_shell(tiny_model, tmp_path, installed_agent, docker_sandbox):
+def test_openai_agents_docker_with_mcp_shell(scoring_model, tmp_path, installed_agent, docker_sandbox):
     """``mcp = ["shell"]``: no built-in tool; the agent's only tool is Forge's shell MCP server's, which the
     runner starts over stdio inside the container (from the servers' venv under FORGE_HOME/agents, as
     Forge's --mcp-config says); the same policy fixes the repository through it."""
-    completions = solve("openai-agents", "docker", tiny_model, tmp_path, installed_agent,
+    completions = solve("openai-agents", "docker", scoring_model, tmp_path, installed_agent,
                         **{"scaffolds.openai-agents.mcp": ["shell"]})
     offered = [t["name"] for t in completions[0].request["tools"]]
     assert offered == ["shell"] and "timeout_s" in json.dumps(completions[0].request["tools"])  # the server's schema
@@ -233,14 +233,14 @@ def test_openai_agents_docker_with_mcp_shell(tiny_model, tmp_path, installed_age
 
 
 @pytest.mark.slow
-def test_aider_local(tiny_model, tmp_path, installed_agent, local_sandbox):
-    completions = solve("aider", "local", tiny_model, tmp_path, installed_agent, least=1)
+def test_aider_local(scoring_model, tmp_path, installed_agent, local_sandbox):
+    completions = solve("aider", "local", scoring_model, tmp_path, installed_agent, least=1)
     assert "tools" not in completions[0].request and "READ ONLY files" in seen(completions)
 
 
 @pytest.mark.slow
-def test_aider_docker(tiny_model, tmp_path, installed_agent, docker_sandbox):
-    solve("aider", "docker", tiny_model, tmp_path, installed_agent, least=1)
+def test_aider_docker(scoring_model, tmp_path, installed_agent, docker_sandbox):
+    solve("aider", "docker", scoring_model, tmp_path, installed_agent, least=1)
 
 # ---- forge scaffold show: the first prompt's length on the current model, measured once and cached -------
 

@@ -31,7 +31,7 @@ def test_tree_attention_benchmark_runs_and_tree_matches_dense(tmp_path):
 def test_rollout_benchmark_sharing_runs(tmp_path):
     """Part 2 of benchmarks/rollout.py: every context policy solves kv-search with the demo policy and says what it did."""
     out = tmp_path / "rollout.json"
-    done = subprocess.run([sys.executable, "benchmarks/rollout.py", "--skip-throughput", "--groups", "1", "--out", str(out)],
+    done = subprocess.run([sys.executable, "benchmarks/rollout.py", "--skip-throughput", "--groups", "1", "--n", "4", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r["scaffold"]: r for r in json.loads(out.read_text())["sharing"]}

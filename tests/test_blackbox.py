@@ -468,6 +468,16 @@ NOISE_OFF = {
     "aider": {"env": {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}, "args": ["--no-check-update", "--analytics-disable"]},
     "openai-agents": {"env": {"OPENAI_AGENTS_DISABLE_TRACING": "1"}},
     "smolagents": {},
+    "qwen-code": {"env": {"QWEN_CODE_TRUST_WORKSPACE": "true"},
+                  "files": ['"usageStatisticsEnabled": false', '"telemetry": {"enabled": false}', '"disableAutoUpdate": true']},
+    "gemini-cli": {"files": ['"usageStatisticsEnabled": false', '"telemetry": {"enabled": false}', '"enableAutoUpdate": false']},
+    "pi": {"env": {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1"}},
+    "cn": {"env": {"CONTINUE_CLI_ENABLE_TELEMETRY": "0", "CONTINUE_METRICS_ENABLED": "0"}},
+    "gptme": {"env": {"GPTME_TELEMETRY_ENABLED": "false"}},
+    "agno": {"env": {"AGNO_TELEMETRY": "false"}},
+    "google-adk": {"env": {"OTEL_SDK_DISABLED": "true", "GOOGLE_GENAI_USE_VERTEXAI": "FALSE"}},
+    "autogen": {"env": {"AUTOGEN_DISABLE_RUNTIME_TRACING": "true"}},
+    "pydantic-ai": {}, "langgraph": {}, "llm": {},  # their runners / the CLI talk only to the gateway
 }
 
 

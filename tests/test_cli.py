@@ -52,6 +52,10 @@ def test_scaffold_list_shows_builtins(cli):
     assert all(rows[n]["kind"] == "black" and rows[n]["installed"] == "no" for n in black)
     assert rows["truncate-bc"]["context_policy"] == "truncate"
     assert rows["opencode"]["plugin"] == "forge:scaffolds"
+    # the API each speaks
+    assert {rows[n]["api"] for n in white} == {"openai-chat"}
+    assert (rows["codex"]["api"], rows["claude-code"]["api"], rows["gemini-cli"]["api"], rows["agno"]["api"]) == \
+        ("openai-responses", "anthropic-messages", "gemini", "ollama")
 
 
 def test_scaffold_list_table_and_filter(cli):
@@ -61,6 +65,23 @@ def test_scaffold_list_table_and_filter(cli):
     bad = cli("scaffold", "list", "--kind", "grey")
     assert bad.exit_code == 1
     assert "--kind must be 'white' or 'black'" in bad.stderr
+
+
+def test_scaffold_doctor_on_an_agent_not_installed_says_how_and_exits_1(cli):
+    done = cli("scaffold", "doctor", "aider", "--json")
+    assert done.exit_code == 1
+    checks = {c["check"]: c for c in json.loads(done.stdout)}
+    assert list(checks) == ["registered", "installed", "starts", "sandbox", "one task"]
+    assert checks["registered"]["ok"] and "speaks openai-chat" in checks["registered"]["detail"]
+    assert checks["installed"] == {"check": "installed", "ok": False, "detail": "not installed: run `forge scaffold add aider`"}
+    assert checks["starts"]["ok"] is None and checks["one task"]["ok"] is None
+    assert checks["one task"]["detail"] == "installed failed"
+    table = cli("scaffold", "doctor", "aider")
+    assert table.exit_code == 1 and "failed installed: not installed" in " ".join(table.stdout.split())
+    white = cli("scaffold", "doctor", "react", "--json")
+    assert white.exit_code == 0 and [c["ok"] for c in json.loads(white.stdout)] == [True, None]
+    assert cli("scaffold", "doctor", "nope").exit_code == 1
+    assert "--sandbox: no sandbox named 'moon'" in cli("scaffold", "doctor", "aider", "--sandbox", "moon").stderr
 
 
 def test_scaffold_show(cli):

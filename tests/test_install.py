@@ -1,10 +1,11 @@
 """Installing: the wheel into a fresh venv, the example plugin by path, a black-box agent from npm.
 
-These run the real tools (pip, npm, venv) against the package registries and are marked slow.
+These run the real tools (uv, pip, npm, venv) against the package registries and are marked slow.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -119,19 +120,59 @@ def test_add_opencode_installs_from_npm_into_forge_home(cli, tmp_path):
     assert removed.exit_code == 0 and not (home / "agents" / "opencode").exists()
 
 
-def test_failed_agent_install_leaves_nothing_behind(cli, monkeypatch, tmp_path):
-    """A pip agent whose package cannot be installed: one red line with the log, no half install."""
-    import dataclasses
-
+@pytest.mark.parametrize("tool", ["uv", "pip"])
+def test_a_pip_agent_installs_into_a_venv_of_its_own(tool, monkeypatch, tmp_path):
+    """uv by default (the dependency beside Forge's Python), pip where FORGE_AGENT_INSTALLER=pip: the
+    agent's venv holds its package at the asked version, compiled, with pip in it (agents that install
+    more at run time use it); the log says which tool ran."""
     from forge_cli import installer, plugins
     from forge_cli.specs import InstallRecipe
 
+    monkeypatch.setenv("FORGE_AGENT_INSTALLER", tool)
+    spec = plugins.get_registry().scaffold("aider")
+    six = dataclasses.replace(spec, name="six-agent", install=InstallRecipe("pip", "six", "==1.16.0", "python"))
+    done = installer.install_agent(six)
+    assert done.fresh and done.version == "1.16.0"
+    python = done.prefix / "venv" / "bin" / "python"
+    assert _run([str(python), "-c", "import six; print(six.__file__)"]).stdout.strip().startswith(str(done.prefix))
+    assert list((done.prefix / "venv").glob("lib/python*/site-packages/__pycache__/six.*.pyc"))
+    assert _run([str(python), "-m", "pip", "--version"]).returncode == 0
+    ran = (Path(os.environ["FORGE_HOME"]) / "logs" / "install-six-agent.log").read_text().splitlines()[1]
+    assert ran.startswith(f"$ {installer.uv_binary()} pip install --python" if tool == "uv" else f"$ {python} -m pip install")
+    assert installer.installed(six) is not None and installer.install_agent(six).fresh is False
+
+
+def test_uv_gets_pips_index_settings_and_pip_can_be_asked_for(monkeypatch):
+    from forge_cli import installer
+
+    monkeypatch.delenv("FORGE_AGENT_INSTALLER", raising=False)
+    monkeypatch.delenv("UV_INDEX_URL", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("UV_EXTRA_INDEX_URL", "http://127.0.0.1:9/uv-own")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "http://127.0.0.1:9/pip-extra")
+    what, cmd, env = installer.pip_install_command("/venv/bin/python")
+    assert what == "uv pip install" and cmd[1:] == ["pip", "install", "--python", "/venv/bin/python", "--compile-bytecode"]
+    assert env["UV_INDEX_URL"] == "http://127.0.0.1:9/simple"
+    assert env["UV_EXTRA_INDEX_URL"] == "http://127.0.0.1:9/uv-own"  # uv's own setting wins
+    monkeypatch.setenv("FORGE_AGENT_INSTALLER", "pip")
+    what, cmd, env = installer.pip_install_command("/venv/bin/python")
+    assert what == "pip install" and cmd[:4] == ["/venv/bin/python", "-m", "pip", "install"] and "UV_INDEX_URL" not in env
+
+
+@pytest.mark.parametrize("tool", ["uv", "pip"])
+def test_failed_agent_install_leaves_nothing_behind(tool, cli, monkeypatch, tmp_path):
+    """A pip agent whose package cannot be installed: one red line with the log, no half install."""
+    from forge_cli import installer, plugins
+    from forge_cli.specs import InstallRecipe
+
+    monkeypatch.setenv("FORGE_AGENT_INSTALLER", tool)
     spec = plugins.get_registry().scaffold("aider")
     broken = dataclasses.replace(spec, install=InstallRecipe("pip", str(tmp_path / "no-such-dir"), "", "aider"))
     with pytest.raises(Exception) as info:
         installer.install_agent(broken)
     message = str(info.value)
-    assert message.startswith("pip install failed (exit 1):") and "does not exist" in message
+    assert message.startswith(f"{'uv pip' if tool == 'uv' else 'pip'} install failed (exit "), message
+    assert "no-such-dir" in message and ("does not exist" in message or "not found" in message.lower()), message
     assert message.endswith(str(Path(os.environ["FORGE_HOME"]) / "logs" / "install-aider.log"))
     assert "no-such-dir" in (Path(os.environ["FORGE_HOME"]) / "logs" / "install-aider.log").read_text()
     assert not installer.agent_prefix("aider").exists()

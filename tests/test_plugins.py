@@ -91,6 +91,8 @@ def register_scaffolds(register):
                                             env={"KEY": "$api_key", "PY": "$python", "PRICE": "5$"})))
     register(ScaffoldSpec(name="Bad Name", kind="white", family="x", description="d"))
     register(ScaffoldSpec(name="no-install", kind="black", description="black without a recipe"))
+    register(ScaffoldSpec(name="typo-api", kind="black", api="opnai-chat", description="an API misspelt",
+                          install=InstallRecipe("npm", "typo-api", "1.0.0", "t"), launch=LaunchSpec(command=("$bin",))))
     register(ScaffoldSpec(name="react", kind="white", family="tool-loop", description="a duplicate"))
     register(ScaffoldSpec(name="bad-ok", kind="white", family="tool-loop", description="this one is fine"))
 
@@ -219,6 +221,8 @@ def test_invalid_registrations_are_rejected_with_warnings(fake_dist):
     assert "plugin 'bad-plugin': register_scaffolds got str, expected ScaffoldSpec" in text
     assert "scaffold name 'Bad Name' is not valid" in text
     assert "scaffold 'no-install': a black-box scaffold needs an install recipe" in text
+    assert ("scaffold 'typo-api': api must be one of openai-chat, openai-responses, anthropic-messages, gemini, ollama, "
+            "not 'opnai-chat'") in text
     assert "scaffold 'react' is already registered by plugin 'forge:scaffolds'" in text
     assert "register_sandboxes raised RuntimeError: sandbox hook exploded" in text
     assert "implements unknown hook 'register_widgets'" in text
@@ -226,7 +230,7 @@ def test_invalid_registrations_are_rejected_with_warnings(fake_dist):
     assert ("scaffold 'typo-agent': its launch recipe has 4 bad placeholders: command[2]: $gateway_ur; command[4]: $modle; "
             "env.PY: $python; env.PRICE: a '$' that starts no placeholder") in text
     assert "typo-agent" not in reg.scaffolds
-    assert len(reg.warnings) == 7
+    assert len(reg.warnings) == 8
     # what was valid still registered, and the built-in 'react' is untouched
     assert reg.scaffolds["bad-ok"].plugin == "bad-plugin"
     assert reg.scaffolds["react"].plugin == "forge:scaffolds"

@@ -52,7 +52,8 @@ def processes_with(token: str) -> list[int]:
 
 
 def our_cgroups() -> set[str]:
-    return {str(p) for p in Path("/sys/fs/cgroup").glob("**/forge-sandbox-*")}
+    """The sandbox cgroups this process made (named ``forge-sandbox-PID-…``: another test process's are its own)."""
+    return {str(p) for p in Path("/sys/fs/cgroup").glob(f"**/forge-sandbox-{os.getpid()}-*")}
 
 
 @pytest.fixture

@@ -1,11 +1,12 @@
-"""``forge scaffold list|show|add|remove``: the scaffolds plugins registered, and installing them."""
+"""``forge scaffold list|show|add|remove|doctor``: the scaffolds plugins registered, and installing them."""
 
 from __future__ import annotations
 
 import datetime
 import difflib
 import importlib.metadata
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 from rich.panel import Panel
@@ -13,11 +14,12 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from forge_cli import installer, plugins
-from forge_cli.commands._common import get_state, print_json, registry
+from forge_cli.commands._common import config_with, get_state, print_json, registry
 from forge_cli.console import console, err_console, warn
 from forge_cli.errors import ForgeError
 from forge_cli.installer import agent_prefix, installed
 from forge_cli.plugins import normalise_name
+from forge_cli.rollout.smoke import Check, doctor
 from forge_cli.rollout.loop import loop_label, loop_status
 
 
@@ -37,7 +39,7 @@ def register(app: typer.Typer) -> None:
         kind: str = typer.Option(None, "--kind", help="Only 'white' or 'black' scaffolds."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
-        """Every registered scaffold: kind, tool format, context policy, source plugin, installed?"""
+        """Every registered scaffold: kind, the API it speaks, tool format, context policy, source plugin, installed?"""
         if kind not in (None, "white", "black"):
             raise ForgeError(f"--kind must be 'white' or 'black', not {kind!r}")
         entries = [e for e in registry().scaffolds.values() if kind in (None, e.value.kind)]
@@ -45,6 +47,7 @@ def register(app: typer.Typer) -> None:
             {
                 "name": e.name,
                 "kind": e.value.kind,
+                "api": e.value.api,
                 "tool_format": e.value.tool_format,
                 "context_policy": e.value.context_policy,
                 "plugin": e.plugin,
@@ -57,13 +60,13 @@ def register(app: typer.Typer) -> None:
             print_json(rows)
             return
         table = Table(title="Forge scaffolds", title_justify="left")
-        for column in ("name", "kind", "tool format", "context policy", "plugin", "installed"):
+        for column in ("name", "kind", "API", "tool format", "context policy", "plugin", "installed"):
             table.add_column(column, no_wrap=column == "name")
         for row in rows:
             installed = row["installed"]
             style = "green" if installed != "no" else "dim"
             table.add_row(
-                row["name"], row["kind"], row["tool_format"] or "[dim]the model's[/]", row["context_policy"], row["plugin"],
+                row["name"], row["kind"], row["api"], row["tool_format"] or "[dim]the model's[/]", row["context_policy"], row["plugin"],
                 f"[{style}]{installed}[/]"
             )
         console.print(table)
@@ -150,6 +153,50 @@ def register(app: typer.Typer) -> None:
         if name is None:
             raise ForgeError(f"'{target}' is neither a registered scaffold nor a loaded plugin distribution")
         _uninstall_plugin(reg, name, target)
+
+
+    @group.command("doctor")
+    def doctor_cmd(
+        name: str = typer.Argument(..., help="Scaffold name (forge scaffold list)."),
+        model: Optional[Path] = typer.Option(None, "--model", help="HF model folder that scores the scripted policy's text (default model.path or the default model)."),
+        sandbox: Optional[str] = typer.Option(None, "--sandbox", help="local or docker (default: the scaffold's [scaffolds.NAME] sandbox, else rollout.sandbox)."),
+        timeout: float = typer.Option(300.0, "--timeout", help="Seconds the one task may take."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    ) -> None:
+        """Is this agent ready to train? Registered, installed, its program starts, its sandbox works, and one
+        `files` task done through the gateway with its own shell tool (a scripted policy; nothing kept).
+        Exits 1 if a check failed."""
+        reg = registry()
+        spec = reg.scaffold(name)
+        config = config_with([("model.path", "--model", str(model) if model else None)])
+        backend = sandbox or (config.scaffolds.get(name) or {}).get("sandbox") or config.rollout.sandbox
+        if backend not in reg.sandboxes:
+            raise ForgeError(f"--sandbox: no sandbox named {backend!r} (registered: {', '.join(sorted(reg.sandboxes))})")
+
+        def config_for(overrides: dict[str, Any]) -> Any:
+            return config_with([(key, "--model" if key == "model.path" else f"(the doctor's {key})", value)
+                                for key, value in overrides.items()])
+
+        marks = {True: "[green]ok[/]", False: "[red]failed[/]", None: "[dim]skipped[/]"}
+
+        def shown(check: Check) -> None:
+            if not as_json:
+                console.print(f"{marks[check.ok]:>20}  [bold]{check.name}[/]: {check.detail}")
+
+        if spec.kind == "white":
+            checks = [Check("registered", True, f"white-box loop from plugin {reg.scaffolds[name].plugin}"),
+                      Check("one task", None, f"a loop that runs inside Forge: `forge rollout --scaffold {name}` runs it")]
+            for check in checks:
+                shown(check)
+        else:
+            if not as_json:
+                console.print(f"[bold]{name}[/]: checking (one task takes a minute or so)")
+            checks = doctor(spec, reg.scaffolds[name].plugin, config_for, model=model, backend=backend, timeout_s=timeout,
+                            on_check=shown)
+        if as_json:
+            print_json([c.as_dict() for c in checks])
+        if any(c.ok is False for c in checks):
+            raise typer.Exit(1)
 
 
 def _remove_agent(spec: Any) -> None:

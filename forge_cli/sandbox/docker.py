@@ -400,6 +400,8 @@ class DockerSandbox(WorkdirFiles):
         code: int | None = None
         if bound is not None:
             await asyncio.to_thread(self._remove)
+            if bound == "memory":  # the kernel's OOM kill (or the removal, had the watcher seen it first) is a SIGKILL
+                code = -9
         else:
             try:
                 code = (await asyncio.to_thread(self._client.api.exec_inspect, exec_id)).get("ExitCode")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.families import family_model_dir
+from tests.families import family_model_dir, family_tokenizer
 
 
 def scored_model(family: str, where: Path, *, own_architecture: bool = False) -> Path:
@@ -17,7 +17,7 @@ def scored_model(family: str, where: Path, *, own_architecture: bool = False) ->
     0); ``own_architecture`` (Qwen3 only): a 1-layer Qwen3 instead, whose ``config.json`` says
     ``model_type = "qwen3"``, as a real Qwen3 folder does (the gateway reads its family from it)."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     source = family_model_dir(family)
     folder = where / family
@@ -25,7 +25,7 @@ def scored_model(family: str, where: Path, *, own_architecture: bool = False) ->
     for name in ("tokenizer.json", "tokenizer_config.json", "tekken.json"):  # tekken.json: Mistral's
         if (source / name).exists():
             shutil.copy(source / name, folder / name)
-    tok = AutoTokenizer.from_pretrained(folder)
+    tok = family_tokenizer(family)  # the same files, loaded once a process
     torch.manual_seed(0)
     shape = dict(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                  num_key_value_heads=1, max_position_embeddings=32768, tie_word_embeddings=True)
