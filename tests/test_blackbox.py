@@ -477,7 +477,13 @@ NOISE_OFF = {
     "agno": {"env": {"AGNO_TELEMETRY": "false"}},
     "google-adk": {"env": {"OTEL_SDK_DISABLED": "true", "GOOGLE_GENAI_USE_VERTEXAI": "FALSE"}},
     "autogen": {"env": {"AUTOGEN_DISABLE_RUNTIME_TRACING": "true"}},
-    "pydantic-ai": {}, "langgraph": {}, "llm": {},  # their runners / the CLI talk only to the gateway
+    "open-interpreter": {"env": {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "DISABLE_TELEMETRY": "true"}},
+    "copilot": {"env": {"COPILOT_OFFLINE": "true"}},
+    "hermes-agent": {"args": ["--ignore-user-config"]},
+    "kilo": {"env": {"KILO_DISABLE_AUTOUPDATE": "1"}, "files": ['"autoupdate": false', '"share": "disabled"']},
+    "dspy": {"env": {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}},
+    "crewai": {"env": {"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false", "OTEL_SDK_DISABLED": "true"}},
+    "pydantic-ai": {}, "langgraph": {}, "llm": {}, "llama-index": {},  # their runners / the CLI talk only to the gateway
 }
 
 

@@ -39,6 +39,23 @@ def test_a_shell_that_takes_an_argv_gets_one_and_anthropic_schemas_count():
     assert shell_call(offered_tools({"tools": [openai_tool("read_file", path={"type": "string"})]}), "ls") is None
 
 
+def test_a_quoted_task_with_the_agents_own_lines_after_it_is_still_read():
+    """kilo sends the task in quotes, its environment details after it."""
+    quoted = '"Create a file named docs/g.txt containing exactly this line: island ribbon"\n\n<environment_details>x'
+    assert files_command(quoted) == "mkdir -p docs && printf '%s\\n' 'island ribbon' > docs/g.txt"
+    said = 'Create a file named a.txt containing exactly this line: he said "hi"'
+    assert files_command(said) == "printf '%s\\n' 'he said \"hi\"' > a.txt"
+
+
+def test_a_code_tool_that_asks_for_a_language_gets_the_shell():
+    """open-interpreter's one tool: ``execute(language, code)``, the language an enum of what it can run."""
+    languages = {"type": "string", "enum": ["ruby", "python", "shell", "javascript"]}
+    tools = offered_tools({"tools": [openai_tool("execute", language=languages, code={"type": "string"})]})
+    assert call_of(shell_call(tools, "ls")) == {"name": "execute", "arguments": {"code": "ls", "language": "shell"}}
+    no_shell = offered_tools({"tools": [openai_tool("execute", language={"enum": ["python"]}, code={"type": "string"})]})
+    assert call_of(shell_call(no_shell, "ls")) == {"name": "execute", "arguments": {"code": "ls"}}
+
+
 def test_the_files_policy_works_through_bash_and_says_so_when_there_is_no_shell():
     task = "Create a file named notes/a.txt containing exactly this line: hello world"
     context = {"messages": [{"role": "user", "content": task}], "tools": [openai_tool("bash", command={"type": "string"})]}
@@ -47,3 +64,32 @@ def test_the_files_policy_works_through_bash_and_says_so_when_there_is_no_shell(
     assert shlex.split(call["arguments"]["command"])[:3] == ["mkdir", "-p", "notes"]
     bare = files_shell({"messages": context["messages"], "tools": [openai_tool("read_file", path={"type": "string"})]})
     assert "<tool_call>" not in bare and "no shell tool" in bare and "read_file" in bare
+
+
+def test_a_dspy_agent_gets_the_fields_it_asks_for_shell_then_finish_then_the_result():
+    """DSPy's ReAct sends no tools: its ChatAdapter asks for named fields. The first turn runs the task's
+    command through ``shell``; once an observation is in the trajectory, ``finish``; the extract step
+    asks for ``reasoning`` and ``result``. ``files_agent`` tells it from an agent with tools."""
+    from forge_cli.tasks.demo_policies import files_agent
+
+    task = "[[ ## task ## ]]\nCreate a file named a.txt containing exactly this line: hi there\n\n[[ ## trajectory ## ]]\n"
+    ask = ("Respond with the corresponding output fields, starting with the field `[[ ## next_thought ## ]]`, then "
+           "`[[ ## next_tool_name ## ]]` (must be formatted as a valid Python Literal['shell', 'finish']), then "
+           "`[[ ## next_tool_args ## ]]` (must be formatted as a valid Python dict[str, Any]), and then ending with "
+           "the marker for `[[ ## completed ## ]]`.")
+
+    def fields(reply: str) -> dict:
+        return dict(re.findall(r"\[\[ ## (\w+) ## \]\]\n(.*?)\n\n", reply, re.S))
+
+    first = files_agent({"messages": [{"role": "system", "content": "…"}, {"role": "user", "content": task + "\n" + ask}]})
+    assert first.endswith("[[ ## completed ## ]]")
+    assert fields(first)["next_tool_name"] == "shell"
+    assert json.loads(fields(first)["next_tool_args"]) == {"command": files_command(task)}
+    seen = task + "[[ ## observation_0 ## ]]\n[exit code 0]\n\n" + ask
+    assert fields(files_agent({"messages": [{"role": "user", "content": seen}]}))["next_tool_name"] == "finish"
+    extract = seen.replace(ask, "Respond with the corresponding output fields, starting with the field "
+                                "`[[ ## reasoning ## ]]`, then `[[ ## result ## ]]`, and then ending with the marker "
+                                "for `[[ ## completed ## ]]`.")
+    assert set(fields(files_agent({"messages": [{"role": "user", "content": extract}]}))) == {"reasoning", "result"}
+    with_tools = {"messages": [{"role": "user", "content": task + ask}], "tools": [openai_tool("bash", command={"type": "string"})]}
+    assert call_of(files_agent(with_tools))["name"] == "bash"

@@ -57,7 +57,7 @@ def host_unchanged(docker_engine, tmp_path_factory):
     before_containers = {c.id for c in sandbox_containers(docker_engine)}
     yield
     assert {c.id for c in sandbox_containers(docker_engine)} <= before_containers
-    assert _mounts(*roots) == before_mounts
+    assert _mounts(*roots) <= before_mounts  # none left behind (one an earlier test left may since have gone)
     assert _processes_with(TOKEN) == []
 
 

@@ -5,8 +5,8 @@
 3. **starts**: its program answers ``--version`` (or ``--help``) on the host within 60 s;
 4. **sandbox**: the backend it would run in is usable here (bubblewrap for ``local``, the image for ``docker``);
 5. **one task**: a real rollout of one ``files`` task in that sandbox, through a gateway on loopback, with
-   the scripted ``files_shell`` policy (it calls the agent's *own* shell tool, whatever it names it, with a
-   command that does the task) scored by the embedded model (or ``--model``): the model calls it made,
+   the scripted ``files_agent`` policy (it calls the agent's *own* shell tool, whatever it names it, with a
+   command that does the task; DSPy's text fields for a DSPy agent) scored by the embedded model (or ``--model``): the model calls it made,
    the tool it called, its exit, and whether the verifier found the file. Recorded in a run of a
    temporary folder, removed afterwards.
 
@@ -30,7 +30,7 @@ from forge_cli.sandbox.bwrap import unavailable
 from forge_cli.sandbox.docker import DEFAULT_IMAGE, image_problem
 from forge_cli.specs import ScaffoldSpec
 
-SMOKE_POLICY = "forge_cli.tasks.demo_policies:files_shell"
+SMOKE_POLICY = "forge_cli.tasks.demo_policies:files_agent"
 START_TIMEOUT_S = 60.0
 
 

@@ -25,7 +25,7 @@ def _call(name: str, **arguments: Any) -> str:
 
 # what agents name their shell tool, in the order a policy prefers them when several are offered
 SHELL_TOOLS = ("shell", "bash", "Bash", "run_shell_command", "execute_command", "exec_command", "run_command",
-               "shell_command", "execute_bash", "terminal", "run_terminal_cmd")
+               "shell_command", "execute_bash", "terminal", "run_terminal_cmd", "execute")
 COMMAND_KEYS = ("command", "cmd", "script", "commands", "code")  # its argument that takes the command line
 
 
@@ -49,7 +49,13 @@ def shell_call(tools: dict[str, dict[str, Any]], command: str) -> str | None:
     properties = tools[name].get("properties") or {}
     key = next((k for k in COMMAND_KEYS if k in properties), next(iter(properties), "command"))
     value: Any = ["bash", "-lc", command] if (properties.get(key) or {}).get("type") == "array" else command
-    return _call(name, **{key: value})
+    arguments = {key: value}
+    for other in tools[name].get("required") or []:  # a language to choose (open-interpreter's execute): the shell
+        choices = (properties.get(other) or {}).get("enum") or []
+        shell = next((c for c in ("shell", "bash", "sh") if c in choices), None)
+        if other != key and shell is not None:
+            arguments[other] = shell
+    return _call(name, **arguments)
 
 
 def _user(messages: list[dict[str, Any]]) -> str:
@@ -154,9 +160,10 @@ def kv_search(context: dict[str, Any]) -> str:
 
 def files_command(prompt: str) -> str | None:
     """A shell command that does what a ``files`` task asks (create a file with a line, or set a key)."""
-    create = re.search(r"Create a file named (\S+) containing exactly this line: (.+)$", prompt)
+    # an agent may quote the task or add its own lines after it (kilo does both): one line, quotes dropped
+    create = re.search(r"(\"?)Create a file named (\S+) containing exactly this line: (.+?)\1$", prompt, re.M)
     if create:
-        path, line = create.group(1), create.group(2).strip()
+        path, line = create.group(2), create.group(3).strip()
         folder = path.rpartition("/")[0]
         make = f"mkdir -p {shlex.quote(folder)} && " if folder else ""
         return f"{make}printf '%s\\n' {shlex.quote(line)} > {shlex.quote(path)}"
@@ -189,6 +196,34 @@ def files_shell(context: dict[str, Any]) -> str:
     if command is None:
         return "I cannot tell what is asked."
     return shell_call(tools, command) or f"I have no shell tool (offered: {', '.join(sorted(tools)) or 'none'})."
+
+
+DSPY_FIELD = re.compile(r"`\[\[ ## (\w+) ## \]\]`")
+
+
+def files_dspy(context: dict[str, Any]) -> str:
+    """For a DSPy ``ReAct`` agent (no API tools: DSPy's ChatAdapter asks for named fields between
+    ``[[ ## NAME ## ]]`` markers): the fields its last message asks for, ``shell`` with one command that
+    does the ``files`` task, then ``finish`` once an observation is in its trajectory, then the result."""
+    messages = context.get("messages") or []
+    asked = _user(messages[-1:]) if messages and messages[-1].get("role") == "user" else ""
+    command = files_command(asked) or "true"
+    done = "[[ ## observation_0 ## ]]" in asked
+    values = {"next_thought": "The file is made." if done else "One shell command does it.",
+              "next_tool_name": "finish" if done else "shell",
+              "next_tool_args": json.dumps({} if done else {"command": command}),
+              "reasoning": "The shell command made the file.", "result": "done"}
+    fields = DSPY_FIELD.findall(asked.rsplit("Respond with", 1)[-1])
+    return "".join(f"[[ ## {f} ## ]]\n{values.get(f, 'done')}\n\n" for f in fields if f != "completed") + "[[ ## completed ## ]]"
+
+
+def files_agent(context: dict[str, Any]) -> str:
+    """Any agent on a ``files`` task: :func:`files_dspy` where its last message asks for DSPy's fields,
+    else :func:`files_shell` (its own shell tool). What ``forge scaffold doctor`` runs."""
+    messages = context.get("messages") or []
+    if not context.get("tools") and messages and DSPY_FIELD.search(_user(messages[-1:])):
+        return files_dspy(context)
+    return files_shell(context)
 
 
 def _user_task(messages: list[dict[str, Any]]) -> str:
