@@ -266,7 +266,9 @@ def test_agents_that_break_their_sandboxs_limits_fail_with_the_reason_and_the_ro
     assert ended["t1"][0] == "failed" and "limit of 64 processes" in ended["t1"][1], ended["t1"]
     # the disk bound is a file-size rlimit and a poll of the folders' size: whichever stops the filler first
     assert ended["t2"][0] == "failed" and re.search(r"(disk limit|more than its limit) of 32 MiB", ended["t2"][1]), ended["t2"]
-    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _marked(Path("/proc") / pid / "environ", MARKER_VAR)]
+    # this rollout's sandboxed processes (marked, and working under this test's folder: another test's are its own)
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _marked(Path("/proc") / pid / "environ", MARKER_VAR)
+            and _marked(Path("/proc") / pid / "environ", f"PWD={tmp_path}")]
     assert left == []
 
 
@@ -290,8 +292,9 @@ def test_an_agents_own_sandbox_wins_over_the_runs(fake_dist, setup, tmp_path):
 
 
 def _marked(environ, var: str) -> bool:
+    """Whether a process's environment holds ``var=`` (``var`` may carry the start of its value)."""
     try:
-        return f"{var}=".encode() in environ.read_bytes()
+        return (var if "=" in var else f"{var}=").encode() in environ.read_bytes()
     except OSError:
         return False
 
