@@ -126,7 +126,10 @@ def run_streamed(
             line = line.strip()
             if line:
                 last = line
-                said = [line] if line.lower().startswith("error") else said + [line] if said else []
+                if line.lower().startswith("error"):  # uv's error, and the lines it wraps onto
+                    said = [line]
+                elif said:
+                    said.append(line)
                 if on_line:
                     on_line(line)
         code = proc.wait()

@@ -183,16 +183,10 @@ def register(app: typer.Typer) -> None:
             if not as_json:
                 console.print(f"{marks[check.ok]:>20}  [bold]{check.name}[/]: {check.detail}")
 
-        if spec.kind == "white":
-            checks = [Check("registered", True, f"white-box loop from plugin {reg.scaffolds[name].plugin}"),
-                      Check("one task", None, f"a loop that runs inside Forge: `forge rollout --scaffold {name}` runs it")]
-            for check in checks:
-                shown(check)
-        else:
-            if not as_json:
-                console.print(f"[bold]{name}[/]: checking (one task takes a minute or so)")
-            checks = doctor(spec, reg.scaffolds[name].plugin, config_for, model=model, backend=backend, timeout_s=timeout,
-                            on_check=shown)
+        if not as_json and spec.kind == "black":
+            console.print(f"[bold]{name}[/]: checking (one task takes a minute or so)")
+        checks = doctor(spec, reg.scaffolds[name].plugin, config_for, model=model, backend=backend, timeout_s=timeout,
+                        on_check=shown)
         if as_json:
             print_json([c.as_dict() for c in checks])
         if any(c.ok is False for c in checks):

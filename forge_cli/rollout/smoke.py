@@ -80,7 +80,6 @@ def static_checks(spec: ScaffoldSpec, plugin: str, backend: str) -> list[Check]:
     """Checks 1-4 (no model, no gateway)."""
     checks = [Check("registered", True, f"{spec.kind}-box, speaks {spec.api}, from plugin {plugin}")]
     if spec.kind == "white":
-        checks.append(Check("installed", True, "a loop that runs inside Forge: nothing to install"))
         return checks
     done = installed(spec)
     if done is None:
@@ -94,7 +93,7 @@ def static_checks(spec: ScaffoldSpec, plugin: str, backend: str) -> list[Check]:
 
 
 def smoke_overrides(model: Path | None, backend: str, runs: Path) -> dict[str, Any]:
-    """The configuration of the one-task run: scripted engine, files_shell, recorded requests, a free port."""
+    """The configuration of the one-task run: scripted engine, files_agent, recorded requests, a free port."""
     overrides: dict[str, Any] = {"model.engine.type": "scripted", "model.engine.policy": SMOKE_POLICY,
                                  "gateway.port": 0, "gateway.record_requests": True, "run.dir": str(runs),
                                  "rollout.sandbox": backend, "rollout.infra_retries": 0}
@@ -149,7 +148,7 @@ def error_line(stderr: str) -> str:
 
 def doctor(spec: ScaffoldSpec, plugin: str, config_for: Callable[[dict[str, Any]], Any], *, model: Path | None = None,
            backend: str = "local", timeout_s: float = 300.0, on_check: Callable[[Check], None] | None = None) -> list[Check]:
-    """Every check of the module's list, in order (``on_check`` sees each as it is made); ``config_for``
+    """Every check of the module's list, in order (a white-box scaffold: registered only) (``on_check`` sees each as it is made); ``config_for``
     builds the run's configuration from the smoke overrides (the CLI's layers plus these)."""
     checks: list[Check] = []
 
@@ -160,6 +159,9 @@ def doctor(spec: ScaffoldSpec, plugin: str, config_for: Callable[[dict[str, Any]
 
     for check in static_checks(spec, plugin, backend):
         add(check)
+    if spec.kind == "white":
+        add(Check("one task", None, f"a loop that runs inside Forge: `forge rollout --scaffold {spec.name}` runs it"))
+        return checks
     failed = [c.name for c in checks if c.ok is False]
     if failed:
         add(Check("one task", None, f"{', '.join(failed)} failed"))
