@@ -14,14 +14,18 @@ the hold) is how long the last one took to start. Reported: the time to have all
 they take (MemAvailable before against its lowest while they run) and, from that, how many the
 free memory would hold.
 
-Part 3 — black-box trajectories/hour: each installed agent (``forge scaffold add``; installed
-here under FORGE_HOME when missing) fixes swe-mini tasks through a real rollout — a real gateway,
-the scripted engine with that agent's policy (``forge_cli.tasks.agent_policies``), the agent
-program in the sandbox, swe-mini's verifier run inside it — ``--trajectories`` of them at
-``--agent-concurrency``.
+Part 3 — black-box trajectories/hour: every built-in black-box agent (``forge scaffold add``;
+installed here under FORGE_HOME when missing) does tasks through a real rollout — a real gateway,
+the scripted engine, the agent program in the sandbox, the suite's verifier — ``--trajectories`` of
+them at ``--agent-concurrency``. The first seven fix swe-mini tasks with their own policies
+(``forge_cli.tasks.agent_policies``, the verifier run in the sandbox); the others do ``files`` tasks
+with ``files_agent`` (``forge_cli.tasks.demo_policies``: the agent's own shell tool). The model only
+scores the policy's text: ``--model-size scoring`` (1 layer) by default, so that the figure is the
+agent's and the sandbox's, not the scoring of its prompts (``tiny``: as measured before 2026-12-06).
 
     python benchmarks/sandbox.py [--backends local bwrap docker] [--repeats 10] [--levels 1 16 64]
         [--agents mini-swe-agent aider ...] [--agent-sandbox local] [--trajectories 4] [--skip-agents]
+        [--model-size scoring]
 
 Writes benchmarks/results/sandbox.json (with ``--skip-agents``, the agents' figures already there are kept,
 with the date they were measured: ``agents_date``).
@@ -47,8 +51,8 @@ sys.path.insert(0, str(HERE.parent))
 
 BACKENDS = {"local": ("local", {"isolation": "none"}), "bwrap": ("local", {"isolation": "bwrap"}),
             "docker": ("docker", {})}
-PIP_AGENTS = ["mini-swe-agent", "aider", "openai-agents", "smolagents"]
-NPM_AGENTS = ["opencode", "codex", "claude-code"]
+# the first seven: swe-mini with their own scripted policies; every other agent: files with files_agent
+SWE_AGENTS = ["mini-swe-agent", "aider", "openai-agents", "smolagents", "opencode", "codex", "claude-code"]
 _SERIAL = itertools.count()  # work directories
 
 
@@ -154,26 +158,27 @@ async def agents(names: list[str], sandbox: str, trajectories: int, parallel: in
         t0 = time.perf_counter()
         await asyncio.to_thread(installer.install_agent, spec)
         install_s = time.perf_counter() - t0
+        suite, policy = (("swe-mini", f"forge_cli.tasks.agent_policies:{name.replace('-', '_')}") if name in SWE_AGENTS
+                         else ("files", "forge_cli.tasks.demo_policies:files_agent"))
         overrides = {"model.path": str(model), "gateway.port": 0, "run.dir": str(runs), "rollout.sandbox": sandbox,
-                     "model.engine.type": "scripted",
-                     "model.engine.policy": f"forge_cli.tasks.agent_policies:{name.replace('-', '_')}"}
+                     "model.engine.type": "scripted", "model.engine.policy": policy}
         isolation = None
         if sandbox == "local":
             isolation = overrides["sandboxes.local.isolation"] = "bwrap" if available("bwrap") is None else "none"
         config = load_config(env={}, overrides=overrides)
-        request = RolloutRequest(scaffold=name, suite="swe-mini", groups=trajectories, n=1, concurrency=parallel,
+        request = RolloutRequest(scaffold=name, suite=suite, groups=trajectories, n=1, concurrency=parallel,
                                  trajectory_timeout_s=600, seed=0)
         async with serve_gateway(config, f"agents-{name}") as gw:
             summary = await rollout(config, request, gateway=gw)
         solved = round(summary.success_rate * summary.trajectories)
-        row = {"agent": name, "sandbox": sandbox, "isolation": isolation, "trajectories": summary.trajectories, "solved": solved,
+        row = {"agent": name, "task": suite, "sandbox": sandbox, "isolation": isolation, "trajectories": summary.trajectories, "solved": solved,
                "concurrency": parallel, "wall_s": round(summary.wall_s, 1),
                "trajectories_per_hour": round(summary.trajectories / summary.wall_s * 3600),
                "completions_per_trajectory": round(summary.completions_per_trajectory, 1),
                "tokens_per_trajectory": round(summary.tokens_per_trajectory),
                "by_status": summary.by_status, "install_s": round(install_s, 1)}
         rows.append(row)
-        print(f"{name:>15}{sandbox:>8}{summary.trajectories:>6}{solved:>8}{row['trajectories_per_hour']:>10}"
+        print(f"{name:>17}{suite:>9}{sandbox:>8}{summary.trajectories:>6}{solved:>8}{row['trajectories_per_hour']:>10}"
               f"{row['completions_per_trajectory']:>8.1f}{row['tokens_per_trajectory']:>10}{row['wall_s']:>9.1f}", flush=True)
     return rows
 
@@ -200,6 +205,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         else:
             backends.append(backend)
     out: dict[str, Any] = {"skipped": [b for b in args.backends if b not in backends]}
+    if args.agents_only:
+        backends = []
     try:
         print(f"\nstart / exec / teardown, median of {args.repeats}\n{'backend':>8}{'start ms':>12}{'exec ms':>12}"
               f"{'teardown ms':>14}", flush=True)
@@ -213,9 +220,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if not args.skip_agents:
         from forge_cli.engine.default_model import init_default_model
 
-        model = init_default_model(root / "model", size="tiny", seed=0)
-        print(f"\nblack-box agents on swe-mini, scripted policy, {args.trajectories} trajectories at concurrency "
-              f"{args.agent_concurrency}\n{'agent':>15}{'sandbox':>8}{'traj':>6}{'solved':>8}{'traj/h':>10}"
+        model = init_default_model(root / "model", size=args.model_size, seed=0)
+        print(f"\nblack-box agents, scripted policy, {args.model_size} model scoring, {args.trajectories} trajectories "
+              f"at concurrency {args.agent_concurrency}\n{'agent':>17}{'task':>9}{'sandbox':>8}{'traj':>6}{'solved':>8}{'traj/h':>10}"
               f"{'calls':>8}{'tokens':>10}{'wall s':>9}", flush=True)
         out["agents"] = await agents(args.agents, args.agent_sandbox, args.trajectories, args.agent_concurrency,
                                      model, root / "runs")
@@ -228,13 +235,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--hold-s", type=float, default=10.0)
-    parser.add_argument("--agents", nargs="+", default=PIP_AGENTS + NPM_AGENTS)
+    parser.add_argument("--agents", nargs="+", default=None, help="default: every built-in black-box agent")
+    parser.add_argument("--model-size", default="scoring", choices=["scoring", "tiny"])
     parser.add_argument("--agent-sandbox", default="local", choices=["local", "docker"])
     parser.add_argument("--trajectories", type=int, default=4)
     parser.add_argument("--agent-concurrency", type=int, default=2)
-    parser.add_argument("--skip-agents", action="store_true")
+    parser.add_argument("--skip-agents", action="store_true", help="parts 1 and 2 only (the agents' figures kept)")
+    parser.add_argument("--agents-only", action="store_true", help="part 3 only (the sandboxes' figures kept)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "sandbox.json")
     args = parser.parse_args()
+    if args.agents_only and args.skip_agents:
+        parser.error("--agents-only and --skip-agents exclude each other")
+    if args.agents is None:
+        from forge_cli.plugins import get_registry
+
+        blackbox = sorted(n for n, e in get_registry().scaffolds.items() if e.value.kind == "black" and e.plugin.startswith("forge:"))
+        args.agents = SWE_AGENTS + [n for n in blackbox if n not in SWE_AGENTS]
     result = asyncio.run(main_async(args))
     result.update(date=time.strftime("%Y-%m-%d"), machine=f"{platform.machine()}, {os.cpu_count()} cores",
                   forge_home=os.environ.get("FORGE_HOME", "~/.forge"), argv=sys.argv[1:])
@@ -244,6 +260,20 @@ def main() -> None:
         if "agents" in before:
             result["agents"] = before["agents"]
             result["agents_date"] = before.get("agents_date") or before.get("date")
+    if args.agents_only and args.out.exists():  # and the sandboxes' of the last run that measured them
+        before = json.loads(args.out.read_text())
+        for key in ("latency", "concurrency", "skipped"):
+            if key in before:
+                result[key] = before[key]
+        result["sandboxes_date"] = before.get("sandboxes_date") or before.get("date")
+        # the agents measured now replace their rows; the others' stay, each with the date it was measured
+        measured = {row["agent"] for row in result["agents"]}
+        kept = [{"date": before.get("agents_date") or before.get("date"), **row} for row in before.get("agents", [])
+                if row["agent"] not in measured]
+        order = {name: i for i, name in enumerate(SWE_AGENTS)}
+        result["agents"] = sorted(kept + [{"date": result["date"], **row} for row in result["agents"]],
+                                  key=lambda row: (order.get(row["agent"], len(order)), row["agent"]))
+        result["agents_date"] = max(row["date"] for row in result["agents"])
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwrote {args.out}")
 

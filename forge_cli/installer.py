@@ -77,17 +77,29 @@ def installed(spec: ScaffoldSpec) -> AgentInstall | None:
     return AgentInstall(spec.name, prefix, data["requirement"], data.get("version", "?"), binary, data.get("installed_at", 0))
 
 
+# what a runner may import (Forge's MCP servers as its library's tools): installed into every pip agent's venv
+# (a plugin's runner script may use it too)
+RUNNER_MODULE = "forge_runner.py"
+
+
 def _requirement_key(recipe: InstallRecipe) -> str:
     key = " ".join((recipe.manager, recipe.requirement, *recipe.extra_packages))
     runner = runner_script(recipe)
     if runner is not None:  # an edited runner is a new install
         key += f" runner:{hashlib.sha256(runner.read_bytes()).hexdigest()[:16]}"
+    if recipe.manager == "pip":  # and so is an edited module of the runners'
+        key += f" {RUNNER_MODULE}:{hashlib.sha256(runner_module().read_bytes()).hexdigest()[:16]}"
     for script in map(Path, recipe.scripts):  # and so is an edited script
         try:
             key += f" {script.name}:{hashlib.sha256(script.read_bytes()).hexdigest()[:16]}"
         except OSError:
             key += f" {script.name}:missing"
     return key
+
+
+def runner_module() -> Path:
+    """:data:`RUNNER_MODULE` in Forge's runners folder."""
+    return data_dir("scaffolds") / "runners" / RUNNER_MODULE
 
 
 def runner_script(recipe: InstallRecipe) -> Path | None:
@@ -208,6 +220,9 @@ def _install_pip(recipe: InstallRecipe, prefix: Path, log: Path, on_line: LineSi
         program = venv_dir / "bin" / recipe.bin
         program.write_text(f"#!{python}\n" + runner.read_text())
         program.chmod(0o755)
+    where = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    shutil.copy2(runner_module(), Path(where) / RUNNER_MODULE)
     probe = f"import importlib.metadata as m; print(m.version({recipe.package!r}))"
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     return done.stdout.strip() or "?"

@@ -167,10 +167,15 @@ class McpLaunch:
     (``{"mcpServers": {NAME: {"type": "stdio", "command": …, "args": […]}}}``, the format claude-code,
     gemini-cli, qwen-code and cline read) written into the working folder as ``file`` (merged into a
     file of that name the launch already writes), and ``args`` appended to the command, where
-    ``$mcp_config`` is the file's absolute path (and every launch placeholder may be used)."""
+    ``$mcp_config`` is the file's absolute path (and every launch placeholder may be used). ``server``:
+    more keys each server's entry gets (qwen-code's ``alwaysLoadTools = true``: their tools offered at
+    once, not behind its tool search). ``key``: the file's key for the servers, where it is not
+    ``mcpServers`` (hermes-agent's ``mcp_servers``; a YAML file is written as JSON, which YAML reads)."""
 
     file: str = ".mcp.json"
     args: tuple[str, ...] = ()
+    server: dict[str, Any] = field(default_factory=dict)
+    key: str = "mcpServers"
 
 
 @dataclass(frozen=True)
@@ -363,14 +368,15 @@ class ScaffoldSpec:
                 launch=LaunchSpec(
                     command=tuple(launch["command"]), env=launch.get("env", {}), files=launch.get("files", {}),
                     answer=launch.get("answer", "stdout"),
-                    mcp=McpLaunch(**{**mcp, "args": tuple(mcp.get("args", ()))}) if mcp is not None else None,
+                    mcp=McpLaunch(**{**mcp, "args": tuple(mcp.get("args", ())), "server": dict(mcp.get("server", {}))})
+                    if mcp is not None else None,
                 )
                 if launch
                 else None,
                 source_file=path,
                 **data,
             )
-        except (TypeError, KeyError) as exc:
+        except (TypeError, KeyError, ValueError) as exc:
             raise ForgeError(f"{path}: invalid scaffold definition: {exc}") from None
         spec.validate()
         return spec

@@ -165,26 +165,14 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def scoring_model(tiny_model, tmp_path_factory):
-    """The tiny policy's tokenizer and chat template over a 1-layer, 1-head Llama with 65,536 positions:
-    for tests where a scripted policy writes the text and the model only scores it. Real agents send
-    10-30k-token prompts; this model scores one ~16 times faster than the tiny policy (attention is most
-    of the cost), and its logprobs are a real model's all the same."""
-    import shutil
+def scoring_model(tmp_path_factory):
+    """The default model at size ``scoring`` (the tiny policy's tokenizer and chat template over a 1-layer,
+    1-head Llama with 65,536 positions): for tests where a scripted policy writes the text and the model
+    only scores it. Real agents send 10-30k-token prompts; this model scores one ~16 times faster than the
+    tiny policy (attention is most of the cost), and its logprobs are a real model's all the same."""
+    from forge_cli.engine.default_model import init_default_model
 
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    folder = tmp_path_factory.mktemp("model") / "scoring"
-    shutil.copytree(tiny_model, folder)
-    for weights in folder.glob("*.safetensors"):
-        weights.unlink()
-    torch.manual_seed(0)
-    shape = LlamaConfig.from_pretrained(folder)  # the tiny policy's own, but for its size
-    shape.update(dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1,
-                      num_key_value_heads=1, head_dim=32, max_position_embeddings=65536))
-    LlamaForCausalLM(shape).save_pretrained(folder)
-    return folder
+    return init_default_model(tmp_path_factory.mktemp("model") / "scoring", size="scoring", seed=0)
 
 
 class LiveGateway:

@@ -56,6 +56,21 @@ def test_a_code_tool_that_asks_for_a_language_gets_the_shell():
     assert call_of(shell_call(no_shell, "ls")) == {"name": "execute", "arguments": {"code": "ls"}}
 
 
+def test_forges_shell_mcp_server_is_preferred_to_the_agents_own_shell():
+    """With ``mcp = ["shell"]`` an agent offers the server's tool beside its own (gptme with a hash after it)."""
+    for server in ("mcp_shell_shell", "mcp__shell__shell", "shell-shell", "shell_shell_937c58a49dcb"):
+        tools = offered_tools({"tools": [openai_tool("shell", command={"type": "string"}),
+                                         openai_tool(server, command={"type": "string"})]})
+        assert call_of(shell_call(tools, "ls"))["name"] == server
+
+
+def test_a_required_but_nullable_argument_is_sent_as_null():
+    """crewai's strict schemas make every argument required, the optional ones nullable."""
+    strict = {"type": "function", "function": {"name": "shell", "parameters": {"type": "object", "required": ["command", "timeout_s"],
+              "properties": {"command": {"type": "string"}, "timeout_s": {"anyOf": [{"type": "number"}, {"type": "null"}]}}}}}
+    assert call_of(shell_call(offered_tools({"tools": [strict]}), "ls"))["arguments"] == {"command": "ls", "timeout_s": None}
+
+
 def test_the_files_policy_works_through_bash_and_says_so_when_there_is_no_shell():
     task = "Create a file named notes/a.txt containing exactly this line: hello world"
     context = {"messages": [{"role": "user", "content": task}], "tools": [openai_tool("bash", command={"type": "string"})]}
@@ -93,3 +108,26 @@ def test_a_dspy_agent_gets_the_fields_it_asks_for_shell_then_finish_then_the_res
     assert set(fields(files_agent({"messages": [{"role": "user", "content": extract}]}))) == {"reasoning", "result"}
     with_tools = {"messages": [{"role": "user", "content": task + ask}], "tools": [openai_tool("bash", command={"type": "string"})]}
     assert call_of(files_agent(with_tools))["name"] == "bash"
+
+
+def test_an_agent_that_edits_only_what_it_has_read_is_shown_the_file_then_the_command_runs_again():
+    """qwen-code's shell tool refuses ``sed -i FILE`` on a file its read tool has not shown: the policy reads it
+    with the tool the refusal names (its own path argument), then runs the same command, then answers."""
+    task = "In settings.ini, change the value of retries to 41386; leave every other line as it is."
+    tools = [openai_tool("run_shell_command", command={"type": "string"}), openai_tool("read_file", absolute_path={"type": "string"})]
+    messages = [{"role": "user", "content": task}]
+    first = call_of(files_shell({"messages": messages, "tools": tools}))
+    assert first == {"name": "run_shell_command", "arguments": {"command": files_command(task)}}
+
+    def answered(call: dict, result: str, n: int) -> list:
+        return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}", "type": "function", "function": {
+            "name": call["name"], "arguments": json.dumps(call["arguments"])}}]}, {"role": "tool", "tool_call_id": f"c{n}", "content": result}]
+
+    refused = "File /w/settings.ini has not been read in this session. Use the read_file tool first to load it."
+    messages += answered(first, refused, 1)
+    read = call_of(files_shell({"messages": messages, "tools": tools}))
+    assert read == {"name": "read_file", "arguments": {"absolute_path": "/w/settings.ini"}}
+    messages += answered(read, "mode = 1\nretries = 2\n", 2)
+    assert call_of(files_shell({"messages": messages, "tools": tools})) == first
+    messages += answered(first, "", 3)
+    assert files_shell({"messages": messages, "tools": tools}) == "done"

@@ -208,6 +208,69 @@ def test_an_unknown_suite_in_the_mix_names_the_registered_ones(configure):
         asyncio.run(rollout(config, RolloutRequest(scaffold="one-call", suite="alpha", groups=None)))
 
 
+# ---- a mix of scaffolds ------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(weights=st.dictionaries(st.sampled_from("abcdefg"), st.floats(0.05, 20.0), min_size=1, max_size=7),
+       first=st.integers(0, 200))
+def test_scaffold_turns_keep_the_weights_in_every_prefix_and_resume_at_any_group(weights, first):
+    """Each scaffold's count after g groups is within 2 of g × its share, for every g; a stream of turns
+    started at group k is the tail of the one started at 0; equal weights are a plain round robin."""
+    total = sum(weights.values())
+    whole = list(islice(stream.turns(weights), first + 150))
+    counts = dict.fromkeys(weights, 0)
+    for g, name in enumerate(whole, 1):
+        counts[name] += 1
+        assert all(abs(counts[n] - g * w / total) < 2 for n, w in weights.items()), (g, counts)
+    assert list(islice(stream.turns(weights, first), 150)) == whole[first:]
+    even = dict.fromkeys(weights, 1.0)
+    for start in range(0, 60, len(even)):  # every block of len(even) groups has each scaffold once
+        assert sorted(islice(stream.turns(even, start), len(even))) == sorted(even)
+
+
+def test_a_rollout_over_a_scaffold_mix_runs_each_group_in_its_turns_scaffold(configure, tmp_path):
+    """{one-call: 1, react: 2} from group 3 on: each group in the scaffold of its turn (the pool's group
+    and trajectories say so, each with its own tool format), success counted per scaffold."""
+    from forge_cli.pool.store import DataPool
+
+    config = configure()
+    mix = {"one-call": 1.0, "react": 2.0}
+    request = RolloutRequest(scaffold="unused", suite="alpha", scaffold_mix=mix, groups=9, n=2, concurrency=4,
+                             first_group=3)
+    summary = asyncio.run(rollout(config, request, run="r"))
+    pool = DataPool.sqlite(tmp_path / "runs" / "r" / "pool.sqlite")
+    groups = sorted(pool.groups(), key=lambda g: g.queue_index)
+    expected = list(islice(stream.turns(mix, 3), 9))
+    ran = [[pool.trajectory(t.id) for t in g.trajectories] for g in groups]
+    assert [{t.scaffold for t in group} for group in ran] == [{name} for name in expected] and set(expected) == set(mix)
+    formats: dict[str, set[str]] = {"one-call": set(), "react": set()}
+    for group in ran:
+        for t in group:
+            assert t.status == "completed"
+            formats[t.scaffold].update(c.tool_format for c in t.completions)
+    assert formats == {"one-call": {"hermes"}, "react": {"react"}}  # one-call names none: the gateway's default
+    assert {name: ended for name, (_, ended) in summary.by_scaffold.items()} == {
+        name: 2 * expected.count(name) for name in mix}
+    assert summary.scaffold == "one-call=1, react=2"
+    assert {"success in one-call", "success in react"} <= set(dict(summary.rows()))
+    pool.close()
+
+
+def test_a_scaffold_mix_refuses_what_is_wrong(configure, cli):
+    config = configure()
+    with pytest.raises(ForgeError, match="nope"):
+        asyncio.run(rollout(config, RolloutRequest(scaffold="x", suite="alpha", scaffold_mix={"one-call": 1.0, "nope": 1.0})))
+    with pytest.raises(ForgeError, match="scaffold mix weight of 'react'"):
+        asyncio.run(rollout(config, RolloutRequest(scaffold="x", suite="alpha", scaffold_mix={"react": -1.0})))
+    both = cli("rollout", "--scaffold", "react", "--scaffold-mix", "react=1,aider=1")
+    assert both.exit_code == 1 and "--scaffold and --scaffold-mix exclude each other" in both.stderr
+    bad = cli("train", "--scaffold-mix", "react=x")
+    assert bad.exit_code == 1 and "--scaffold-mix expects SCAFFOLD=WEIGHT" in bad.stderr
+    with pytest.raises(ForgeError, match="rollout.scaffold_mix.react"):
+        load_config(env={}, overrides={"rollout.scaffold_mix": {"react": 0}})
+
+
 class CountingStream(TaskStream):
     drawn = 0
 

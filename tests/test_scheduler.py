@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from forge_cli.configs.pool import (SCHEDULER_CONFIGS, BoundedStalenessSchedulerConfig, FIFOSchedulerConfig, GreedySchedulerConfig,
                                     WindowedFIFOSchedulerConfig)
-from forge_cli.pool.scheduler import Decision, QueueEntry, admission_bound, select, staleness_limit, window_size
+from forge_cli.pool.scheduler import Decision, QueueEntry, admission_bound, select, select_capped, staleness_limit, window_size
 
 
 def test_window_size():
@@ -441,3 +441,129 @@ def test_the_staleness_cap_on_a_real_pool(pool_spec):
             submit(2)
     finally:
         pool.close()
+
+
+# ---- the staleness cap on takes, with N groups in flight (select_capped) --------------------------------------
+
+
+def test_select_capped_examples():
+    """Earliest deadline first, then the oldest complete; a due group that is unfinished makes the step
+    wait, and times out past its budget; a cap that cannot hold with what is in flight raises."""
+    def e(i: int, done: bool, v: int, timeout: float | None = None) -> QueueEntry:
+        return QueueEntry(i, f"g{i}", done, 0.0, timeout, v)
+
+    # nothing due yet: greedy (oldest complete first), all or nothing
+    queue = [e(0, False, 0), e(1, True, 1), e(2, True, 1), e(3, False, 2), e(4, True, 2)]
+    assert select_capped(queue, 2, version=2, cap=3, now=0).take == ["g1", "g2"]
+    assert select_capped(queue, 4, version=2, cap=3, now=0).take == []
+    # g0 (version 0) is due at step 3 = 0 + cap: the step waits for it, even with two others complete
+    assert select_capped(queue, 2, version=3, cap=3, now=0) == Decision(take=[], timed_out=[], head_before=0)
+    done = [e(0, True, 0)] + queue[1:]
+    assert select_capped(done, 2, version=3, cap=3, now=0).take == ["g0", "g1"]
+    # due by the next step too: 3 groups due by step 4 and 2 a step, so this step must take 1 of them
+    queue = [e(0, False, 0), e(1, True, 1), e(2, False, 1), e(3, True, 2), e(4, True, 2)]
+    assert select_capped(queue, 2, version=3, cap=3, now=0).take == []  # g0 is due now
+    queue[0] = e(0, True, 0)
+    assert select_capped(queue, 2, version=3, cap=3, now=0).take == ["g0", "g1"]
+    assert select_capped(queue, 2, version=2, cap=3, now=0).take == ["g0", "g1"]  # nothing is due: greedy
+    # a due group past its budget: dropped, or closed and taken; the step goes on without waiting
+    stuck = [e(0, True, 0), e(1, False, 0, timeout=5.0), e(2, True, 1), e(3, True, 1)]
+    assert select_capped(stuck, 2, version=3, cap=3, now=4) == Decision(take=[], timed_out=[], head_before=0)
+    assert select_capped(stuck, 2, version=3, cap=3, now=6) == Decision(take=["g0", "g2"], timed_out=["g1"], head_before=0)
+    assert select_capped(stuck, 2, version=3, cap=3, now=6, on_timeout="train").take == ["g0", "g1"]
+    # an unfinished head past its budget times out as in select, due or not
+    fresh = [e(0, False, 5, timeout=1.0), e(1, True, 5), e(2, True, 5)]
+    assert select_capped(fresh, 2, 5, 3, now=2) == Decision(take=["g1", "g2"], timed_out=["g0"], head_before=0)
+    # a cap far above every age is greedy with min_groups
+    mixed = [e(i, i % 3 != 0, i // 2) for i in range(9)]
+    assert select_capped(mixed, 4, 4, 100, now=0).take == select(mixed, 4, None, 0, min_groups=4).take
+    with pytest.raises(ValueError, match="cannot hold"):  # 3 groups due at once, 2 a step: N > (S + 1)·P
+        select_capped([e(i, True, 0) for i in range(3)], 2, version=1, cap=1, now=0)
+    with pytest.raises(ValueError, match="submission version"):
+        select_capped([QueueEntry(0, "g0", True, 0.0)], 1, 0, 1, now=0)
+
+
+class DeadlineQueue:
+    """select_capped driven by an adversary (hypothesis) that picks which group finishes, which run out
+    of time, when the rollout side submits (up to N in flight, the pool's count: active, or consumed at
+    a version not yet published) and when the trainer takes and publishes. Each group is stamped with
+    the version it was submitted at."""
+
+    def __init__(self, S: int, P: int, N: int, on_timeout: str) -> None:
+        self.S, self.P, self.N, self.on_timeout = S, P, N, on_timeout
+        self.version = 0
+        self.taken_unpublished = False
+        self.submitted: dict[int, int] = {}
+        self.complete: set[int] = set()
+        self.expired: set[int] = set()
+        self.consumed: dict[int, int] = {}
+        self.dropped: set[int] = set()
+        self.ages: list[int] = []
+
+    def active(self) -> list[int]:
+        return sorted(i for i in self.submitted if i not in self.consumed and i not in self.dropped)
+
+    def in_flight(self) -> int:
+        return len(self.active()) + sum(1 for step in self.consumed.values() if step >= self.version)
+
+    def submit(self) -> None:
+        if self.in_flight() < self.N:
+            self.submitted[len(self.submitted)] = self.version
+
+    def take(self) -> None:
+        if self.taken_unpublished:
+            return
+        entries = [QueueEntry(i, str(i), i in self.complete, 0.0, 1.0 if i in self.expired else None, self.submitted[i])
+                   for i in self.active()]
+        decision = select_capped(entries, self.P, self.version, self.S, 10.0, self.on_timeout)
+        assert len(decision.take) in (0, self.P) and len(set(decision.take)) == len(decision.take)
+        for g in decision.timed_out:
+            assert int(g) in self.expired and int(g) not in self.complete
+            (self.dropped if self.on_timeout == "drop" else self.complete).add(int(g))
+        for g in decision.take:
+            assert int(g) in self.complete and int(g) in self.active(), f"took {g}, unfinished or gone"
+            self.consumed[int(g)] = self.version
+            self.ages.append(self.version - self.submitted[int(g)])
+        self.taken_unpublished = bool(decision.take)
+
+    def publish(self) -> None:
+        if self.taken_unpublished:
+            self.version += 1
+            self.taken_unpublished = False
+
+
+@settings(max_examples=400, deadline=None)
+@given(S=st.integers(0, 4), P=st.integers(1, 4), data=st.data(), on_timeout=st.sampled_from(["drop", "train"]))
+def test_the_cap_on_takes_bounds_every_samples_age_with_n_in_flight(S, P, data, on_timeout):
+    """select_capped with any P ≤ N ≤ (S + 1)·P in flight: whatever finishes when (stragglers left unfinished
+    for ever, groups running out of time), no group is trained more than S versions after it was
+    submitted, no step is asked for more than it can take, and nothing deadlocks: with every active group
+    finished the trainer can take P of them, or the rollout side may submit more."""
+    q = DeadlineQueue(S, P, data.draw(st.integers(P, (S + 1) * P)), on_timeout)
+    actions = st.sampled_from(["submit", "submit", "finish", "finish newest", "take", "publish", "expire"])
+    for _ in range(data.draw(st.integers(0, 200))):
+        action = data.draw(actions)
+        pending = [i for i in q.active() if i not in q.complete]
+        if action == "submit":
+            q.submit()
+        elif action == "finish" and pending:
+            q.complete.add(data.draw(st.sampled_from(pending)))
+        elif action == "finish newest" and pending:  # the fast ones overtake the old stragglers
+            q.complete.add(pending[-1])
+        elif action == "take":
+            q.take()
+        elif action == "publish":
+            q.publish()
+        elif action == "expire" and pending:  # some unfinished group runs out of time
+            q.expired.add(data.draw(st.sampled_from(pending)))
+        assert all(age <= S for age in q.ages), (q.ages, q.submitted, q.consumed)
+        if not q.taken_unpublished and all(i in q.complete for i in q.active()):
+            if len(q.active()) >= P:
+                q.take()
+                assert q.taken_unpublished, "every active group is finished and the trainer could not take"
+            else:
+                assert q.in_flight() < q.N, "admission is closed with nothing the trainer could take"
+    # every group due by now was taken or timed out: none is older than S and still waiting
+    if not q.taken_unpublished:
+        q.take()
+    assert all(q.version - q.submitted[i] <= S for i in q.active())

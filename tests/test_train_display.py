@@ -62,3 +62,29 @@ def test_the_run_ends_with_one_sentence_before_after_best_and_where_the_report_i
     assert f"forge report demo` (into {tmp_path / 'runs' / 'demo' / 'report'})" in line
     unmeasured = ending(TrainResult(tmp_path / "x", 0, 0, "stopped", None))
     assert unmeasured.startswith("Stopped after 0 steps (policy v0): held-out success — → — (best —)")
+
+
+def test_infrastructure_failures_are_counted_apart_from_the_policys():
+    """The rollout's live counts, as the loop reports them: a failure the policy could not cause is its own
+    row (its group dropped, never trained as a 0), not among the policy's."""
+    from types import SimpleNamespace
+
+    from forge_cli.rollout.driver import RolloutProgress
+    from forge_cli.rollout.records import TrajectoryResult
+    from forge_cli.train.loop import StepMeter
+
+    progress = RolloutProgress(total=None)
+    progress.count(TrajectoryResult("t1", "g1", "k1", "failed", None, "the sandbox did not start", 1.0, 0, infra="sandbox"))
+    progress.count(TrajectoryResult("t2", "g2", "k2", "completed", 1.0, "ok", 1.0, 0, attempts=3))
+    progress.count(TrajectoryResult("t3", "g2", "k2", "completed", 0.0, "wrong", 1.0, 0))
+    progress.dropped_groups = 1
+    display = TrainDisplay()
+    StepMeter(SimpleNamespace(engine=SimpleNamespace(busy_seconds=lambda: 0.0))).report(progress, display.update)
+    text = _render(display)
+    assert "0 running, 3 finished, 1 solved" in text, text
+    assert "infrastructure failures 1 · groups dropped (not trained) 1 · ran again 1" in " ".join(
+        text.replace("│", " ").split()), text
+    clean = RolloutProgress(total=None)
+    clean.count(TrajectoryResult("t4", "g3", "k3", "completed", 1.0, "ok", 1.0, 0))
+    StepMeter(SimpleNamespace(engine=SimpleNamespace(busy_seconds=lambda: 0.0))).report(clean, display.update)
+    assert "infrastructure failures" not in _render(display)

@@ -10,7 +10,9 @@ from typing import Any, Optional
 from forge_cli import plugins
 from forge_cli.config import load_config
 from forge_cli.console import console
+from forge_cli.errors import ForgeError
 from forge_cli.plugins import Registry
+from forge_cli.rollout.stream import parse_mix
 
 
 @dataclass
@@ -61,6 +63,16 @@ def config_with(flags: list[tuple[str, str, Any]]) -> Any:
         if value is not None:
             overrides[key], flag_names[key] = value, flag
     return load_config(state.config_path, overrides=overrides, flag_names=flag_names)
+
+
+def scaffold_flags(scaffold: str | None, scaffold_mix: str | None) -> list[tuple[str, str, Any]]:
+    """``--scaffold`` and ``--scaffold-mix`` (rollout, train): a ``--scaffold`` given alone runs that
+    scaffold alone, whatever ``rollout.scaffold_mix`` the config has."""
+    if scaffold is not None and scaffold_mix is not None:
+        raise ForgeError("--scaffold and --scaffold-mix exclude each other: give one")
+    mix = parse_mix(scaffold_mix, "--scaffold-mix", "SCAFFOLD", "aider=1,pi=2") if scaffold_mix is not None else (
+        {} if scaffold is not None else None)
+    return [("rollout.scaffold", "--scaffold", scaffold), ("rollout.scaffold_mix", "--scaffold-mix", mix)]
 
 
 def engine_flags(model: Any, engine: Any, policy: Any) -> list[tuple[str, str, Any]]:

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
     @group.command("init")
     def init(
         path: Optional[Path] = typer.Option(None, "--path", help="Folder to create (default: FORGE_HOME/models/default)."),
-        size: str = typer.Option("tiny", "--size", help="tiny (~1.6M parameters) or small (~45M)."),
+        size: str = typer.Option("tiny", "--size", help="tiny (~1.6M parameters), small (~45M), or scoring (1 layer: only scores a scripted policy's text, fast on long prompts)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random initialisation."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing model."),
     ) -> None:

@@ -12,7 +12,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from forge_cli.commands._common import config_with, engine_flags
+from forge_cli.commands._common import config_with, engine_flags, scaffold_flags
 from forge_cli.console import console, err_console
 from forge_cli.rollout.driver import rollout
 from forge_cli.rollout.records import request_from_config
@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
     @app.command("rollout")
     def rollout_command(
         scaffold: Optional[str] = typer.Option(None, "--scaffold", help="Scaffold to run (default rollout.scaffold; forge scaffold list)."),
+        scaffold_mix: Optional[str] = typer.Option(None, "--scaffold-mix", help="Mixed scaffolds by weight, like aider=1,pi=2: groups take them in a weighted round robin (default rollout.scaffold_mix; instead of --scaffold)."),
         task: Optional[str] = typer.Option(None, "--task", help="Task suite (calc, kv-search, files, reasoning, qa, …) or a JSONL file of tasks."),
         mix: Optional[str] = typer.Option(None, "--mix", help="Mixed suites by weight, like calc=2,qa=1: each group's suite drawn from run.seed (default rollout.mix; instead of --task)."),
         verifier: Optional[str] = typer.Option(None, "--verifier", help="For a JSONL task file: module:function that verifies a task."),
@@ -44,7 +45,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a scaffold on tasks: every call recorded, every trajectory verified and rewarded, into
         the run's pool (then `forge pool stats RUN`). Ends with a summary table."""
-        config = config_with([("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
+        config = config_with([*scaffold_flags(scaffold, scaffold_mix), ("rollout.task", "--task", task),
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("rollout.verifier", "--verifier", verifier), ("rollout.split", "--split", split),
                               ("rollout.groups", "--groups", groups), ("train.group_size", "--n", n),
@@ -66,7 +67,7 @@ async def _with_display(config: Any, request: Any, run: str | None) -> Any:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
 
     def table(p: Any) -> Table:
-        t = Table(title=f"forge rollout: {request.scaffold} on {request.label}", title_justify="left")
+        t = Table(title=f"forge rollout: {request.scaffold_label} on {request.label}", title_justify="left")
         for column in ("running", "finished", "failed", "timed out", "infra", "success", "tokens/s", "elapsed"):
             t.add_column(column, justify="right")
         success = f"{p.solved}/{p.finished - p.infra}" if p.finished > p.infra else "—"

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import typer
 from rich.live import Live
 
-from forge_cli.commands._common import config_with
+from forge_cli.commands._common import config_with, scaffold_flags
 from forge_cli.console import console, err_console
 from forge_cli.errors import ForgeError
 from forge_cli.rollout.stream import parse_mix
@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         resume: Optional[str] = typer.Option(None, "--resume", help="Continue this run from its last checkpoint (after Ctrl-C, a crash or SIGKILL), with its own config."),
         model: Optional[Path] = typer.Option(None, "--model", help="HF model folder to train (default model.path, else the embedded default, warm-started on first use)."),
         scaffold: Optional[str] = typer.Option(None, "--scaffold", help="Scaffold the policy runs in (default rollout.scaffold)."),
+        scaffold_mix: Optional[str] = typer.Option(None, "--scaffold-mix", help="Mixed scaffolds by weight, like aider=1,pi=2: groups take them in a weighted round robin (default rollout.scaffold_mix; instead of --scaffold)."),
         task: Optional[str] = typer.Option(None, "--task", help="Task suite (default rollout.task)."),
         mix: Optional[str] = typer.Option(None, "--mix", help="Mixed suites by weight, like calc=2,qa=1 (default rollout.mix)."),
         warmstart: Optional[str] = typer.Option(None, "--warmstart", help="auto, always or never (default train.warmstart.when)."),
@@ -43,7 +44,7 @@ def register(app: typer.Typer) -> None:
         if resume is not None and (run is not None or model is not None):
             raise ForgeError("--resume continues a run with its own config: drop --run and --model")
         config = config_with([("model.path", "--model", str(model) if model else None),
-                              ("rollout.scaffold", "--scaffold", scaffold), ("rollout.task", "--task", task),
+                              *scaffold_flags(scaffold, scaffold_mix), ("rollout.task", "--task", task),
                               ("rollout.mix", "--mix", parse_mix(mix) if mix is not None else None),
                               ("train.warmstart.when", "--warmstart", warmstart)])
 

@@ -16,6 +16,10 @@ class RolloutConfig(Section):
     """``forge rollout``: what runs on which tasks (each flag of the command overrides its key)."""
 
     scaffold: str = Field("react", description="The scaffold to run (forge scaffold list).")
+    scaffold_mix: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict, description=(
+        "Mixed-scaffold rollouts: scaffold name -> weight (e.g. {opencode = 1, aider = 1, pi = 2}); groups take "
+        "the scaffolds in a weighted round robin (every run of groups holds each in proportion), each with its "
+        "own [scaffolds.NAME] options and sandbox. Empty: scaffold alone."))
     task: str = Field("calc", description="A registered task suite, or a JSONL file of tasks (then verifier is required).")
     verifier: str | None = Field(None, description="For a JSONL task file: module:function that verifies a task.")
     split: Literal["train", "heldout"] = Field("train", description="Which split of the suite.")

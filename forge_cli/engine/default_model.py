@@ -54,6 +54,9 @@ CONTEXT_POSITIONS = 65536
 SIZES = {
     "tiny": ModelSize(128, 4, 4, 512, 4096),  # ~1.6M parameters: tests and CPU training
     "small": ModelSize(512, 8, 8, 1536, 16384),  # ~45M parameters
+    # one layer and one head: where a scripted policy writes the text and the model only scores it (agent
+    # tests, benchmarks, scaffold doctor); a real agent's 10-30k-token prompt scores ~16x faster than on tiny
+    "scoring": ModelSize(32, 1, 1, 64, 4096),
 }
 
 

@@ -7,7 +7,9 @@ window moves only when the head is consumed. ``W = 1`` is strict FIFO, ``W = ∞
 
 ``bounded_staleness`` is greedy with a staleness cap ``S`` (AReaL's ``max_head_offpolicyness``):
 it takes any complete group, and admission — not a drop — keeps every sample within ``S`` versions
-(:func:`staleness_limit`).
+(:func:`staleness_limit`). :func:`select_capped` is the same cap acting on the takes instead, with
+all ``N`` groups kept in flight (the rule ``benchmarks/scheduler_sim.py`` compares like for like; no
+``[pool.scheduler]`` type applies it yet: the pool's take would need each group's submission version).
 
 A head that has outlived its time budget is marked timed out so one dead agent cannot stall
 training: ``on_timeout = "drop"`` removes it from the queue untrained, ``"train"`` closes its
@@ -20,8 +22,9 @@ exercise; :class:`~forge_cli.pool.store.DataPool.take_batch` applies its decisio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from forge_cli.configs.pool import WindowedFIFOSchedulerConfig
 
@@ -37,6 +40,7 @@ class QueueEntry:
     complete: bool  # every trajectory is in a terminal state
     submitted_at: float
     timeout_s: float | None = None
+    version: int | None = None  # the policy version it was submitted at (only select_capped reads it)
 
     def expired(self, now: float) -> bool:
         return self.timeout_s is not None and now - self.submitted_at > self.timeout_s
@@ -161,6 +165,79 @@ def select(
     return Decision(take=take, timed_out=timed_out, head_before=head_before)
 
 
+def select_capped(
+    active: list[QueueEntry],
+    groups_per_step: int,
+    version: int,
+    cap: int,
+    now: float,
+    on_timeout: OnTimeout = "drop",
+) -> Decision:
+    """Greedy takes under a staleness cap that acts on the takes, not on admission: every group is
+    taken within ``cap`` versions of the version it was submitted at (``QueueEntry.version``).
+
+    The step at ``version`` takes exactly ``groups_per_step`` complete groups, or none. For each
+    deadline ``D`` (submission version + ``cap``) it must take at least ``(active groups due by D) −
+    (D − version) · groups_per_step`` of them, since later steps cannot take more: earliest deadlines
+    first, oldest first among equals. Then it fills up with the oldest complete groups, as greedy does.
+    If a group it must take is unfinished it takes nothing (the trainer waits); such a group past its
+    time budget times out (dropped, or closed and taken with ``"train"``), as does an unfinished head
+    past its budget, the one timeout :func:`select` knows. With ``N`` groups in flight (the pool's
+    count) and ``N ≤ (cap + 1) · groups_per_step`` the demand never exceeds one step, so no group is
+    trained more than ``cap`` versions after its submission (property-tested); a smaller cap cannot
+    hold with ``N`` in flight, and raises ValueError.
+    """
+    if cap < 0 or groups_per_step < 1:
+        raise ValueError("cap must be >= 0 and groups_per_step >= 1")
+    if any(e.version is None for e in active):
+        raise ValueError("select_capped needs each group's submission version (QueueEntry.version)")
+    queue = sorted(active, key=lambda e: (e.version, e.queue_index))
+    head_before = min((e.queue_index for e in queue), default=None)
+    timed_out: list[str] = []
+
+    def time_out(entries: list[QueueEntry]) -> None:
+        nonlocal queue
+        gone = {e.group_id for e in entries}
+        timed_out.extend(e.group_id for e in entries)
+        if on_timeout == "drop":
+            queue = [e for e in queue if e.group_id not in gone]
+        else:
+            queue = [replace(e, complete=True) if e.group_id in gone else e for e in queue]
+
+    while queue:  # an unfinished head past its budget times out, as in select
+        head = min(queue, key=lambda e: e.queue_index)
+        if head.complete or not head.expired(now):
+            break
+        time_out([head])
+    while True:
+        chosen: list[str] = []
+        blocked: list[QueueEntry] = []
+        for j, e in enumerate(queue):
+            if j + 1 < len(queue) and queue[j + 1].version == e.version:
+                continue  # not the last group due at its deadline
+            need = j + 1 - (e.version + cap - version) * groups_per_step  # of queue[:j + 1], this step
+            if need > groups_per_step:
+                raise ValueError(f"the cap {cap} cannot hold: {need} groups are due within one step")
+            if need <= len(chosen):
+                continue
+            for f in queue[: j + 1]:
+                if len(chosen) < need and f.complete and f.group_id not in chosen:
+                    chosen.append(f.group_id)
+            if len(chosen) < need:
+                blocked = [f for f in queue[: j + 1] if not f.complete]
+                break
+        if blocked:
+            expired = [f for f in blocked if f.expired(now)]
+            if not expired:
+                return Decision(take=[], timed_out=timed_out, head_before=head_before)
+            time_out(expired)
+            continue
+        for f in sorted(queue, key=lambda f: f.queue_index):
+            if len(chosen) < groups_per_step and f.complete and f.group_id not in chosen:
+                chosen.append(f.group_id)
+        return Decision(take=chosen if len(chosen) == groups_per_step else [], timed_out=timed_out, head_before=head_before)
+
+
 @dataclass(frozen=True)
 class Scheduler:
     """The scheduler a run's ``[pool]`` config chooses, applied to a pool.
@@ -178,7 +255,7 @@ class Scheduler:
     policy: Any = field(default_factory=WindowedFIFOSchedulerConfig)  # the [pool.scheduler] member
 
     @classmethod
-    def from_config(cls, pool: Any, groups_per_step: int) -> "Scheduler":
+    def from_config(cls, pool: Any, groups_per_step: int) -> Scheduler:
         return cls(
             name=pool.scheduler.type,
             window=window_size(pool.scheduler, pool.max_active_groups),

@@ -10,15 +10,18 @@ The agent itself starts the servers over stdio, inside its sandbox, from its own
 :func:`configure` writes into the launch (:data:`AGENTS`, the one table of the agents that can):
 
 - ``opencode`` — ``"mcp"`` entries (``type = "local"``, a command array) in its ``opencode.json``; it
-  offers them as ``SERVER_TOOL`` (``files_edit_file``);
+  offers them as ``SERVER_TOOL`` (``files_edit_file``); ``kilo``, its fork, the same in ``kilo.json``;
 - ``codex`` — ``[mcp_servers.NAME]`` tables (``command``, ``args``) in its ``config.toml``;
+- ``cn`` (Continue's CLI) — an ``mcpServers`` list (``name``, ``command``, ``args``) in its YAML config;
+- ``gptme`` — ``[[mcp.servers]]`` tables in the project config ``gptme.toml`` of its working folder;
 - ``claude-code`` — ``--mcp-config FILE --strict-mcp-config`` (only Forge's servers); it offers them as
   ``mcp__SERVER__TOOL``;
 - ``openai-agents`` and ``smolagents`` — their runners' ``--mcp-config FILE`` (the same ``mcpServers``
   JSON as claude-code's): the servers' tools replace the built-in shell;
 - any other agent whose launch declares how it takes them (``[launch.mcp]``,
   :class:`~forge_cli.specs.McpLaunch`): an ``mcpServers`` JSON file in its working folder (merged into
-  the recipe's own file of that name) and extra arguments that may name the file (``$mcp_config``).
+  the recipe's own file of that name) and extra arguments that may name the file (``$mcp_config``):
+  gemini-cli and qwen-code (their ``settings.json``), copilot (``--additional-mcp-config @FILE``).
 
 Where they run from (:func:`tools_env`): both sandboxes see ``$FORGE_HOME/agents`` read-only and the
 Python installation the agents' venvs were made from, but not Forge's own venv (a container has only
@@ -34,6 +37,7 @@ the tool disappears; the trajectory goes on like any other.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.metadata as metadata
 import json
@@ -69,8 +73,8 @@ class Launch:
     files: dict[str, str]
 
 
-def _opencode(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
-    name = "opencode.json"
+def _opencode(launch: Launch, servers: Mapping[str, list[str]], workdir: Path, name: str = "opencode.json") -> Launch:
+    """opencode's ``mcp`` entries in its config file (kilo, its fork, reads the same from ``kilo.json``)."""
     config = json.loads(launch.files.get(name, "{}"))
     config.setdefault("mcp", {}).update({n: {"type": "local", "command": argv, "enabled": True,
                                              "timeout": STARTUP_TIMEOUT_S * 1000} for n, argv in servers.items()})
@@ -83,6 +87,23 @@ def _codex(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> L
                      f"startup_timeout_sec = {STARTUP_TIMEOUT_S}\ntool_timeout_sec = {TOOL_TIMEOUT_S}\n"
                      for n, argv in servers.items())
     return Launch(launch.command, launch.env, {**launch.files, name: launch.files.get(name, "") + tables})
+
+
+def _gptme(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+    """gptme: ``[[mcp.servers]]`` in the project config ``gptme.toml`` of its working folder."""
+    name = "gptme.toml"
+    tables = "\n[mcp]\nenabled = true\nauto_start = true\n" + "".join(
+        f"\n[[mcp.servers]]\nname = {json.dumps(n)}\ncommand = {json.dumps(argv[0])}\nargs = {json.dumps(argv[1:])}\n"
+        for n, argv in servers.items())
+    return Launch(launch.command, launch.env, {**launch.files, name: launch.files.get(name, "") + tables})
+
+
+def _continue(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+    """Continue's CLI: an ``mcpServers`` list in the YAML config its launch writes (JSON values are YAML)."""
+    name = ".continue-forge.yaml"
+    entries = "".join(f"  - name: {json.dumps(n)}\n    command: {json.dumps(argv[0])}\n    args: {json.dumps(argv[1:])}\n"
+                      f"    connectionTimeout: {STARTUP_TIMEOUT_S * 1000}\n" for n, argv in servers.items())
+    return Launch(launch.command, launch.env, {**launch.files, name: launch.files.get(name, "").rstrip("\n") + "\nmcpServers:\n" + entries})
 
 
 def _servers(servers: Mapping[str, list[str]]) -> dict[str, Any]:
@@ -109,7 +130,8 @@ Configure = Callable[[Launch, Mapping[str, list[str]], Path], Launch]
 
 # the black-box agents that take Forge's MCP servers, and how each is told about them
 AGENTS: dict[str, Configure] = {"opencode": _opencode, "codex": _codex, "claude-code": _claude_code,
-                                "openai-agents": _runner, "smolagents": _runner}
+                                "openai-agents": _runner, "smolagents": _runner,
+                                "kilo": functools.partial(_opencode, name="kilo.json"), "cn": _continue, "gptme": _gptme}
 
 
 def _declared(declared: McpLaunch, launch: Launch, servers: Mapping[str, list[str]], workdir: Path,
@@ -120,9 +142,9 @@ def _declared(declared: McpLaunch, launch: Launch, servers: Mapping[str, list[st
         config = json.loads(launch.files.get(declared.file, "{}"))
     except ValueError as exc:
         raise ForgeError(f"the launch's file {declared.file} is not JSON, so the MCP servers cannot be added to it: {exc}") from None
-    if not isinstance(config, dict) or not isinstance(config.setdefault("mcpServers", {}), dict):
-        raise ForgeError(f"the launch's file {declared.file} is not a JSON object with an mcpServers object")
-    config["mcpServers"].update(_servers(servers))
+    if not isinstance(config, dict) or not isinstance(config.setdefault(declared.key, {}), dict):
+        raise ForgeError(f"the launch's file {declared.file} is not a JSON object with an {declared.key} object")
+    config[declared.key].update({n: {**entry, **declared.server} for n, entry in _servers(servers).items()})
     args = [render_template(a, {**values, "mcp_config": str(path)}) for a in declared.args]
     return Launch([*launch.command, *args], launch.env, {**launch.files, declared.file: json.dumps(config, indent=2)})
 

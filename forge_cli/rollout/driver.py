@@ -32,7 +32,7 @@ from forge_cli.rollout.blackbox import find_install
 from forge_cli.rollout.executors import AgentTimedOut, Job, make_executor
 from forge_cli.rollout.loop import resolve_loop
 from forge_cli.rollout.records import RolloutRequest, TrajectoryResult
-from forge_cli.rollout.stream import TaskStream, check_mix
+from forge_cli.rollout.stream import TaskStream, check_mix, turns
 from forge_cli.rollout.summary import summarize_rollout
 from forge_cli.tasks.suites import resolve_suite
 
@@ -100,15 +100,15 @@ class Attempt:
 
 
 class _Rollout:
-    """One rollout's state: the gateway, the pool, the chosen scaffold and suites, its workdirs."""
+    """One rollout's state: the gateway, the pool, the chosen scaffolds and suites, its workdirs."""
 
-    def __init__(self, gw: "DriverGateway", config: Any, request: RolloutRequest, spec: "ScaffoldSpec",
+    def __init__(self, gw: "DriverGateway", config: Any, request: RolloutRequest, specs: dict[str, "ScaffoldSpec"],
                  suites: dict[str, "TaskSuite"], progress: RolloutProgress, on_progress: Callable[[RolloutProgress], None] | None,
                  consumer: bool = False) -> None:
 
         self.gw, self.pool, self.config, self.request = gw, gw.pool, config, request
-        self.spec, self.suites, self.progress, self.on_progress = spec, suites, progress, on_progress
-        self.options = config.scaffolds.get(spec.name, {})
+        self.specs, self.suites, self.progress, self.on_progress = specs, suites, progress, on_progress
+        self.options = {name: config.scaffolds.get(name, {}) for name in specs}
         self.consumer = consumer
         self.slots = asyncio.Semaphore(request.concurrency)  # trajectories running at once
         # admission: at most max_active_groups groups are generating; nothing consumes them in a
@@ -127,11 +127,13 @@ class _Rollout:
         self.guard = threading.Lock()  # a submit and the interrupt never interleave
         self.closed = False  # interrupted: nothing more is submitted
 
-        self.executors: dict[str, Any] = {}
+        self.executors: dict[tuple[str, str], Any] = {}  # (suite key, scaffold) -> where its jobs run
         try:
             for key, suite in suites.items():
-                self.executors[key] = make_executor(request.executor, spec, suite, address=request.ray_address,
-                                                    sandbox_options=config.sandboxes.get(sandbox_of(config, spec.name)))
+                for name, spec in specs.items():
+                    self.executors[key, name] = make_executor(
+                        request.executor, spec, suite, address=request.ray_address,
+                        sandbox_options=config.sandboxes.get(sandbox_of(config, name)))
         except BaseException:
             self.close()
             raise
@@ -144,7 +146,7 @@ class _Rollout:
         if self.on_progress is not None:
             self.on_progress(self.progress)
 
-    def submit(self, task: "Task") -> Any:
+    def submit(self, task: "Task", scaffold: str) -> Any:
         """Submit a task's group, held back from the scheduler until its rewards are written. With a
         consumer (``forge train``) the pool's own bound admits it: the scheduler's (at most
         ``max_active_groups`` submitted and not yet trained on, tighter under a staleness cap) —
@@ -156,29 +158,31 @@ class _Rollout:
                 version = self.version()
                 head = self.scheduler.head(self.pool)
                 head_version = None if head is None else self.submitted_at.get(head, self.start_version)
-                group = self.scheduler.submit(self.pool, task.id, self.request.n, self.spec.name, version=version,
+                group = self.scheduler.submit(self.pool, task.id, self.request.n, scaffold, version=version,
                                               head_version=head_version, rewards_pending=True)
                 self.submitted_at[group.queue_index] = version
             else:
-                group = self.pool.submit_group(task.id, self.request.n, self.spec.name, rewards_pending=True,
+                group = self.pool.submit_group(task.id, self.request.n, scaffold, rewards_pending=True,
                                                timeout_s=self.config.pool.group_timeout_s,
                                                evaluation=self.request.evaluation)
             self.mine.update(t.id for t in group.trajectories)
             self.pending.add(group.id)
         return group
 
-    async def admit(self, task: "Task") -> Any:
+    async def admit(self, task: "Task", scaffold: str) -> Any:
         """The task's group, submitted once admission lets it in."""
         while True:
             try:
-                return await asyncio.to_thread(self.submit, task)
+                return await asyncio.to_thread(self.submit, task, scaffold)
             except PoolFull:  # back-pressure: the trainer has not taken enough yet
                 await asyncio.sleep(0.2)
 
     async def spawn(self, groups: asyncio.TaskGroup, stream: "TaskStream") -> None:
         """Draw the stream's tasks one at a time, in order, each once admission lets its group in: no
-        more groups exist at once than admission allows, however long the stream."""
+        more groups exist at once than admission allows, however long the stream. Each group's scaffold
+        is the scaffold mix's turn for its index (one scaffold: always it)."""
         index = stream.first
+        scaffolds = turns(self.request.scaffolds, stream.first)
         while True:
             if self.admitted is not None:
                 await self.admitted.acquire()
@@ -187,19 +191,20 @@ class _Rollout:
                 if item is None:
                     return
                 key, task = item
+                scaffold = next(scaffolds)
                 self.difficulty[task.id] = task.difficulty
-                group = await self.admit(task)
+                group = await self.admit(task, scaffold)
             except BaseException:
                 if self.admitted is not None:
                     self.admitted.release()
                 raise
-            groups.create_task(self.group(index, key, task, group))
+            groups.create_task(self.group(index, key, scaffold, task, group))
             index += 1
 
-    async def group(self, index: int, key: str, task: "Task", group: Any) -> None:
+    async def group(self, index: int, key: str, scaffold: str, task: "Task", group: Any) -> None:
         try:
             async with asyncio.TaskGroup() as members:  # one that raises cancels its siblings
-                runs = [members.create_task(self.trajectory(key, task, group.id, t.id)) for t in group.trajectories]
+                runs = [members.create_task(self.trajectory(key, scaffold, task, group.id, t.id)) for t in group.trajectories]
             self.done[index] = await asyncio.to_thread(self.reward, group.id, key, task, [run.result() for run in runs])
         finally:
             if self.admitted is not None:
@@ -234,7 +239,7 @@ class _Rollout:
             self.pending.discard(group_id)
         return [replace(r, rewards=result.of(r.trajectory_id).components) for r, _ in ended]
 
-    async def trajectory(self, key: str, task: "Task", group_id: str,
+    async def trajectory(self, key: str, scaffold: str, task: "Task", group_id: str,
                          trajectory_id: str) -> tuple[TrajectoryResult, "Outcome | None"]:
         """Run one trajectory to its end. One that fails for a reason its policy could not cause
         (:class:`~forge_cli.errors.InfraError`, or any failure before its first model call) runs again
@@ -248,7 +253,7 @@ class _Rollout:
             try:
                 await asyncio.to_thread(self.pool.start_trajectory, trajectory_id)
                 while True:
-                    ran = await self.attempt(key, task, trajectory_id)
+                    ran = await self.attempt(key, scaffold, task, trajectory_id)
                     if ran.infra is None or len(retries) >= self.request.infra_retries:
                         break
                     if await asyncio.to_thread(self.pool.completion_count, trajectory_id):
@@ -260,22 +265,24 @@ class _Rollout:
                 ran = Attempt("failed", None, str(exc), [], None)
             finally:
                 self.progress.running -= 1
-            result = await asyncio.to_thread(self.end, trajectory_id, group_id, key, task, ran, retries + ran.events,
-                                             time.monotonic() - started, len(retries) + 1)
+            result = await asyncio.to_thread(self.end, trajectory_id, group_id, key, scaffold, task, ran,
+                                             retries + ran.events, time.monotonic() - started, len(retries) + 1)
             self.progress.count(result)
             self.tell()
             return result, ran.outcome
 
-    async def attempt(self, key: str, task: "Task", trajectory_id: str) -> "Attempt":
+    async def attempt(self, key: str, scaffold: str, task: "Task", trajectory_id: str) -> "Attempt":
         """One run of the scaffold in a session of its own, and how it ended."""
         status, outcome, reason, events, infra, session = "failed", None, "", [], None, None
+        spec = self.specs[scaffold]
         try:
             session = await self.gw.open_session(SessionRequest(
-                task_id=task.id, scaffold=self.spec.name, trajectory_id=trajectory_id, tool_format=self.spec.tool_format,
+                task_id=task.id, scaffold=spec.name, trajectory_id=trajectory_id, tool_format=spec.tool_format,
                 training=True, token_budget=self.request.max_tokens_per_trajectory))
             # a black-box program is killed at the budget by its sandbox; this is the backstop
-            budget = self.request.trajectory_timeout_s + (0 if self.spec.kind == "white" else 15)
-            _, events, outcome = await asyncio.wait_for(self.run_scaffold(key, task, trajectory_id, session), timeout=budget)
+            budget = self.request.trajectory_timeout_s + (0 if spec.kind == "white" else 15)
+            _, events, outcome = await asyncio.wait_for(self.run_scaffold(key, scaffold, task, trajectory_id, session),
+                                                        timeout=budget)
             status, reason = "completed", outcome.reason
         except (asyncio.TimeoutError, AgentTimedOut) as exc:
             status, reason = "timed_out", str(exc) or f"over its time budget of {self.request.trajectory_timeout_s:g} s"
@@ -295,16 +302,17 @@ class _Rollout:
             infra, reason = "launch", f"ended before its first model call: {reason}"
         return Attempt(status, outcome, reason, events, infra)
 
-    async def run_scaffold(self, key: str, task: "Task", trajectory_id: str, session: Any) -> tuple[Any, list[Any], "Outcome"]:
+    async def run_scaffold(self, key: str, scaffold: str, task: "Task", trajectory_id: str,
+                           session: Any) -> tuple[Any, list[Any], "Outcome"]:
         """Run the scaffold in the trajectory's session on the executor, and verify: ``(Transcript, events, Outcome)``."""
-        job = Job(scaffold=self.spec.name, suite=key, verifier=self.request.verifier, task=task,
+        job = Job(scaffold=scaffold, suite=key, verifier=self.request.verifier, task=task,
                   workdir=str(self.gw.run_dir / "work" / trajectory_id), base_url=session.base_url, api_key=session.api_key,
-                  model=self.gw.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options),
-                  sandbox=sandbox_of(self.config, self.spec.name),
+                  model=self.gw.model_name, timeout_s=self.request.trajectory_timeout_s, options=dict(self.options[scaffold]),
+                  sandbox=sandbox_of(self.config, scaffold),
                   gateway_socket=str(self.gw.unix_path) if getattr(self.gw, "unix_path", None) else None)
-        return await self.executors[key].run(job)
+        return await self.executors[key, scaffold].run(job)
 
-    def end(self, trajectory_id: str, group_id: str, key: str, task: "Task", ran: "Attempt", events: list[Any],
+    def end(self, trajectory_id: str, group_id: str, key: str, scaffold: str, task: "Task", ran: "Attempt", events: list[Any],
             wall_s: float, attempts: int) -> TrajectoryResult:
         """Write the trajectory's events (its verification's outcome among them) and end it (in a
         worker thread: the pool is blocking); its rewards come with its group's (:meth:`reward`). One
@@ -325,7 +333,7 @@ class _Rollout:
             status, reason = (now, reason or str(exc)) if now in ("completed", "failed", "timed_out") else ("failed", str(exc))
         self.mine.discard(trajectory_id)
         return TrajectoryResult(trajectory_id, group_id, task.id, status, ran.outcome.score if ran.outcome else None, reason,
-                                wall_s, len(events), suite=key, infra=infra, attempts=attempts)
+                                wall_s, len(events), suite=key, scaffold=scaffold, infra=infra, attempts=attempts)
 
     def interrupt(self) -> int:
         """Fail, as "interrupted", every trajectory of this rollout that is not over, and release its
@@ -362,7 +370,7 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     pool's ``max_active_groups``, and a staleness cap's), and ``request.groups`` may be None: then
     the rollout runs until it is cancelled (and fails what it started as "interrupted")."""
     registry = get_registry()
-    spec = registry.scaffold(request.scaffold)
+    specs = {name: registry.scaffold(name) for name in check_mix(request.scaffolds, "scaffold mix")}
     if request.groups is None and not consumer:
         raise ForgeError("an unbounded rollout (groups = None) needs a consumer that takes its groups (forge train)")
     if (request.groups is not None and request.groups < 1) or request.n < 1 or request.concurrency < 1:
@@ -372,7 +380,8 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
     weights = check_mix(request.weights)
     suites = {name: resolve_suite(name, request.verifier, registry) for name in weights}
     stream = TaskStream(suites, weights, request.split, request.seed, first=request.first_group, count=request.groups)  # type: ignore[arg-type]
-    preflight(config, request, spec, registry)
+    for spec in specs.values():
+        preflight(config, request, spec, registry)
     if gateway is None and request.gateway_url:
         from forge_cli.rollout.remote import RemoteGateway
 
@@ -387,7 +396,7 @@ async def rollout(config: Any, request: RolloutRequest, *, run: str | None = Non
         async with serve_gateway(config, run) as gw:
             return await rollout(config, request, gateway=gw, on_progress=on_progress, consumer=consumer)
     progress = RolloutProgress(total=request.groups * request.n if request.groups is not None else None)
-    state = _Rollout(gateway, config, request, spec, suites, progress, on_progress, consumer)
+    state = _Rollout(gateway, config, request, specs, suites, progress, on_progress, consumer)
     started = time.monotonic()
     try:
         async with asyncio.TaskGroup() as groups:  # a group that fails cancels the others: nothing runs on unseen

@@ -11,7 +11,7 @@ from typing import Any
 @dataclass(frozen=True)
 class RolloutRequest:
     """What to roll out: ``groups`` tasks of ``suite``'s ``split`` (or of ``mix``'s suites), ``n``
-    trajectories each.
+    trajectories each, in ``scaffold`` (or ``scaffold_mix``'s scaffolds, by turns).
 
     ``groups=None`` is an unbounded stream (only with a consumer, ``forge train``: it runs until the
     caller cancels it); ``first_group`` is the stream's first group index (a resumed run passes the
@@ -36,6 +36,7 @@ class RolloutRequest:
     admin_key: str | None = field(default=None, repr=False)
     first_group: int = 0
     mix: dict[str, float] = field(default_factory=dict)
+    scaffold_mix: dict[str, float] = field(default_factory=dict)  # scaffold -> weight (empty: scaffold alone)
     evaluation: bool = False  # a held-out evaluation's groups: recorded, never trained on (forge train)
 
     @property
@@ -48,6 +49,16 @@ class RolloutRequest:
         """What the tasks are, for a title: ``calc`` or ``calc=2, qa=1``."""
         return ", ".join(f"{k}={w:g}" for k, w in self.mix.items()) if self.mix else self.suite
 
+    @property
+    def scaffolds(self) -> dict[str, float]:
+        """Scaffold → weight: the scaffold mix, or ``scaffold`` alone."""
+        return dict(self.scaffold_mix) if self.scaffold_mix else {self.scaffold: 1.0}
+
+    @property
+    def scaffold_label(self) -> str:
+        """Which scaffolds run, for a title: ``react`` or ``aider=1, pi=1``."""
+        return ", ".join(f"{k}={w:g}" for k, w in self.scaffold_mix.items()) if self.scaffold_mix else self.scaffold
+
 
 def request_from_config(config: Any, **overrides: Any) -> RolloutRequest:
     """The request ``[rollout]`` (with ``train.group_size`` and ``run.seed``) describes; ``overrides``
@@ -57,7 +68,7 @@ def request_from_config(config: Any, **overrides: Any) -> RolloutRequest:
         scaffold=r.scaffold, suite=r.task, verifier=r.verifier, split=r.split, groups=r.groups, n=config.train.group_size,
         concurrency=r.concurrency, trajectory_timeout_s=r.trajectory_timeout_s, infra_retries=r.infra_retries,
         max_tokens_per_trajectory=r.max_tokens_per_trajectory, seed=config.run.seed, executor=r.executor,
-        ray_address=r.ray_address, mix=dict(r.mix))
+        ray_address=r.ray_address, mix=dict(r.mix), scaffold_mix=dict(r.scaffold_mix))
     return RolloutRequest(**(fields | overrides))
 
 
@@ -75,6 +86,7 @@ class TrajectoryResult:
     events: int
     rewards: dict[str, float] = field(default_factory=dict)
     suite: str = ""  # the key of its task's suite in the request's weights
+    scaffold: str = ""  # the scaffold it ran in
     infra: str | None = None  # failed for a reason its policy could not cause: the cause (pool.types.INFRA_CAUSES)
     attempts: int = 1  # runs it took (more than one: infrastructure failures before it, retried)
 

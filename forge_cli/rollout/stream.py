@@ -1,4 +1,5 @@
-"""Which task each group of a rollout runs: a seeded, resumable stream over one suite or a weighted mix.
+"""Which task each group of a rollout runs — a seeded, resumable stream over one suite or a weighted
+mix — and in which scaffold (:func:`turns`: a weighted round robin over ``rollout.scaffold_mix``).
 
 Group ``g`` of a stream (``g = 0, 1, …``; a stream may start at any ``first``) runs a task of the
 suite drawn for it: with one suite always that one; with a mix (``{"calc": 2.0, "qa": 1.0}``) the
@@ -39,30 +40,32 @@ def chunk_seed(seed: int, chunk: int) -> int:
     return int(hashlib.sha256(f"forge-chunk/{seed}/{chunk}".encode()).hexdigest()[:15], 16)
 
 
-def check_mix(mix: Mapping[str, float]) -> dict[str, float]:
+def check_mix(mix: Mapping[str, float], what: str = "mix") -> dict[str, float]:
     """The mix as a plain dict, refused when a weight is not a number > 0."""
     out: dict[str, float] = {}
     for name, weight in mix.items():
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0 or weight == float("inf"):
-            raise ForgeError(f"the mix weight of {name!r} must be a number > 0, not {weight!r}")
+            raise ForgeError(f"the {what} weight of {name!r} must be a number > 0, not {weight!r}")
         out[str(name)] = float(weight)
     return out
 
 
-def parse_mix(text: str) -> dict[str, float]:
-    """``"calc=2,qa=1"`` (the ``--mix`` flag) as ``{"calc": 2.0, "qa": 1.0}``."""
+def parse_mix(text: str, flag: str = "--mix", what: str = "SUITE", example: str = "calc=2,qa=1") -> dict[str, float]:
+    """``"calc=2,qa=1"`` (the ``--mix`` flag; ``--scaffold-mix`` with ``what="SCAFFOLD"``) as
+    ``{"calc": 2.0, "qa": 1.0}``; a name without ``=WEIGHT`` weighs 1."""
     mix: dict[str, float] = {}
+    usage = f"{flag} expects {what}=WEIGHT[,{what}=WEIGHT…] (like {example})"
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, raw = item.partition("=")
         try:
             weight = float(raw) if sep else 1.0
         except ValueError:
-            raise ForgeError(f"--mix expects SUITE=WEIGHT[,SUITE=WEIGHT…] (like calc=2,qa=1), got {item!r}") from None
+            raise ForgeError(f"{usage}, got {item!r}") from None
         if not name.strip():
-            raise ForgeError(f"--mix expects SUITE=WEIGHT[,SUITE=WEIGHT…] (like calc=2,qa=1), got {item!r}")
+            raise ForgeError(f"{usage}, got {item!r}")
         mix[name.strip()] = weight
     if not mix:
-        raise ForgeError("--mix names no suite (like calc=2,qa=1)")
+        raise ForgeError(f"{flag} names no {what.lower()} (like {example})")
     return check_mix(mix)
 
 
@@ -81,6 +84,27 @@ def choices(weights: Mapping[str, float], seed: int) -> Iterator[str]:
             if x < acc:
                 break
         yield name
+
+
+def turns(weights: Mapping[str, float], first: int = 0) -> Iterator[str]:
+    """The scaffold of each group from group ``first`` on, by weight: smooth weighted round robin
+    (each turn every name gains its weight, the one furthest ahead is chosen and pays the total back;
+    ties go to the first name in order). Any run of groups holds each name in proportion to its
+    weight, as nearly as whole groups can — five agents of equal weight: each five groups in a row
+    have all five, where independent draws would give all five 4 % of the time — and group ``g``'s
+    name follows from ``g`` alone, so a resumed stream goes on where it stopped."""
+    names = sorted(weights)
+    total = sum(weights[n] for n in names)
+    credit = dict.fromkeys(names, 0.0)
+    g = 0
+    while True:
+        for name in names:
+            credit[name] += weights[name]
+        chosen = max(names, key=lambda n: (credit[n], -names.index(n)))
+        credit[chosen] -= total
+        if g >= first:
+            yield chosen
+        g += 1
 
 
 def replay(weights: Mapping[str, float], seed: int, upto: int) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""A rollout's summary: success (in all, per suite of a mix, per difficulty), rewards by component,
+"""A rollout's summary: success (in all, per suite and per scaffold of a mix, per difficulty), rewards by component,
 tokens and time per trajectory, the prefix-share ratio of what was recorded, and context-management
 events per trajectory."""
 
@@ -42,6 +42,7 @@ class RolloutSummary:
     context_events_per_trajectory: float
     by_difficulty: dict[str, float] = field(default_factory=dict)  # success rate per task difficulty
     by_suite: dict[str, tuple[int, int]] = field(default_factory=dict)  # suite -> (solved, trajectories)
+    by_scaffold: dict[str, tuple[int, int]] = field(default_factory=dict)  # scaffold -> (solved, trajectories)
     # how fast the solved ones were (what the completion-time reward trains): their mean wall-clock span
     # (the pool's timestamps, as the reward's default source reads them) and tool calls
     solved_seconds: float | None = None
@@ -69,6 +70,9 @@ class RolloutSummary:
         if len(self.by_suite) > 1:
             rows += [(f"success on {name}", f"{num(solved / ended if ended else None, '.1%')}  ({solved}/{ended})")
                      for name, (solved, ended) in sorted(self.by_suite.items())]
+        if len(self.by_scaffold) > 1:
+            rows += [(f"success in {name}", f"{num(solved / ended if ended else None, '.1%')}  ({solved}/{ended})")
+                     for name, (solved, ended) in sorted(self.by_scaffold.items())]
         rows += [(f"success at difficulty {d}", num(rate, ".1%")) for d, rate in sorted(self.by_difficulty.items())]
         return rows
 
@@ -100,17 +104,20 @@ def summarize_rollout(pool: Any, results: Sequence["TrajectoryResult"], wall_s: 
     rewards = [sum(r.rewards.values()) for r in results]  # a trajectory without components earned 0
     per_difficulty: dict[str, list[bool]] = {}
     per_suite: dict[str, list[bool]] = {name: [] for name in request.weights}
+    per_scaffold: dict[str, list[bool]] = {name: [] for name in request.scaffolds}
     for r in results:
         if difficulty and r.task_id in difficulty:
             per_difficulty.setdefault(difficulty[r.task_id], []).append(r.solved)
         per_suite.setdefault(r.suite, []).append(r.solved)
+        if r.infra is None:  # as the success rate: the policy's trajectories
+            per_scaffold.setdefault(r.scaffold or request.scaffold, []).append(r.solved)
     infra: dict[str, int] = {}
     for r in results:
         if r.infra is not None:
             infra[r.infra] = infra.get(r.infra, 0) + 1
     policy_ran = len(results) - sum(infra.values())  # the success rate is the policy's: infrastructure failures out
     return RolloutSummary(
-        scaffold=request.scaffold, suite=request.label, run_dir=run_dir, trajectories=len(results), by_status=by_status,
+        scaffold=request.scaffold_label, suite=request.label, run_dir=run_dir, trajectories=len(results), by_status=by_status,
         success_rate=sum(1 for r in results if r.solved) / (policy_ran or 1), infra_failures=infra,
         mean_reward=fmean(rewards) if rewards else None,
         mean_components={k: fmean(r.rewards.get(k, 0.0) for r in results) for k in names},
@@ -119,6 +126,7 @@ def summarize_rollout(pool: Any, results: Sequence["TrajectoryResult"], wall_s: 
         prefix_share=prefix_share(sequences), context_events_per_trajectory=events / n,
         by_difficulty={d: sum(v) / len(v) for d, v in per_difficulty.items()},
         by_suite={name: (sum(v), len(v)) for name, v in per_suite.items()},
+        by_scaffold={name: (sum(v), len(v)) for name, v in per_scaffold.items()},
         solved_seconds=fmean(solved_seconds) if solved_seconds else None,
         solved_tool_calls=fmean(solved_calls) if solved_calls else None,
     )

@@ -8,7 +8,9 @@ an :class:`~forge_cli.sandbox.contract.ExecResult` that never started, with the 
   socket is bind-mounted at :data:`SOCKET_INSIDE` and ``forward.py`` (bind-mounted read-only) runs as
   the container's main program, so ``http://127.0.0.1:PORT`` inside reaches the gateway;
 - **files**: the work directory bind-mounted read-write *at its host path* (launch recipes render
-  ``$workdir`` with it), ``$FORGE_HOME/agents`` read-only at its host path, nothing else of the host;
+  ``$workdir`` with it), ``$FORGE_HOME/agents`` read-only at its host path, and read-only the Python
+  installations the pip agents' venvs link to and the host's ``node`` for the npm agents
+  (:func:`host_node`), nothing else of the host;
   a read-only root, tmpfs ``/tmp`` and ``HOME`` of bounded size, a per-file size limit;
 - **limits**: memory (the cgroup's; swap off), processes (``pids``), CPUs, all capabilities
   dropped, ``no-new-privileges``, a non-root user (uid 1000; the work directory is handed to it);
@@ -169,6 +171,20 @@ def python_prefixes(agents: Path) -> list[Path]:
     return sorted(found)
 
 
+# where the host's Node.js is mounted inside a container: before the image's own /usr/bin/node on PATH
+NODE_INSIDE = "/usr/local/bin/node"
+
+
+def host_node(agents: Path) -> Path | None:
+    """The host's ``node`` the npm agents were installed with, when one is installed: the image has
+    Debian's Node.js 18, and gemini-cli, qwen-code, pi, kilo and copilot need 20 or newer, so the sandbox
+    mounts the host's read-only at :data:`NODE_INSIDE` (the same Debian userland: its libraries match)."""
+    if not any(agents.glob("*/node_modules")):
+        return None
+    found = shutil.which("node")
+    return Path(found).resolve() if found else None
+
+
 def _ids(user: str) -> tuple[int, int]:
     if user == "root":
         return 0, 0
@@ -259,6 +275,8 @@ class DockerSandbox(WorkdirFiles):
                 mounts.append(Mount(agents, agents, type="bind", read_only=True))
                 for prefix in python_prefixes(agents_dir()):
                     mounts.append(Mount(str(prefix), str(prefix), type="bind", read_only=True))
+                if (node := host_node(agents_dir())) is not None:
+                    mounts.append(Mount(NODE_INSIDE, str(node), type="bind", read_only=True))
             main = ["sh", "-c", f"touch {READY_FILE}; exec cat >/dev/null"]
             if self.gateway is not None:
                 if not Path(self.gateway.socket).exists():

@@ -23,8 +23,11 @@ def _call(name: str, **arguments: Any) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
+# Forge's own shell MCP server's tool (the scaffold's mcp = ["shell"]) as agents name it — gemini-cli and
+# qwen-code, claude-code and codex, opencode and kilo, copilot: where it is offered, it is the one to use
+MCP_SHELL_TOOLS = ("mcp_shell_shell", "mcp__shell__shell", "shell_shell", "shell-shell")
 # what agents name their shell tool, in the order a policy prefers them when several are offered
-SHELL_TOOLS = ("shell", "bash", "Bash", "run_shell_command", "execute_command", "exec_command", "run_command",
+SHELL_TOOLS = (*MCP_SHELL_TOOLS, "shell", "bash", "Bash", "run_shell_command", "execute_command", "exec_command", "run_command",
                "shell_command", "execute_bash", "terminal", "run_terminal_cmd", "execute")
 COMMAND_KEYS = ("command", "cmd", "script", "commands", "code")  # its argument that takes the command line
 
@@ -43,18 +46,23 @@ def shell_call(tools: dict[str, dict[str, Any]], command: str) -> str | None:
     """A call of the agent's *own* shell tool (whatever it names it, :data:`SHELL_TOOLS`) that runs
     ``command``, its argument named as the tool's schema names it (an argv list where it takes one);
     None when the agent offers no shell tool."""
-    name = next((n for n in SHELL_TOOLS if n in tools), None)
+    hashed = sorted(n for n in tools if n.rpartition("_")[0] in MCP_SHELL_TOOLS)  # gptme adds a hash: shell_shell_1a2b…
+    name = (next((n for n in MCP_SHELL_TOOLS if n in tools), None) or (hashed[0] if hashed else None)
+            or next((n for n in SHELL_TOOLS if n in tools), None))
     if name is None:
         return None
     properties = tools[name].get("properties") or {}
     key = next((k for k in COMMAND_KEYS if k in properties), next(iter(properties), "command"))
     value: Any = ["bash", "-lc", command] if (properties.get(key) or {}).get("type") == "array" else command
     arguments = {key: value}
-    for other in tools[name].get("required") or []:  # a language to choose (open-interpreter's execute): the shell
-        choices = (properties.get(other) or {}).get("enum") or []
+    for other in tools[name].get("required") or []:
+        spec = properties.get(other) or {}
+        choices = spec.get("enum") or []
         shell = next((c for c in ("shell", "bash", "sh") if c in choices), None)
-        if other != key and shell is not None:
+        if other != key and shell is not None:  # a language to choose (open-interpreter's execute): the shell
             arguments[other] = shell
+        elif other != key and any(s.get("type") == "null" for s in spec.get("anyOf") or ()):
+            arguments[other] = None  # required but nullable (OpenAI's strict schemas, crewai's): null
     return _call(name, **arguments)
 
 
@@ -187,15 +195,30 @@ def files_command(prompt: str) -> str | None:
 def files_shell(context: dict[str, Any]) -> str:
     """For an agent with a shell tool (whatever it calls it: ``shell``, ``bash``, ``run_shell_command``,
     …, :func:`shell_call`): one command that does the task, then the answer (through ``final_answer``
-    where the agent offers it)."""
+    where the agent offers it). An agent that will not let a command edit a file it has not read
+    (:data:`READ_FIRST`) is shown the file with the tool it names, and the command runs again."""
     messages = context.get("messages") or []
     tools = offered_tools(context)
+    command = files_command(_user_task(messages))
+    calls = tool_history(messages)
+    if calls and command is not None and len(calls) < 4:
+        name, _, result = calls[-1]
+        guard = READ_FIRST.search(result)
+        if guard and guard.group(2) in tools:  # the agent refused to edit a file it has not shown (qwen-code): read it
+            schema = tools[guard.group(2)]
+            key = next(iter(schema.get("required") or schema.get("properties") or ["path"]))
+            return _call(guard.group(2), **{key: guard.group(1)})
+        if len(calls) >= 2 and READ_FIRST.search(calls[-2][2]):  # read it: the command again
+            return shell_call(tools, command) or "done"
     if any(m.get("role") == "assistant" for m in messages):
         return _call("final_answer", answer="done") if "final_answer" in tools else "done"
-    command = files_command(_user_task(messages))
     if command is None:
         return "I cannot tell what is asked."
     return shell_call(tools, command) or f"I have no shell tool (offered: {', '.join(sorted(tools)) or 'none'})."
+
+
+# an agent that edits only what it has read (qwen-code's shell tool on `sed -i FILE`): the file and the tool to read it with
+READ_FIRST = re.compile(r"File (\S+) has not been read in this session\. Use the (\w+) tool first")
 
 
 DSPY_FIELD = re.compile(r"`\[\[ ## (\w+) ## \]\]`")

@@ -103,4 +103,7 @@ class TrainDisplay:
         if r:
             table.add_row("rollout", f"{r.get('running', 0)} running, {r.get('finished', 0)} finished, "
                           f"{r.get('solved', 0)} solved")
+            if r.get("infra") or r.get("retried"):  # apart from the policy's failures: never trained as a 0
+                table.add_row("infrastructure failures", f"{r.get('infra', 0)} · groups dropped (not trained) "
+                              f"{r.get('dropped_groups', 0)} · ran again {r.get('retried', 0)}")
         return table

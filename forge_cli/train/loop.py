@@ -200,6 +200,7 @@ class StepMeter:
                 except (TypeError, ValueError):  # a suite whose difficulty is not a number
                     pass
         tell("rollout", {"running": progress.running, "finished": progress.finished, "solved": progress.solved,
+                         "infra": progress.infra, "retried": progress.retried, "dropped_groups": progress.dropped_groups,
                          "output_tokens": progress.output_tokens, "elapsed_s": time.monotonic() - progress.started_at})
 
 

@@ -138,7 +138,7 @@ def _warmed_for(folder: Path, config: Any) -> bool:
 
 
 # what a record written before a key existed says of it
-_WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "teacher_slips": 0.0, "teacher_rechecks": 0.0, "scaffold_options": {}}
+_WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "scaffold_mix": {}, "teacher_slips": 0.0, "teacher_rechecks": 0.0, "scaffold_options": {}}
 
 
 async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,
@@ -165,10 +165,10 @@ def check(config: Any, *, warmstart: bool) -> None:
     each if the run may warm-start), the reward weights, a PostgreSQL pool that does not answer."""
     registry = get_registry()
     request = request_from_config(config, groups=None)
-    spec = registry.scaffold(request.scaffold)
     for name in check_mix(request.weights):
         resolve_suite(name, request.verifier, registry)
-    preflight(config, request, spec, registry)
+    for scaffold in check_mix(request.scaffolds, "scaffold mix"):
+        preflight(config, request, registry.scaffold(scaffold), registry)
     if warmstart and config.model.path is None:
         policy_for(request.weights)
     if config.pool.url.startswith("postgres"):

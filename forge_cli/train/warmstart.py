@@ -300,5 +300,6 @@ def warm_recipe(config: Any) -> dict[str, Any]:
 def warm_key(config: Any) -> dict[str, Any]:
     """What a warm copy is warm-started on (``warmstart.json`` records it; a run reuses only a match)."""
     return {"suite": config.rollout.task, "mix": dict(config.rollout.mix), "scaffold": config.rollout.scaffold,
+            "scaffold_mix": dict(config.rollout.scaffold_mix),
             "scaffold_options": dict(config.scaffolds.get(config.rollout.scaffold) or {}),  # its prompts
             "teacher_slips": config.train.warmstart.teacher_slips, "teacher_rechecks": config.train.warmstart.teacher_rechecks}

@@ -4,8 +4,8 @@ Installed by ``forge scaffold add openai-agents`` into the agent's own venv as i
 ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` point the SDK at the Forge gateway (Responses API), and
 tracing is off. ``--mcp-config FILE`` (an ``mcpServers`` JSON file, as claude-code reads: each
 server's ``command`` and ``args``; Forge writes it for the scaffold's ``mcp`` option) replaces the
-built-in shell tool with the tools those MCP servers list, each started over stdio. Prints the agent's final output on stdout; exits 1 if the
-run raised.
+built-in shell tool (``forge_runner``'s) with the tools those MCP servers list, each started over stdio
+(the SDK's own MCP client). Prints the agent's final output on stdout; exits 1 if the run raised.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import argparse
 import asyncio
 import contextlib
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from forge_runner import shell
 
 
 async def run(args: argparse.Namespace) -> str:
@@ -36,13 +37,7 @@ async def run(args: argparse.Namespace) -> str:
                 servers.append(await stack.enter_async_context(server))
             tools = []
         else:
-            @function_tool
-            def shell(command: str) -> str:
-                """Run a shell command in the working folder and return its output."""
-                done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120)
-                return (done.stdout + done.stderr)[-8000:] + f"\n[exit code {done.returncode}]"
-
-            tools = [shell]
+            tools = [function_tool(shell)]
         agent = Agent(
             name="forge-agent",
             instructions="Solve the task. Use the tools to run commands and edit files. Reply with the final answer.",
