@@ -198,7 +198,9 @@ MIXED = ("llm", "pydantic-ai", "langgraph", "agno", "google-adk")
 def test_forge_train_on_a_mix_of_five_agents(cli, installed_agent, scoring_model, tmp_path, local_sandbox):
     """``forge train --scaffold-mix llm,pydantic-ai,langgraph,agno,google-adk``: five agent programs on three
     APIs at once, each group in its turn's agent (equal weights: every five groups hold all five), each step
-    training on all five agents' trajectories through one pool, scheduler and prefix tree."""
+    training on all five agents' trajectories through one pool, scheduler and prefix tree. The scheduler is strict
+    FIFO here so that a step's five groups are five consecutive turns (a window may take a later group that
+    finished first: then a step holds a mix, not necessarily all five)."""
     from forge_cli.pool.store import DataPool
     from forge_cli.report.metrics import read_metrics
 
@@ -207,7 +209,8 @@ def test_forge_train_on_a_mix_of_five_agents(cli, installed_agent, scoring_model
     sets = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.demo_policies:files_agent",
             "rollout.sandbox": "local", "sandboxes.local.isolation": "bwrap", "gateway.port": 0,
             "run.dir": str(tmp_path / "runs"), "train.engine": "torch", "train.groups_per_step": len(MIXED),
-            "train.group_size": 2, "train.eval_every": 0, "rollout.infra_retries": 0}
+            "train.group_size": 2, "train.eval_every": 0, "rollout.infra_retries": 0,
+            "pool.scheduler.type": "fifo"}  # each step takes the next five groups in order: five turns in a row
     flags = [part for key, value in sets.items() for part in ("--set", f"{key}={value}")]
     done = cli(*flags, "train", "--no-live", "--run", "mix", "--model", str(scoring_model), "--scaffold-mix",
                ",".join(MIXED), "--task", "files", "--steps", "2", "--warmstart", "never")

@@ -42,11 +42,14 @@ def test_the_shipped_policy_is_a_small_servable_copy_of_the_embedded_default_tha
 
 def test_forge_train_on_the_repositorys_config_starts_from_it_at_once():
     from forge_cli.train.run import plan
-    from forge_cli.train.warmstart import warm_key
+    from forge_cli.train.warmstart import recorded_key, warm_key
 
     start = plan(repository_config())
     assert Path(start.config.model.path) == SHIPPED and not start.warmstart  # no model init, no warm start
-    assert warm_key(start.config) == {k: record()[k] for k in warm_key(start.config)}  # its suite, prompts, teacher
+    assert warm_key(start.config) == recorded_key(record(), start.config)  # its suite, prompts, teacher
+    # a run over a mix of scaffolds was not what it was warm-started on (its record, older than the key, says none)
+    mixed = repository_config(**{"rollout.scaffold_mix": {"react": 1.0, "tool-call-unlisted": 1.0}})
+    assert recorded_key(record(), mixed)["scaffold_mix"] == {} != warm_key(mixed)["scaffold_mix"]
     assert plan(repository_config(**{"train.warmstart.when": "always"})).warmstart  # still made from nothing on request
     assert Path(plan(repository_config(**{"train.warmstart.teacher_slips": 0.1})).config.model.path) != SHIPPED
 

@@ -36,7 +36,7 @@ from forge_cli.tasks.suites import resolve_suite
 from forge_cli.train.compose import build_training
 from forge_cli.train.distributed import run_follower, world
 from forge_cli.train.loop import train_loop
-from forge_cli.train.warmstart import keep_warm_model, run_warmstart, warm_key, warm_record
+from forge_cli.train.warmstart import keep_warm_model, recorded_key, run_warmstart, warm_key, warm_record
 
 DEFAULT_MINUTES = 15.0
 # scaffold options the embedded default trains with unless the config sets them: a tiny policy's
@@ -133,12 +133,7 @@ def _warmed_for(folder: Path, config: Any) -> bool:
         record = json.loads((folder / "warmstart.json").read_text())
     except (OSError, ValueError):
         return False
-    key = warm_key(config)
-    return {k: record.get(k, _WARM_KEY_DEFAULTS.get(k)) for k in key} == key
-
-
-# what a record written before a key existed says of it
-_WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "scaffold_mix": {}, "teacher_slips": 0.0, "teacher_rechecks": 0.0, "scaffold_options": {}}
+    return recorded_key(record, config) == warm_key(config)
 
 
 async def train(config: Any, *, run: str | None = None, resume: str | None = None, steps: int | None = None,

@@ -297,6 +297,16 @@ def warm_recipe(config: Any) -> dict[str, Any]:
                                                                   "micro_batch_tokens")}}
 
 
+# what a record written before a key existed says of it
+WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "scaffold_mix": {}, "teacher_slips": 0.0, "teacher_rechecks": 0.0,
+                                     "scaffold_options": {}}
+
+
+def recorded_key(record: dict[str, Any], config: Any) -> dict[str, Any]:
+    """What a warm copy's record says of each :func:`warm_key` item (a key older than the record: its default)."""
+    return {k: record.get(k, WARM_KEY_DEFAULTS.get(k)) for k in warm_key(config)}
+
+
 def warm_key(config: Any) -> dict[str, Any]:
     """What a warm copy is warm-started on (``warmstart.json`` records it; a run reuses only a match)."""
     return {"suite": config.rollout.task, "mix": dict(config.rollout.mix), "scaffold": config.rollout.scaffold,
