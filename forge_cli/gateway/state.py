@@ -207,12 +207,17 @@ class GatewayState:
         if not api_key or not secrets.compare_digest(given, self.admin_key.encode()):
             raise APIError(401, "this endpoint needs the admin key", kind="authentication_error")
 
-    async def check_recording(self, session: Session) -> None:
-        """Refuse (409) a call whose trajectory can no longer record (timed out, finished, failed)."""
+    def recording_status(self, session: Session) -> str | None:
+        """The status of the session's trajectory (a pool read: call it off the event loop), or None when
+        it records nowhere; a call is refused (:meth:`refuse_ended`) unless it is ``running``."""
         if self.pool is None or session.trajectory_id is None:
-            return
-        status = await run_in_threadpool(self.pool.trajectory_status, session.trajectory_id)
-        if status != "running":  # ended behind the gateway's back (timed out, finished by a driver): forget it
+            return None
+        return self.pool.trajectory_status(session.trajectory_id)
+
+    def refuse_ended(self, session: Session, status: str | None) -> None:
+        """Refuse (409) a call whose trajectory can no longer record (timed out, finished, failed), and
+        forget its session; ``status``: :meth:`recording_status`'s."""
+        if status is not None and status != "running":  # ended behind the gateway's back (timed out, finished by a driver)
             self.forget(session)
             raise APIError(409, f"this session's trajectory is {status}; it can no longer record", kind="invalid_request_error")
 
@@ -293,27 +298,31 @@ class GatewayState:
         started_at: float, tool_format: str, parse_errors: list[list[dict[str, Any]]], request: dict[str, Any] | None,
         agent: str | None = None, tool_calls: list[list[dict[str, Any]]] | None = None, history: PromptHistory | None = None,
     ) -> None:
-        """Append each output as one completion of the session's trajectory (``agent``: which of the
-        trajectory's agents made the call, from the ``x-forge-agent`` header)."""
+        """Remember the call in the session's history (:meth:`remember`, for the next prompt's ids) and
+        append each output as one completion of the session's trajectory (``agent``: which of the
+        trajectory's agents made the call, from the ``x-forge-agent`` header), in one worker-thread trip."""
         session.requests += 1
         session.tokens_out += sum(len(out.output_ids) for out in outputs)
-        if self.pool is None or session.trajectory_id is None:
-            return
         finished = time.time()
-
+        recording = self.pool is not None and session.trajectory_id is not None
         calls_of = tool_calls or [None] * len(outputs)
-        for out, errors, calls in zip(outputs, parse_errors, calls_of):
-            try:
-                await run_in_threadpool(
-                lambda o=out, e=errors, k=calls: self.pool.append_completion(NewCompletion(
-                    session.trajectory_id, prompt_ids=prompt_ids, output_ids=o.output_ids, output_logprobs=o.logprobs,
-                    policy_version=o.policy_version, sampling=sampling, finish_reason=o.finish_reason,
-                    started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=e,
-                    request=request if self.record_requests else None, agent=agent, tool_calls=k, history=history,
+
+        def work() -> None:  # one trip to a worker thread: the session's history (decoding), then the pool's rows
+            self.remember(session, prompt_ids, outputs)
+            if not recording:
+                return
+            for out, errors, calls in zip(outputs, parse_errors, calls_of):
+                self.pool.append_completion(NewCompletion(
+                    session.trajectory_id, prompt_ids=prompt_ids, output_ids=out.output_ids, output_logprobs=out.logprobs,
+                    policy_version=out.policy_version, sampling=sampling, finish_reason=out.finish_reason,
+                    started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=errors,
+                    request=request if self.record_requests else None, agent=agent, tool_calls=calls, history=history,
                 ))
-                )
-            except ForgeError as exc:  # e.g. the group timed out while this call was generating
-                raise APIError(409, f"the call could not be recorded: {exc}") from None
+
+        try:
+            await run_in_threadpool(work)
+        except ForgeError as exc:  # e.g. the group timed out while this call was generating
+            raise APIError(409, f"the call could not be recorded: {exc}") from None
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -219,7 +219,6 @@ async def prepare(
         check_conversation(turns, turns_param)
     agent = agent_of(request)
     session = await session_of(request)
-    await state.check_recording(session)
     if session.training:
         params = training_params(params)
     if session.token_budget is not None:  # the trajectory's token budget: spent, or what is left of it
@@ -233,8 +232,13 @@ async def prepare(
 
     history: PromptHistory | None = None
 
-    def render() -> Rendered:  # in a worker thread: slow on long prompts
-        nonlocal history
+    status: str | None = None
+
+    def render() -> Rendered | None:  # in a worker thread (one trip: the recording check, then the prompt)
+        nonlocal history, status
+        status = state.recording_status(session)
+        if status not in (None, "running"):
+            return None
         if prompt is None:
             shown = state.restore_thinking(session, turns) if fmt.rendering != "text" else turns
             rendered = render_prompt(tok, shown, tools, fmt, tool_choice=tool_choice, forced_tool=forced_tool,
@@ -249,6 +253,8 @@ async def prepare(
         return Rendered(list(prompt), tok.decode(prompt))
 
     rendered = await run_in_threadpool(render)
+    state.refuse_ended(session, status)
+    assert rendered is not None
     params = _check(engine, rendered.prompt_ids, params)
     return Prepared(session, fmt, rendered, params, tools, turns, raw, output_format, agent, history, asked=asked)
 
@@ -286,7 +292,8 @@ def _context(p: Prepared) -> dict[str, Any]:
 
 
 async def _finish(request: Request, p: Prepared, outputs: list[GenerationOutput], started: float) -> Generated:
-    """Parse, count and remember what the engine produced (recording is :func:`commit`)."""
+    """Parse, count and remember the thinking of what the engine produced (the session's history and the
+    recording are :func:`commit`'s)."""
     state = state_of(request)
     reasoning = state.formats.reasoning()
     parsed = [parse_output(state.tokenizer, o.output_ids, o.stop_reason, p.fmt, p.tools, reasoning) for o in outputs]
@@ -295,8 +302,7 @@ async def _finish(request: Request, p: Prepared, outputs: list[GenerationOutput]
     state.metrics.parse_errors.labels(parser_name(p.fmt)).inc(sum(len(x.errors) for x in parsed))
     if reasoning is not None:
         state.metrics.reasoning.labels(reasoning.name).inc(sum(1 for x in parsed if x.reasoning))
-    await run_in_threadpool(state.remember, p.session, p.rendered.prompt_ids, outputs)  # decodes the whole prompt
-    state.remember_thinking(p.session, parsed)
+    state.remember_thinking(p.session, parsed)  # its history (decoding the whole prompt) comes with commit's record
     return Generated(p.rendered.prompt_ids, outputs, parsed, p.session, p, started)
 
 
