@@ -113,7 +113,8 @@ def test_strict_needs_issued_keys(strict):
 )
 def test_bad_input_is_a_4xx_in_openai_shape(loopback, body, status, needle):
     live, _ = loopback
-    r = httpx.post(f"{live.url}/v1/chat/completions", content=body, headers={"content-type": "application/json", "Authorization": "Bearer t"})
+    r = httpx.post(f"{live.url}/v1/chat/completions", content=body, headers={"content-type": "application/json", "Authorization": "Bearer t"},
+                   timeout=120)  # a 10,000-tool body on a loaded machine: not a test of speed
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert needle in err["message"] and err["type"] == "invalid_request_error"
