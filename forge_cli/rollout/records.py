@@ -47,7 +47,7 @@ class RolloutRequest:
     @property
     def label(self) -> str:
         """What the tasks are, for a title: ``calc`` or ``calc=2, qa=1``."""
-        return ", ".join(f"{k}={w:g}" for k, w in self.mix.items()) if self.mix else self.suite
+        return _label(self.mix, self.suite)
 
     @property
     def scaffolds(self) -> dict[str, float]:
@@ -57,7 +57,12 @@ class RolloutRequest:
     @property
     def scaffold_label(self) -> str:
         """Which scaffolds run, for a title: ``react`` or ``aider=1, pi=1``."""
-        return ", ".join(f"{k}={w:g}" for k, w in self.scaffold_mix.items()) if self.scaffold_mix else self.scaffold
+        return _label(self.scaffold_mix, self.scaffold)
+
+
+def _label(mix: dict[str, float], alone: str) -> str:
+    """A mix for a title (``a=2, b=1``), or the one name when there is none."""
+    return ", ".join(f"{k}={w:g}" for k, w in mix.items()) if mix else alone
 
 
 def request_from_config(config: Any, **overrides: Any) -> RolloutRequest:
