@@ -3,11 +3,19 @@
 The gateway runs in its own process with an engine that answers instantly (16 fixed ids, real
 tokenizer and chat template, every call recorded into a SQLite pool with ``synchronous=FULL``),
 so what is measured is the gateway: parsing, rendering, tokenising, recording, responding. The
-load comes from another process (httpx, HTTP/1.1 keep-alive), one API key — one recorded
-session — per concurrent client, at 1, 64 and 256 concurrent sessions. "Direct" is the same
+load comes from another process, one API key — one recorded session — per concurrent client, at
+1, 64 and 256 concurrent sessions, from two load generators in turn (``--client``): ``raw`` (asyncio
+streams, a keep-alive connection per session, the request's bytes built once: it leaves the shared
+cores to the gateway) and ``httpx`` (HTTP/1.1 keep-alive, what the agents' SDKs use; its own cost
+on the same 2 cores is in its figures). "Direct" is the same
 instant engine called in-process, the baseline the gateway's latency is measured against.
 
-    python benchmarks/gateway_overhead.py [--requests 2000] [--levels 1 64 256] [--out PATH]
+    python benchmarks/gateway_overhead.py [--requests 2000] [--levels 1 64 256] [--client raw httpx] [--floor] [--out PATH]
+
+``--floor`` also measures what bounds any gateway on this stack and machine, with the same clients:
+``floor``, a bare FastAPI route on the same uvicorn that reads the body and answers a fixed chat
+completion, and ``floor-durable``, the same plus one durable SQLite row a call through the thread
+pool (what recording with every answer durable before it is sent costs at least).
 
 Every level sends exactly ``--requests`` requests, spread over its sessions; each ends answered
 (200), refused (another status, counted by status with its reason) or failed (no response, counted
@@ -68,6 +76,52 @@ def serve(port: int, model: Path, pool_path: Path) -> None:
     uvicorn.run(create_app(state), host="127.0.0.1", port=port, log_level="error", access_log=False)
 
 
+def serve_floor(port: int, pool_path: Path, durable: bool) -> None:
+    """The floor under any gateway on this stack: the same uvicorn and FastAPI, a route that reads the
+    JSON body and answers a fixed chat completion; ``durable``: first one row of a recorded call's size
+    into SQLite (WAL, ``synchronous=FULL``, committed) through the thread pool, as a recorded call needs."""
+    import sqlite3
+    import threading
+
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
+
+    conn = sqlite3.connect(pool_path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS rows (id INTEGER PRIMARY KEY, ids BLOB, meta TEXT)")
+    row = (bytes(4 * 64), json.dumps({"sampling": {"temperature": 1.0}, "finish_reason": "stop"}))
+    answer = {"id": "chatcmpl-floor", "object": "chat.completion", "created": 0, "model": "forge",
+              "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+              "usage": {"prompt_tokens": 40, "completion_tokens": 17, "total_tokens": 57}}
+
+    lock = threading.Lock()
+
+    def insert() -> None:  # one transaction at a time on the one connection, as the pool's lock makes them
+        with lock:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO rows (ids, meta) VALUES (?, ?)", row)
+            conn.execute("COMMIT")
+
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    async def chat(request):
+        await request.json()
+        if durable:
+            await run_in_threadpool(insert)
+        return JSONResponse(answer)
+
+    chat.__annotations__ = {"request": Request, "return": JSONResponse}  # objects: this module's are strings
+    app = FastAPI()
+    app.get("/health")(health)
+    app.post("/v1/chat/completions")(chat)
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+
+
 def percentile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
@@ -79,51 +133,103 @@ def shares(total: int, sessions: int) -> list[int]:
     return [total // sessions + (i < total % sessions) for i in range(sessions)]
 
 
+BODY = {"model": "forge", "messages": [{"role": "system", "content": "You are a helpful agent."},
+                                       {"role": "user", "content": "List the files in the current folder."}], "max_tokens": 16}
+
+
+class Tally:
+    """What became of every request sent: answered (200, its latency kept), refused (any other
+    status, counted by status with the first reason seen) or failed (no response: counted by the
+    client's exception type, with its message)."""
+
+    def __init__(self) -> None:
+        self.sent, self.latencies = 0, []
+        self.refused: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self.reasons: dict[str, str] = {}
+
+    def refuse(self, status: int, reason: str) -> None:
+        self.refused[str(status)] = self.refused.get(str(status), 0) + 1
+        self.reasons.setdefault(str(status), reason[:200])
+
+    def fail(self, error: BaseException) -> None:
+        key = type(error).__name__
+        self.failed[key] = self.failed.get(key, 0) + 1
+        self.reasons.setdefault(key, str(error)[:200])
+
+    async def run(self, concurrency: int, total: int, session) -> dict:
+        """``session(tally, i, n)`` sends ``n`` requests as session ``i``: first one uncounted call of
+        every session (its first call opens its trajectory in the pool: the steady state is measured,
+        not 64 sessions opening at once), then ``total`` spread over ``concurrency`` sessions at once."""
+        await asyncio.gather(*(session(Tally(), i, 1) for i in range(concurrency)))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(session(self, i, n) for i, n in enumerate(shares(total, concurrency))))
+        wall = time.perf_counter() - t0
+        return {"sent": self.sent, "latencies": self.latencies, "requests_per_s": len(self.latencies) / wall,
+                "refused": self.refused, "failed": self.failed, "reasons": self.reasons}
+
+
 async def load(url: str, concurrency: int, total: int, transport=None) -> dict:
-    """Send exactly ``total`` requests from ``concurrency`` sessions. Every request ends as answered
-    (200, its latency kept), refused (any other status, counted by status with the first reason seen)
-    or failed (no response: counted by the client's exception type, with its message). ``transport``:
-    an httpx transport to use instead of the network (tests)."""
+    """Send exactly ``total`` requests from ``concurrency`` sessions with httpx (:class:`Tally` says
+    what became of each). ``transport``: an httpx transport to use instead of the network (tests)."""
     import httpx
 
-    body = {"model": "forge", "messages": [{"role": "system", "content": "You are a helpful agent."},
-                                           {"role": "user", "content": "List the files in the current folder."}], "max_tokens": 16}
-    latencies: list[float] = []
-    refused: dict[str, int] = {}
-    failed: dict[str, int] = {}
-    reasons: dict[str, str] = {}
-    sent = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120, transport=transport) as client:
-        async def session(i: int, n: int) -> None:
-            nonlocal sent
+        async def session(tally: Tally, i: int, n: int) -> None:
             headers = {"Authorization": f"Bearer bench-{concurrency}-{i}"}
             for _ in range(n):
-                sent += 1
+                tally.sent += 1
                 t0 = time.perf_counter()
                 try:
-                    r = await client.post("/v1/chat/completions", json=body, headers=headers)
+                    r = await client.post("/v1/chat/completions", json=BODY, headers=headers)
                 except httpx.HTTPError as e:
-                    key = type(e).__name__
-                    failed[key] = failed.get(key, 0) + 1
-                    reasons.setdefault(key, str(e)[:200])
+                    tally.fail(e)
                     continue
                 if r.status_code == 200:
-                    latencies.append(time.perf_counter() - t0)
+                    tally.latencies.append(time.perf_counter() - t0)
                 else:
-                    key = str(r.status_code)
-                    refused[key] = refused.get(key, 0) + 1
-                    reasons.setdefault(key, r.text[:200])
+                    tally.refuse(r.status_code, r.text)
 
-        await session(0, 1)  # warm-up: one session's first call, not counted
-        for kept in (latencies, refused, failed, reasons):
-            kept.clear()
-        sent = 0
-        t0 = time.perf_counter()
-        await asyncio.gather(*(session(i, n) for i, n in enumerate(shares(total, concurrency))))
-        wall = time.perf_counter() - t0
-    return {"sent": sent, "latencies": latencies, "requests_per_s": len(latencies) / wall,
-            "refused": refused, "failed": failed, "reasons": reasons}
+        return await Tally().run(concurrency, total, session)
+
+
+async def load_raw(host: str, port: int, concurrency: int, total: int) -> dict:
+    """What :func:`load` does with a client that costs the shared cores far less than httpx: one
+    keep-alive HTTP/1.1 connection per session, the request's bytes built once, the answer read by
+    its Content-Length."""
+    body = json.dumps(BODY).encode()
+
+    async def session(tally: Tally, i: int, n: int) -> None:
+        request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer raw-{concurrency}-{i}"
+                   f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+        reader = writer = None
+        for _ in range(n):
+            tally.sent += 1
+            t0 = time.perf_counter()
+            try:
+                if writer is None:
+                    reader, writer = await asyncio.open_connection(host, port)
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = int(head.split(b" ", 2)[1])
+                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                answer = await reader.readexactly(length)
+            except (OSError, asyncio.IncompleteReadError, StopIteration, ValueError) as e:
+                tally.fail(e)
+                if writer is not None:
+                    writer.close()
+                reader = writer = None
+                continue
+            if status == 200:
+                tally.latencies.append(time.perf_counter() - t0)
+            else:
+                tally.refuse(status, answer.decode(errors="replace"))
+        if writer is not None:
+            writer.close()
+
+    return await Tally().run(concurrency, total, session)
 
 
 def direct(model: Path, n: int = 2000) -> list[float]:
@@ -144,62 +250,83 @@ def direct(model: Path, n: int = 2000) -> list[float]:
     return asyncio.run(run())
 
 
+def measure_server(kind: str, model: Path, pool: Path, args: argparse.Namespace, base: list[float]) -> list[dict]:
+    """Start one server (``gateway`` or a floor), send every client's load at every level, stop it."""
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--server", kind, "--model", str(model),
+                               "--pool", str(pool)], env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    rows = []
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        for client, level in [(c, lv) for c in args.client for lv in args.levels]:
+            if client == "raw":
+                res = asyncio.run(load_raw("127.0.0.1", port, level, args.requests))
+            else:
+                res = asyncio.run(load(f"http://127.0.0.1:{port}", level, args.requests))
+            lat = res["latencies"]
+            row = {"server": kind, "client": client, "concurrency": level, "sent": res["sent"], "answered": len(lat),
+                   "refused": res["refused"], "failed": res["failed"], "reasons": res["reasons"]}
+            if lat:
+                row.update({"p50_ms": round(1000 * statistics.median(lat), 2), "p99_ms": round(1000 * percentile(lat, 0.99), 2),
+                            "added_p50_ms": round(1000 * (statistics.median(lat) - statistics.median(base)), 2),
+                            "added_p99_ms": round(1000 * (percentile(lat, 0.99) - percentile(base, 0.99)), 2),
+                            "requests_per_s": round(res["requests_per_s"], 1)})
+            rows.append(row)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 64, 256])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "gateway_overhead.json")
+    parser.add_argument("--client", choices=("raw", "httpx"), nargs="+", default=["raw", "httpx"], help=(
+        "load generators, each over every level: raw (asyncio streams, cheap) and httpx (what agents use)"))
+    parser.add_argument("--floor", action="store_true", help=(
+        "also measure the floor of this stack on this machine: a bare FastAPI route on the same uvicorn "
+        "(floor), and the same with one durable SQLite insert a call (floor-durable)"))
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--server", default="gateway", choices=("gateway", "floor", "floor-durable"), help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--pool", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.model, args.pool)
+        if args.server == "gateway":
+            serve(args.serve, args.model, args.pool)
+        else:
+            serve_floor(args.serve, args.pool, durable=args.server == "floor-durable")
         return
 
     from forge_cli.engine.default_model import init_default_model
 
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = init_default_model(Path(tmp) / "model")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--model", str(model), "--pool", f"{tmp}/pool.sqlite"],
-                                  env={**os.environ, "PYTHONPATH": str(HERE.parent)})
-        try:
-            import httpx
-
-            for _ in range(300):
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
-            base = direct(model)
-            direct_p50 = statistics.median(base)
-            rows = []
-            for level in args.levels:
-                res = asyncio.run(load(f"http://127.0.0.1:{port}", level, args.requests))
-                lat = res["latencies"]
-                row = {"concurrency": level, "sent": res["sent"], "answered": len(lat),
-                       "refused": res["refused"], "failed": res["failed"], "reasons": res["reasons"]}
-                if lat:
-                    row.update({"p50_ms": round(1000 * statistics.median(lat), 2), "p99_ms": round(1000 * percentile(lat, 0.99), 2),
-                                "added_p50_ms": round(1000 * (statistics.median(lat) - direct_p50), 2),
-                                "added_p99_ms": round(1000 * (percentile(lat, 0.99) - percentile(base, 0.99)), 2),
-                                "requests_per_s": round(res["requests_per_s"], 1)})
-                rows.append(row)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        base = direct(model)
+        direct_p50 = statistics.median(base)
+        for server_kind in ["gateway"] + (["floor", "floor-durable"] if args.floor else []):
+            rows += measure_server(server_kind, model, Path(tmp) / f"{server_kind}.sqlite", args, base)
     print(f"direct engine call: p50 {1000 * direct_p50:.3f} ms, p99 {1000 * percentile(base, 0.99):.3f} ms")
-    print(f"{'sessions':>9}{'sent':>6}{'answered':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p99':>11}{'req/s':>8}")
+    print(f"{'server':>14}{'client':>7}{'sessions':>9}{'sent':>6}{'answered':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}"
+          f"{'added p99':>11}{'req/s':>8}")
     for r in rows:
         if r["answered"]:
-            print(f"{r['concurrency']:>9}{r['sent']:>6}{r['answered']:>9}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
+            print(f"{r['server']:>14}{r['client']:>7}{r['concurrency']:>9}{r['sent']:>6}{r['answered']:>9}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
                   f"{r['added_p50_ms']:>11.2f}{r['added_p99_ms']:>11.2f}{r['requests_per_s']:>8.1f}")
         else:
-            print(f"{r['concurrency']:>9}{r['sent']:>6}{0:>9}  (none answered)")
+            print(f"{r['server']:>14}{r['client']:>7}{r['concurrency']:>9}{r['sent']:>6}{0:>9}  (none answered)")
         for kind in ("refused", "failed"):
             for key, count in r[kind].items():
                 print(f"{'':>9}  {kind} {count} x {key}: {r['reasons'][key]}")

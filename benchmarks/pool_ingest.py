@@ -3,13 +3,15 @@
 Each round writes ``--completions`` completions (8,192 prompt + 256 output tokens) through
 ``DataPool.append_completion`` — one durable transaction each (SQLite WAL with
 ``synchronous=FULL``; PostgreSQL with its default synchronous commit) — first from one process,
-then from ``--writers`` processes at once; then reads every trajectory back. Storage is reported
+then from ``--writers`` processes at once, then from ``--threads`` threads of one process on one pool,
+as the gateway's worker threads record (their commits shared: group commit, so each call still
+returns only once its row is durable); then reads every trajectory back. Storage is reported
 as token-array bytes per token (packed int32/float32) and as the whole store's bytes per token,
 against JSON text for the same ids.
 
 PostgreSQL is a throwaway local server (Debian's binaries) unless ``--pg-url`` names one.
 
-    python benchmarks/pool_ingest.py [--completions 400] [--writers 4] [--rounds 3]
+    python benchmarks/pool_ingest.py [--completions 400] [--writers 4] [--threads 16] [--rounds 3]
 
 Writes benchmarks/results/pool_ingest.json.
 """
@@ -41,24 +43,65 @@ def open_spec(spec):
     return DataPool.sqlite(spec[1]) if spec[0] == "sqlite" else DataPool.postgres(spec[1], spec[2])
 
 
-def write(spec, trajectory_ids, seed) -> tuple[int, float, float]:
-    """(completions written, wall-clock start, end) — start after the pool is open."""
+def made(seed: int) -> tuple[list[int], list[tuple[list[int], list[float]]]]:
+    """A writer's prompt and its TURNS outputs with their logprobs, made before the clock starts (so
+    that the figure is the pool's, not the random number generator's)."""
     rng = random.Random(seed)
     prompt = [rng.randrange(0, 150_000) for _ in range(PROMPT)]
+    return prompt, [([rng.randrange(0, 150_000) for _ in range(OUTPUT)], [-rng.random() for _ in range(OUTPUT)])
+                    for _ in range(TURNS)]
+
+
+def write(spec, trajectory_ids, seed) -> tuple[int, float, float]:
+    """(completions written, wall-clock start, end) — start after the pool is open."""
+    prompt, turns = made(seed)
     pool = open_spec(spec)
     start = time.time()
     n = 0
     for tid in trajectory_ids:
         pool.start_trajectory(tid)
-        for turn in range(TURNS):
-            output = [rng.randrange(0, 150_000) for _ in range(OUTPUT)]
+        for turn, (output, logprobs) in enumerate(turns):
             pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output,
-                                                 output_logprobs=[-rng.random() for _ in output], policy_version=turn))
+                                                 output_logprobs=logprobs, policy_version=turn))
             n += 1
         pool.finish_trajectory(tid, rewards={"outcome": 1.0})
     end = time.time()
     pool.close()
     return n, start, end
+
+
+def write_threads(spec, trajectory_ids, threads: int) -> tuple[int, float, float, float]:
+    """(completions written, start, end, completions per commit): ``threads`` threads on one pool."""
+    import threading
+
+    pool = open_spec(spec)
+    shares = [trajectory_ids[t::threads] for t in range(threads)]
+    counts = [0] * threads
+
+    inputs = [made(100 + t) for t in range(threads)]
+
+    def run(t: int) -> None:
+        prompt, turns = inputs[t]
+        for tid in shares[t]:
+            pool.start_trajectory(tid)
+            for turn, (output, logprobs) in enumerate(turns):
+                pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output,
+                                                     output_logprobs=logprobs, policy_version=turn))
+                counts[t] += 1
+            pool.finish_trajectory(tid, rewards={"outcome": 1.0})
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    group = getattr(pool, "_group", None)  # a Forge before group commit: one commit a call
+    commits0, units0 = (group.commits, group.units) if group else (0, 0)
+    start = time.time()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    end = time.time()
+    per_commit = (group.units - units0) / max(group.commits - commits0, 1) if group else 1.0
+    pool.close()
+    return sum(counts), start, end, per_commit
 
 
 def store_bytes(pool: DataPool, spec) -> int:
@@ -72,17 +115,19 @@ def store_bytes(pool: DataPool, spec) -> int:
     return int(size)
 
 
-def one_round(spec, completions: int, writers: int) -> dict:
+def one_round(spec, completions: int, writers: int, threads: int) -> dict:
     pool = open_spec(spec)
-    n_traj = max(writers, completions // TURNS)
-    groups = [pool.submit_group(f"task-{i}", 1, "bench") for i in range(n_traj)]
+    n_traj = max(writers, threads, completions // TURNS)
+    groups = [pool.submit_group(f"task-{i}", 1, "bench") for i in range(3 * n_traj)]
     tids = [g.trajectories[0].id for g in groups]
-    half = len(tids) // 2
     # one writer
-    n1, start, end = write(spec, tids[:half], 0)
+    n1, start, end = write(spec, tids[:n_traj], 0)
     single = n1 / (end - start)
+    # several threads of one process, one pool
+    nt, start, end, per_commit = write_threads(spec, tids[2 * n_traj:], threads)
+    threaded = nt / (end - start)
     # several writer processes at once
-    shares = [tids[half:][w::writers] for w in range(writers)]
+    shares = [tids[n_traj:2 * n_traj][w::writers] for w in range(writers)]
     ctx = mp.get_context("spawn")
     with ctx.Pool(writers) as workers:
         done = workers.starmap(write, [(spec, share, w + 1) for w, share in enumerate(shares)])
@@ -99,6 +144,8 @@ def one_round(spec, completions: int, writers: int) -> dict:
     return {
         "write_1": single,
         f"write_{writers}": parallel,
+        f"write_{threads}_threads": threaded,
+        "completions_per_commit": per_commit,
         "read": read_rate,
         "token_bytes_per_token": stats["bytes_per_token"],
         "store_bytes_per_token": total / tokens,
@@ -110,6 +157,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--completions", type=int, default=400)
     parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pg-url", default=None)
     args = parser.parse_args()
@@ -127,19 +175,21 @@ def main() -> None:
     results = {"sqlite": [], "postgresql": []}
     with pg as url, tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):  # interleave the backends so noise hits both alike
-            results["sqlite"].append(one_round(("sqlite", f"{tmp}/pool-{r}.sqlite"), args.completions, args.writers))
-            results["postgresql"].append(one_round(("postgres", url, f"bench_{uuid.uuid4().hex[:8]}"), args.completions, args.writers))
+            results["sqlite"].append(one_round(("sqlite", f"{tmp}/pool-{r}.sqlite"), args.completions, args.writers, args.threads))
+            results["postgresql"].append(one_round(("postgres", url, f"bench_{uuid.uuid4().hex[:8]}"), args.completions,
+                                                   args.writers, args.threads))
     rows = []
     for backend, runs in results.items():
         med = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
         rows.append({"backend": backend, **{k: round(v, 2) for k, v in med.items()}})
-    w = f"write_{args.writers}"
+    w, t = f"write_{args.writers}", f"write_{args.threads}_threads"
     print(f"{PROMPT}-token prompts, {OUTPUT}-token outputs, {args.completions} completions per round, "
           f"median of {args.rounds} rounds; JSON text would take {json_bytes:.2f} bytes/token")
-    print(f"{'backend':<12}{'write/s (1 proc)':>17}{f'write/s ({args.writers} procs)':>18}{'read/s':>9}{'token B/tok':>12}{'store B/tok':>12}")
+    print(f"{'backend':<12}{'write/s (1 proc)':>17}{f'write/s ({args.writers} procs)':>18}"
+          f"{f'write/s ({args.threads} threads)':>22}{'per commit':>11}{'read/s':>9}{'token B/tok':>12}{'store B/tok':>12}")
     for row in rows:
-        print(f"{row['backend']:<12}{row['write_1']:>17.1f}{row[w]:>18.1f}{row['read']:>9.1f}"
-              f"{row['token_bytes_per_token']:>12.2f}{row['store_bytes_per_token']:>12.2f}")
+        print(f"{row['backend']:<12}{row['write_1']:>17.1f}{row[w]:>18.1f}{row[t]:>22.1f}{row['completions_per_commit']:>11.1f}"
+              f"{row['read']:>9.1f}{row['token_bytes_per_token']:>12.2f}{row['store_bytes_per_token']:>12.2f}")
     out = HERE / "results" / "pool_ingest.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "prompt_tokens": PROMPT, "output_tokens": OUTPUT,

@@ -144,7 +144,9 @@ async def concurrency(backend: str, make: Any, level: int, hold_s: float) -> dic
     return row
 
 
-async def agents(names: list[str], sandbox: str, trajectories: int, parallel: int, model: Path, runs: Path) -> list[dict]:
+async def agents(names: list[str], sandbox: str, trajectories: int, parallel: int, model: Path, runs: Path,
+                 group_size: int = 1) -> list[dict]:
+    """Each agent's rollout: ``trajectories`` groups of ``group_size`` (its pool in ``runs/agents-NAME``)."""
     from forge_cli import installer
     from forge_cli.config import load_config
     from forge_cli.gateway.server import serve_gateway
@@ -166,7 +168,7 @@ async def agents(names: list[str], sandbox: str, trajectories: int, parallel: in
         if sandbox == "local":
             isolation = overrides["sandboxes.local.isolation"] = "bwrap" if available("bwrap") is None else "none"
         config = load_config(env={}, overrides=overrides)
-        request = RolloutRequest(scaffold=name, suite=suite, groups=trajectories, n=1, concurrency=parallel,
+        request = RolloutRequest(scaffold=name, suite=suite, groups=trajectories, n=group_size, concurrency=parallel,
                                  trajectory_timeout_s=600, seed=0)
         async with serve_gateway(config, f"agents-{name}") as gw:
             summary = await rollout(config, request, gateway=gw)

@@ -2,6 +2,7 @@
 
     python -m tests.pool_workers writer SPEC_JSON TRAJECTORY_IDS_JSON TURNS SEED
     python -m tests.pool_workers crash-writer SPEC_JSON TRAJECTORY_ID
+    python -m tests.pool_workers crash-threads SPEC_JSON TRAJECTORY_IDS_JSON
     python -m tests.pool_workers starter SPEC_JSON TRAJECTORY_IDS_JSON
 
 The writers print one line per completion *after* append_completion returned:
@@ -36,6 +37,29 @@ def open_spec(spec):
     return DataPool.sqlite(spec[1]) if spec[0] == "sqlite" else DataPool.postgres(spec[1], spec[2])
 
 
+def kill_after(proc, count: int) -> dict[tuple[str, int], str]:
+    """Read a writer's lines until ``count`` calls have returned, then SIGKILL it: (trajectory, seq) → digest."""
+    returned = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tid, seq, dig = line.split()
+        returned[(tid, int(seq))] = dig
+        if len(returned) >= count:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    return returned
+
+
+def reopen_intact(spec):
+    """The pool opened again after a crash, its SQLite file checked for integrity."""
+    pool = open_spec(spec)
+    if spec[0] == "sqlite":
+        assert pool._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    return pool
+
+
 def writer(spec, trajectory_ids, turns: int, seed: int) -> None:
     rng = random.Random(seed)
     pool = open_spec(spec)
@@ -64,6 +88,29 @@ def crash_writer(spec, trajectory_id: str) -> None:
         print(trajectory_id, c.seq, digest(prompt, output, c.output_logprobs), flush=True)
 
 
+def crash_threads(spec, trajectory_ids) -> None:
+    """One thread per trajectory on one pool (as the gateway's worker threads are), appending until
+    SIGKILL: their commits are shared (group commit); each line is printed once its call returned."""
+    import threading
+
+    pool = open_spec(spec)
+    out = threading.Lock()
+
+    def run(tid: str, seed: int) -> None:
+        rng = random.Random(seed)
+        pool.start_trajectory(tid)
+        while True:
+            prompt, output, lps = make_completion(rng, prompt_len=2000)
+            c = pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output, output_logprobs=lps,
+                                                     policy_version=0))
+            with out:
+                print(tid, c.seq, digest(prompt, output, c.output_logprobs), flush=True)
+
+    for i, tid in enumerate(trajectory_ids):
+        threading.Thread(target=run, args=(tid, i), daemon=True).start()
+    signal.pause()
+
+
 def starter(spec, trajectory_ids) -> None:
     pool = open_spec(spec)
     for tid in trajectory_ids:
@@ -79,6 +126,8 @@ if __name__ == "__main__":
         writer(spec, json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif kind == "crash-writer":
         crash_writer(spec, sys.argv[3])
+    elif kind == "crash-threads":
+        crash_threads(spec, json.loads(sys.argv[3]))
     elif kind == "starter":
         starter(spec, json.loads(sys.argv[3]))
     else:

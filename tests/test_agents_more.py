@@ -201,8 +201,11 @@ def test_forge_train_on_a_mix_of_five_agents(cli, installed_agent, scoring_model
     training on all five agents' trajectories through one pool, scheduler and prefix tree. The scheduler is strict
     FIFO here so that a step's five groups are five consecutive turns (a window may take a later group that
     finished first: then a step holds a mix, not necessarily all five)."""
+    from types import SimpleNamespace
+
     from forge_cli.pool.store import DataPool
     from forge_cli.report.metrics import read_metrics
+    from forge_cli.train.prefix_tree import unique_tokens
 
     for name in MIXED:
         installed_agent(name)
@@ -226,4 +229,14 @@ def test_forge_train_on_a_mix_of_five_agents(cli, installed_agent, scoring_model
         assert all(t.status == "completed" and t.rewards.get("outcome") == 1.0 for t in trajectories), [
             (t.scaffold, t.error) for t in trajectories if t.status != "completed"]
         assert all(c.output_ids and c.advantage is not None for t in trajectories for c in t.completions)
+        # the prefix tree's saving per agent: each agent's calls of the step, in a tree of their own
+        for name in MIXED:
+            mine = [SimpleNamespace(tokens=list(c.prompt_ids) + list(c.output_ids))
+                    for t in trajectories if t.scaffold == name for c in t.completions]
+            assert s.tokens_by_scaffold[name] == sum(len(x.tokens) for x in mine)
+            assert s.unique_tokens_by_scaffold[name] == unique_tokens(mine)
     pool.close()
+    report = cli(*flags, "report", "mix")
+    assert report.exit_code == 0, report.stdout + report.stderr
+    row = next(line for line in (run / "report" / "summary.md").read_text().splitlines() if "prefix saving per scaffold" in line)
+    assert all(f"{name} " in row for name in MIXED), row

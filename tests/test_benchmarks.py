@@ -83,19 +83,59 @@ def test_gateway_overhead_sends_every_request_and_says_what_each_got():
         return httpx.Response(200, json={})
 
     res = asyncio.run(load("http://gateway", 7, 100, transport=httpx.MockTransport(answer)))
-    assert calls == 101  # the uncounted warm-up and the 100
+    assert calls == 107  # the uncounted warm-up of each of the 7 sessions and the 100
     refused, failed = res["refused"]["429"], res["failed"]["ReadTimeout"]
     assert res["sent"] == 100 == len(res["latencies"]) + refused + failed and refused > 0 and failed > 0
     assert "too many sessions" in res["reasons"]["429"] and res["reasons"]["ReadTimeout"] == "timed out"
 
 
+def test_gateway_overhead_raw_client_counts_every_request():
+    """The raw load generator's accounting, against a server on loopback that refuses every 5th
+    request and drops the connection on every 7th: answered + refused + failed = sent."""
+    import asyncio
+
+    from benchmarks.gateway_overhead import load_raw
+
+    calls = 0
+
+    async def handle(reader, writer):
+        nonlocal calls
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(x for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")).split(b":")[1])
+                await reader.readexactly(length)
+                calls += 1
+                if calls % 7 == 0:
+                    writer.close()
+                    return
+                status, body = (b"429 Too Many Requests", b'{"error": "too many sessions"}') if calls % 5 == 0 else (b"200 OK", b"{}")
+                writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await load_raw("127.0.0.1", port, 7, 100)
+
+    res = asyncio.run(main())
+    refused, failed = res["refused"]["429"], sum(res["failed"].values())
+    assert calls == 107 and res["sent"] == 100 == len(res["latencies"]) + refused + failed and refused > 0 and failed > 0
+    assert "too many sessions" in res["reasons"]["429"]
+
+
 def test_gateway_overhead_benchmark_runs(tmp_path):
     out = tmp_path / "gateway.json"
     done = subprocess.run([sys.executable, "benchmarks/gateway_overhead.py", "--requests", "30", "--levels", "1", "7",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--floor", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["concurrency"], r["sent"], r["answered"], r["refused"], r["failed"]) for r in rows] == [(1, 30, 30, {}, {}), (7, 30, 30, {}, {})]
+    assert [(r["server"], r["client"], r["concurrency"], r["sent"], r["answered"], r["refused"], r["failed"]) for r in rows] == [
+        (server, client, level, 30, 30, {}, {}) for server in ("gateway", "floor", "floor-durable")
+        for client in ("raw", "httpx") for level in (1, 7)]
     assert all(r["p50_ms"] > 0 for r in rows)
 
 
@@ -176,3 +216,33 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert merged["sft_control_mean_gain"] == pytest.approx(0.2)  # seed 1 has no control: the mean of those that have
     other = subprocess.run([*again, "--merge", "--minutes", "5"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert other.returncode != 0 and "--merge" in other.stderr  # not averaged with runs of another budget
+
+
+def test_prefix_tree_on_a_pool_recorded_by_the_recipe(tmp_path):
+    """The recipe (`agent_pools.py`, here a white-box context policy whose truncation branches the tree) records
+    a pool through a real gateway; `prefix_tree.py --from-pool` trains on exactly its completions, every mode
+    to the same loss, and its token counts are the pool's."""
+    from benchmarks.prefix_tree import pool_samples
+    from forge_cli.train.prefix_tree import unique_tokens
+
+    pools = tmp_path / "pools"
+    done = subprocess.run([sys.executable, "benchmarks/agent_pools.py", "--agents", "--white", "tool-call-truncate",
+                           "--groups", "1", "--group-size", "3", "--out", str(pools)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = pools / "runs" / "white-tool-call-truncate"
+    assert json.loads((pools / "pools.json").read_text())["pools"][0]["trajectories"] == 3
+    samples = pool_samples(run)
+    assert len({s.completion_id for s in samples}) == len(samples) >= 6  # every call of the three trajectories
+
+    out = tmp_path / "tree.json"
+    done = subprocess.run([sys.executable, "benchmarks/prefix_tree.py", "--from-pool", str(run), "--hidden", "64", "--layers", "1",
+                           "--budget", "512", "--skip", "tree_dense,tree_recompute", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["pool"] == "white-tool-call-truncate" and row["samples"] == len(samples)
+    assert row["total_tokens"] == sum(len(s.tokens) for s in samples) and row["unique_tokens"] == unique_tokens(samples)
+    assert row["bound"] > 1.5  # the turns of a trajectory and the trajectories of a group share their prefixes
+    assert row["max_rel_loss_diff"] < 1e-4  # exact: naive, packed and the tree compute the same loss
+    assert "white-tool-call-truncate" in done.stdout  # the table

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import threading
@@ -12,7 +11,7 @@ import pytest
 
 from forge_cli.pool.types import GroupStatus, NewCompletion
 from tests.conftest import ROOT, open_spec
-from tests.pool_workers import digest
+from tests.pool_workers import digest, kill_after, reopen_intact
 
 pytestmark = pytest.mark.slow
 
@@ -102,21 +101,9 @@ def test_writer_killed_mid_stream_loses_nothing_that_returned(pool_spec):
     tid = pool.submit_group("crash", 1, "react").trajectories[0].id
     pool.close()
     proc = _spawn("crash-writer", json.dumps(pool_spec), tid)
-    returned = {}
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        _, seq, dig = line.split()
-        returned[int(seq)] = dig
-        if len(returned) >= 150:
-            proc.send_signal(signal.SIGKILL)
-            break
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+    returned = {seq: dig for (_, seq), dig in kill_after(proc, 150).items()}
     # the pool opens cleanly and holds every write whose call had returned
-    reopened = open_spec(pool_spec)
-    if pool_spec[0] == "sqlite":
-        conn = reopened._conn
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    reopened = reopen_intact(pool_spec)
     completions = reopened.trajectory(tid).completions
     seqs = [c.seq for c in completions]
     assert seqs == list(range(len(seqs))) and len(seqs) >= len(returned)

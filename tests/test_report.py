@@ -20,13 +20,17 @@ from forge_cli.report.metrics import read_metrics
 from forge_cli.report.summary import summarize_run
 
 SUITES = ("calc", "kv-search")
+SCAFFOLDS = ["pi", "aider", "codex"]
 
 
 def step_line(rng: random.Random, step: int, time_s: float, *, drop: float = 0.0) -> dict:
     """A random but valid step line (as its record writes it); each key but ``kind``, ``step`` and
     ``time_s`` left out with probability ``drop``, as an older run's line may lack it."""
     take = rng.uniform(0.1, 2.0)
+    mix = rng.sample(SCAFFOLDS, rng.choice([0, 2, 3]))  # a step of one scaffold writes no per-scaffold tokens
     line = StepMetrics(
+        tokens_by_scaffold={k: float(rng.randint(200, 3000)) for k in mix},
+        unique_tokens_by_scaffold={k: float(rng.randint(50, 200)) for k in mix},
         step=step, time_s=time_s,
         policy_version=step, groups=4, samples=rng.randint(4, 40), loss=rng.gauss(0, 1),
         mean_ratio=rng.uniform(0.9, 1.1), reward_mean=rng.uniform(-1, 1),
@@ -85,7 +89,14 @@ def plain_summary(lines: list[dict]) -> dict:
     tokens = [r["tokens"] for r in steps if "tokens" in r]
     unique = [r["unique_tokens"] for r in steps if "unique_tokens" in r]
     held = [e["success"] for e in evals if "success" in e]
+    by_tokens, by_unique = {}, {}
+    for r in steps:
+        for name, v in r.get("tokens_by_scaffold", {}).items():
+            by_tokens[name] = by_tokens.get(name, 0) + v
+        for name, v in r.get("unique_tokens_by_scaffold", {}).items():
+            by_unique[name] = by_unique.get(name, 0) + v
     return {
+        "prefix_saving_by_scaffold": {name: by_tokens[name] / by_unique[name] for name in by_tokens if by_unique.get(name)},
         "steps": steps[-1]["step"] if steps else 0,
         "wall_s": max(x["time_s"] for x in lines),
         "warmstart_heldout": warm[-1] if warm else None,
@@ -108,6 +119,9 @@ def plain_summary(lines: list[dict]) -> dict:
 def assert_figures(got: dict, lines: list[dict]) -> None:
     want = plain_summary(lines)
     for key, value in want.items():
+        if isinstance(value, dict):
+            assert got[key] == pytest.approx(value, rel=1e-9), key
+            continue
         assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12) if value is not None else got[key] is None, key
     assert got["idle_fraction"] == got["wait_fraction"]
 

@@ -311,13 +311,12 @@ class GatewayState:
             self.remember(session, prompt_ids, outputs)
             if not recording:
                 return
-            for out, errors, calls in zip(outputs, parse_errors, calls_of):
-                self.pool.append_completion(NewCompletion(
-                    session.trajectory_id, prompt_ids=prompt_ids, output_ids=out.output_ids, output_logprobs=out.logprobs,
-                    policy_version=out.policy_version, sampling=sampling, finish_reason=out.finish_reason,
-                    started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=errors,
-                    request=request if self.record_requests else None, agent=agent, tool_calls=calls, history=history,
-                ))
+            self.pool.append_completions([NewCompletion(  # one unit of the pool's group commit: all n or none
+                session.trajectory_id, prompt_ids=prompt_ids, output_ids=out.output_ids, output_logprobs=out.logprobs,
+                policy_version=out.policy_version, sampling=sampling, finish_reason=out.finish_reason,
+                started_at=started_at, finished_at=finished, tool_format=tool_format, parse_errors=errors,
+                request=request if self.record_requests else None, agent=agent, tool_calls=calls, history=history,
+            ) for out, errors, calls in zip(outputs, parse_errors, calls_of)])
 
         try:
             await run_in_threadpool(work)

@@ -4,20 +4,49 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from typing import Any
 
 from forge_cli.errors import ForgeError
-from forge_cli.pool.types import CompletionReward
+from forge_cli.pool.schema import pack_floats, pack_ints
+from forge_cli.pool.types import CompletionReward, NewCompletion, Sampling
 
 INT32_MAX = 2**31 - 1
 
 
-def check_ids(name: str, values: Any) -> list[int]:
-    if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+_NO_SIGN_BIT = bytes(range(128))  # a packed id's most significant byte below 0x80: not negative
+
+
+def pack_ids(name: str, values: Any) -> bytes:
+    """``values`` packed (little-endian int32, :func:`~forge_cli.pool.schema.pack_ints`'s layout), if it
+    is a list of token ids; else ForgeError. The checks run in C where they can: an 8k-token prompt is
+    ~0.2 ms here, against ~0.5 ms for a Python pass over it and a second one to pack it."""
+    if not isinstance(values, (list, tuple)):
         raise ForgeError(f"{name} must be a list of integers")
-    if values and (min(values) < 0 or max(values) > INT32_MAX):
+    if not set(map(type, values)) <= {int} and not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ForgeError(f"{name} must be a list of integers")  # an int subclass other than bool passes
+    try:
+        data = pack_ints(values)
+    except OverflowError:
+        raise ForgeError(f"{name} holds a token id outside 0..{INT32_MAX}") from None
+    if data[3::4].translate(None, _NO_SIGN_BIT):  # some id's sign bit is set
         raise ForgeError(f"{name} holds a token id outside 0..{INT32_MAX}")
-    return list(values)
+    return data
+
+
+def check_logprobs(logprobs: Any, n: int) -> bytes:
+    """``logprobs`` packed (float32), if it holds ``n`` numbers ≤ 0 (not bools, not NaN)."""
+    if not isinstance(logprobs, (list, tuple)) or len(logprobs) != n:
+        got = len(logprobs) if isinstance(logprobs, (list, tuple)) else type(logprobs).__name__
+        raise ForgeError(f"output_logprobs must have one value per output id: {n} ids, {got} logprobs")
+    if not set(map(type, logprobs)) <= {float, int} and not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in logprobs):
+        raise ForgeError("output_logprobs must be numbers <= 0 (log-probabilities)")
+    if any(map(math.isnan, logprobs)):
+        raise ForgeError("output_logprobs holds NaN")
+    if logprobs and max(logprobs) > 0.0:
+        raise ForgeError("output_logprobs must be numbers <= 0 (log-probabilities)")
+    return pack_floats(list(logprobs))
 
 
 def check_rewards(components: dict[str, float]) -> None:
@@ -47,3 +76,33 @@ def completion_reward_rows(rewards: Any) -> list[tuple[float, float, float, str,
         rows.append((float(item.reward), float(item.reward_to_go), float(item.advantage),
                      json.dumps({k: float(v) for k, v in item.components.items()}), item.completion_id))
     return rows
+
+
+def completion_row(c: Any, now: float) -> tuple:
+    """The ``completions`` row of ``c`` (a NewCompletion) in COMPLETION_COLS order, without its ``seq``
+    (the store numbers it), then ``n_prompt, n_output``; a fresh id; ``now`` for unset times."""
+    if not isinstance(c, NewCompletion):
+        raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
+    if not isinstance(c.sampling, Sampling):
+        raise ForgeError(f"a completion's sampling must be a Sampling record, got {type(c.sampling).__name__}")
+    if c.agent is not None and (not isinstance(c.agent, str) or not c.agent or len(c.agent) > 200):
+        raise ForgeError(f"a completion's agent must be a name of 1 to 200 characters, got {c.agent!r}"[:300])
+    prompt = pack_ids("prompt_ids", c.prompt_ids)
+    output = pack_ids("output_ids", c.output_ids)
+    logprobs = check_logprobs(c.output_logprobs, len(c.output_ids))
+    if not isinstance(c.policy_version, int) or isinstance(c.policy_version, bool) or c.policy_version < 0:
+        raise ForgeError(f"policy_version must be an integer >= 0, got {c.policy_version!r}")
+    try:
+        sampling_json = json.dumps(c.sampling.as_dict())
+        errors_json = json.dumps(c.parse_errors or [])
+        request_json = json.dumps(c.request) if c.request is not None else None
+        calls_json = json.dumps(c.tool_calls) if c.tool_calls is not None else None
+        history_json = json.dumps(c.history.as_dict()) if c.history is not None else None
+    except (TypeError, ValueError) as exc:
+        raise ForgeError(f"completion metadata is not JSON-serialisable: {exc}") from None
+    return (
+        uuid.uuid4().hex, c.trajectory_id, prompt, output, logprobs,
+        c.policy_version, sampling_json, c.finish_reason,
+        c.started_at if c.started_at is not None else now, c.finished_at if c.finished_at is not None else now,
+        c.tool_format, errors_json, request_json, c.agent, calls_json, history_json, len(c.prompt_ids), len(c.output_ids),
+    )

@@ -18,7 +18,6 @@ The reads (records, statistics, export) are in :mod:`.reads`.
 from __future__ import annotations
 
 import json
-import math
 import re
 import sqlite3
 import threading
@@ -30,9 +29,9 @@ from typing import Any, Callable, Iterator
 
 from forge_cli.errors import ForgeError, one_line
 from forge_cli.pool import owners
-from forge_cli.pool.checks import check_ids as _check_ids
 from forge_cli.pool.checks import check_rewards as _check_rewards
-from forge_cli.pool.checks import completion_reward_rows
+from forge_cli.pool.checks import completion_reward_rows, completion_row
+from forge_cli.pool.group_commit import GroupCommit
 from forge_cli.pool import scheduler as sched
 from forge_cli.pool.reads import PoolReads
 from forge_cli.pool.schema import (
@@ -43,8 +42,6 @@ from forge_cli.pool.schema import (
     SQLITE,
     Cursor,
     Dialect,
-    pack_floats,
-    pack_ints,
     unpack_floats,
 )
 from forge_cli.pool.types import (
@@ -56,7 +53,6 @@ from forge_cli.pool.types import (
     Group,
     GroupStatus,
     NewCompletion,
-    Sampling,
     Trajectory,
     TrajectoryStatus,
 )
@@ -76,6 +72,7 @@ class DataPool(PoolReads):
         self.clock = clock
         self._lock = threading.RLock()
         self._closed = False
+        self._group = GroupCommit(self._tx)
         self._init_schema()
 
     # ---- opening and closing -------------------------------------------------------------------
@@ -356,63 +353,43 @@ class DataPool(PoolReads):
         return failed
 
     def append_completion(self, completion: NewCompletion) -> Completion:
-        """Record one LLM call of a running trajectory; its ``seq`` is the next in the trajectory."""
-        c = completion
-        if not isinstance(c, NewCompletion):
-            raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
-        if not isinstance(c.sampling, Sampling):
-            raise ForgeError(f"a completion's sampling must be a Sampling record, got {type(c.sampling).__name__}")
-        if c.agent is not None and (not isinstance(c.agent, str) or not c.agent or len(c.agent) > 200):
-            raise ForgeError(f"a completion's agent must be a name of 1 to 200 characters, got {c.agent!r}"[:300])
-        prompt_ids = _check_ids("prompt_ids", c.prompt_ids)
-        output_ids = _check_ids("output_ids", c.output_ids)
-        logprobs = c.output_logprobs
-        if not isinstance(logprobs, (list, tuple)) or len(logprobs) != len(output_ids):
-            got = len(logprobs) if isinstance(logprobs, (list, tuple)) else type(logprobs).__name__
-            raise ForgeError(f"output_logprobs must have one value per output id: {len(output_ids)} ids, {got} logprobs")
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x <= 0.0 for x in logprobs):
-            raise ForgeError("output_logprobs must be numbers <= 0 (log-probabilities)")
-        if any(math.isnan(x) for x in logprobs):
-            raise ForgeError("output_logprobs holds NaN")
-        if not isinstance(c.policy_version, int) or c.policy_version < 0:
-            raise ForgeError(f"policy_version must be an integer >= 0, got {c.policy_version!r}")
+        """Record one LLM call of a running trajectory; its ``seq`` is the next in the trajectory.
+        Durable when it returns; calls from several threads share commits (:mod:`.group_commit`)."""
+        return self.append_completions([completion])[0]
+
+    def append_completions(self, completions: list[NewCompletion]) -> list[Completion]:
+        """Record several LLM calls at once (e.g. the ``n`` answers of one request), in order, all or
+        none: each gets the next ``seq`` of its trajectory."""
         now = self.clock()
-        cid = uuid.uuid4().hex
-        started_at = c.started_at if c.started_at is not None else now
-        finished_at = c.finished_at if c.finished_at is not None else now
-        try:
-            sampling_json = json.dumps(c.sampling.as_dict())
-            errors_json = json.dumps(c.parse_errors or [])
-            request_json = json.dumps(c.request) if c.request is not None else None
-            calls_json = json.dumps(c.tool_calls) if c.tool_calls is not None else None
-            history_json = json.dumps(c.history.as_dict()) if c.history is not None else None
-        except (TypeError, ValueError) as exc:
-            raise ForgeError(f"completion metadata is not JSON-serialisable: {exc}") from None
-        with self._tx() as cur:
-            row = cur.one(
-                "UPDATE trajectories SET n_completions = n_completions + 1 WHERE id = ? AND status = ? "
-                "RETURNING n_completions - 1",
-                (c.trajectory_id, TrajectoryStatus.RUNNING.value),
-            )
-            if row is None:
-                status = cur.one("SELECT status FROM trajectories WHERE id = ?", (c.trajectory_id,))
-                if status is None:
-                    raise ForgeError(f"unknown trajectory {c.trajectory_id!r}")
-                raise ForgeError(f"trajectory {c.trajectory_id} is {status[0]}, not running: completion rejected")
-            seq = int(row[0])
-            cur.execute(
-                f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    cid, c.trajectory_id, seq, pack_ints(prompt_ids), pack_ints(output_ids), pack_floats(list(logprobs)),
-                    c.policy_version, sampling_json, c.finish_reason, started_at, finished_at, c.tool_format, errors_json,
-                    request_json, c.agent, calls_json, history_json, len(prompt_ids), len(output_ids),
-                ),
-            )
-        stored = unpack_floats(pack_floats(list(logprobs)))
+        rows = [completion_row(c, now) for c in completions]  # every check before anything is written
+
+        def work(cur: Cursor) -> list[Completion]:
+            return [self._insert_completion(cur, c, values) for c, values in zip(completions, rows)]
+
+        return self._group.run(work)
+
+    @staticmethod
+    def _insert_completion(cur: Cursor, c: NewCompletion, values: tuple) -> Completion:
+        row = cur.one(
+            "UPDATE trajectories SET n_completions = n_completions + 1 WHERE id = ? AND status = ? "
+            "RETURNING n_completions - 1",
+            (c.trajectory_id, TrajectoryStatus.RUNNING.value),
+        )
+        if row is None:
+            status = cur.one("SELECT status FROM trajectories WHERE id = ?", (c.trajectory_id,))
+            if status is None:
+                raise ForgeError(f"unknown trajectory {c.trajectory_id!r}")
+            raise ForgeError(f"trajectory {c.trajectory_id} is {status[0]}, not running: completion rejected")
+        seq = int(row[0])
+        cid, started_at, finished_at = values[0], values[8], values[9]
+        cur.execute(
+            f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values[:2] + (seq,) + values[2:],
+        )
         return Completion(
-            cid, c.trajectory_id, seq, prompt_ids, output_ids, stored, c.policy_version, c.sampling, c.finish_reason,
-            started_at, finished_at, c.tool_format, c.parse_errors or [], c.request, c.agent,
+            cid, c.trajectory_id, seq, list(c.prompt_ids), list(c.output_ids), unpack_floats(values[4]), c.policy_version,
+            c.sampling, c.finish_reason, started_at, finished_at, c.tool_format, c.parse_errors or [], c.request, c.agent,
             tool_calls=c.tool_calls, history=c.history,
         )
 

@@ -113,6 +113,10 @@ class StepMetrics(MetricsRecord):
     tokens: float | None = _doc("tokens of all samples, unmerged")
     unique_tokens: float | None = _doc("tokens once merged into the prefix tree (what was computed)")
     output_tokens: int | None = _doc("sampled (output) tokens trained on")
+    tokens_by_scaffold: dict[str, float] = _doc(
+        "scaffold → its samples' tokens, unmerged (a step holding several scaffolds' groups)", factory=dict)
+    unique_tokens_by_scaffold: dict[str, float] = _doc(
+        "scaffold → its samples' tokens once merged into a prefix tree of their own", factory=dict)
     # times (seconds) and rates
     take_s: float | None = _doc("taking the groups from the pool, waiting included")
     wait_s: float | None = _doc("trainer idle, waiting for complete groups (part of take_s)")

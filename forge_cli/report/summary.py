@@ -11,7 +11,9 @@ Definitions (what the tests recompute from the lines):
   ``k = max(1, n // 10)`` of the ``n`` steps (a tenth of the run, smoothing single steps);
   ``success_first`` / ``success_last`` likewise for ``success``.
 - throughput: the mean over the steps of ``rollout_tokens_per_s``, ``train_tokens_per_s`` and
-  ``samples_per_s``; ``prefix_saving``: Σ ``tokens`` / Σ ``unique_tokens``.
+  ``samples_per_s``; ``prefix_saving``: Σ ``tokens`` / Σ ``unique_tokens``;
+  ``prefix_saving_by_scaffold`` (runs over several scaffolds): per scaffold, Σ ``tokens_by_scaffold``
+  / Σ ``unique_tokens_by_scaffold`` over the steps that hold it.
 - the time split: over the step time Σ (``take_s`` + ``train_s`` + ``sync_s``), the shares of
   taking data (less the waiting in it), of waiting (``wait_s``, part of ``take_s``: the trainer
   idle), of training and of weight sync; ``idle_fraction`` is the waiting share.
@@ -57,6 +59,7 @@ class Summary:
     train_fraction: float | None
     sync_fraction: float | None
     per_field: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind → field → figure (field_figures)
+    prefix_saving_by_scaffold: dict[str, float] = field(default_factory=dict)
 
     @property
     def idle_fraction(self) -> float | None:
@@ -116,7 +119,19 @@ def summarize_run(run: RunMetrics) -> Summary:
         train_fraction=share(train),
         sync_fraction=share(sync),
         per_field=field_figures(run),
+        prefix_saving_by_scaffold=_saving_by_scaffold(steps),
     )
+
+
+def _saving_by_scaffold(steps: list[Any]) -> dict[str, float]:
+    tokens: dict[str, float] = {}
+    unique: dict[str, float] = {}
+    for s in steps:
+        for k, v in s.tokens_by_scaffold.items():
+            tokens[k] = tokens.get(k, 0.0) + v
+        for k, v in s.unique_tokens_by_scaffold.items():
+            unique[k] = unique.get(k, 0.0) + v
+    return {k: tokens[k] / unique[k] for k in sorted(tokens) if unique.get(k)}
 
 
 def field_figures(run: RunMetrics) -> dict[str, dict[str, Any]]:
@@ -189,6 +204,7 @@ ROWS: list[tuple[str, Callable[[Summary], str]]] = [
     ("train tokens/s", lambda s: _num(s.train_tokens_per_s)),
     ("samples/s", lambda s: _num(s.samples_per_s)),
     ("prefix saving (tokens / unique)", lambda s: "—" if s.prefix_saving is None else f"{s.prefix_saving:.2f}×"),
+    ("prefix saving per scaffold", lambda s: " · ".join(f"{k} {v:.2f}×" for k, v in s.prefix_saving_by_scaffold.items()) or "—"),
     ("off-policy age: mean / max", lambda s: f"{_num(s.mean_age)} / {_num(s.max_age)}"),
     ("time split", _split),
     ("trainer idle", lambda s: _pct(s.idle_fraction)),

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, TypeVar
 
 from forge_cli.records.metrics import METRICS_FILE, STATE_FILE, MetricsRecord, StepMetrics, Window, read_state
+from forge_cli.train.prefix_tree import unique_tokens
 
 Record = TypeVar("Record", bound=MetricsRecord)
 
@@ -156,6 +157,18 @@ def suite_of(task_id: str) -> str:
     return task_id.rsplit("-", 1)[0] if "-" in task_id else task_id
 
 
+def _tokens_by_scaffold(batch: Any, samples: list[Any]) -> dict[str, tuple[int, int]]:
+    """scaffold → (tokens, unique tokens of its samples' own prefix tree), when the batch holds the
+    groups of more than one scaffold (one: the step's own ``tokens`` / ``unique_tokens`` say it)."""
+    scaffold_of = {c.id: t.scaffold for g in batch.groups for t in g.trajectories for c in t.completions}
+    mine: dict[str, list[Any]] = {}
+    for s in samples:
+        mine.setdefault(scaffold_of.get(s.completion_id, "?"), []).append(s)
+    if len(mine) < 2:
+        return {}
+    return {k: (sum(len(s.tokens) for s in v), unique_tokens(v)) for k, v in sorted(mine.items())}
+
+
 def step_metrics(batch: Any, samples: Any, stats: Any, *, step: int,
                  difficulty: dict[str, float] | None = None) -> StepMetrics:
     """The record of one train step with the figures its batch, samples and step stats give (the
@@ -171,6 +184,7 @@ def step_metrics(batch: Any, samples: Any, stats: Any, *, step: int,
     for suite, ok in solved:
         by_suite.setdefault(suite, []).append(ok)
     known = [difficulty[g.task_id] for g in batch.groups if difficulty and g.task_id in difficulty]
+    by_scaffold = _tokens_by_scaffold(batch, samples.samples)
     return StepMetrics(
         step=step, groups=len(batch.groups), samples=len(samples.samples), trajectories=len(trajectories),
         group_ids=tuple(g.id for g in batch.groups), window=Window(head=batch.head_before, size=batch.window),
@@ -183,5 +197,7 @@ def step_metrics(batch: Any, samples: Any, stats: Any, *, step: int,
         max_age=samples.max_age, mean_age=samples.mean_age, ages=dict(sorted(Counter(samples.ages).items())),
         tokens=sum(len(s.tokens) for s in samples.samples), unique_tokens=int(stats.packed_tokens),
         output_tokens=int(stats.tokens),
+        tokens_by_scaffold={k: float(v[0]) for k, v in by_scaffold.items()},
+        unique_tokens_by_scaffold={k: float(v[1]) for k, v in by_scaffold.items()},
         difficulty_mean=sum(known) / len(known) if known else None,
     )

@@ -1,0 +1,104 @@
+"""Group commit: many threads' writes made durable by one commit.
+
+A caller hands :meth:`GroupCommit.run` a unit of work (a function of a cursor). Whichever caller finds
+no commit in progress becomes the *leader*: it takes every unit queued so far, runs them in one
+transaction — each under its own savepoint, so a unit that raises is undone alone and its caller
+gets the exception — commits once (one fsync for SQLite with ``synchronous=FULL``) and wakes the
+others. Every caller returns only after the commit that holds its unit, so what a call returned is
+durable, as with one transaction per call; the callers merely share the fsync. A lone caller runs
+its unit in a transaction of its own, without a savepoint: nothing changes when nobody else is
+writing. If the commit itself fails, every unit of the batch raises its error.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class _Unit(Generic[T]):
+    __slots__ = ("work", "value", "error", "done")
+
+    def __init__(self, work: Callable[[Any], T]) -> None:
+        self.work = work
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class GroupCommit:
+    """Runs units of work from any number of threads, as few commits as the traffic allows.
+
+    ``transaction()`` opens one write transaction and yields its cursor (``execute(sql)``), committing
+    when the block ends and rolling back if it raises; ``max_batch`` bounds the units of one commit.
+    ``commits`` and ``units`` count what it did (a batch of ``units / commits`` on average).
+    """
+
+    def __init__(self, transaction: Callable[[], AbstractContextManager[Any]], max_batch: int = 256) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self._transaction = transaction
+        self._max_batch = max_batch
+        self._cond = threading.Condition()
+        self._queue: list[_Unit[Any]] = []
+        self._leading = False
+        self.commits = 0
+        self.units = 0
+
+    @property
+    def queued(self) -> int:
+        """Units waiting for the next commit (not those of the commit in progress)."""
+        with self._cond:
+            return len(self._queue)
+
+    def run(self, work: Callable[[Any], T]) -> T:
+        """Run ``work(cursor)`` in a transaction, possibly beside other threads' units; return its
+        value once committed, or raise what it raised (then nothing of it was written)."""
+        unit: _Unit[T] = _Unit(work)
+        with self._cond:
+            self._queue.append(unit)
+        while True:
+            with self._cond:
+                while not unit.done and self._leading:
+                    self._cond.wait()
+                if unit.done:
+                    break
+                self._leading = True
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
+            try:
+                self._commit(batch)
+            finally:
+                with self._cond:
+                    self._leading = False
+                    self._cond.notify_all()
+        if unit.error is not None:
+            raise unit.error
+        return unit.value  # type: ignore[return-value]
+
+    def _commit(self, batch: list[_Unit[Any]]) -> None:
+        try:
+            with self._transaction() as cur:
+                if len(batch) == 1:
+                    batch[0].value = batch[0].work(cur)
+                else:
+                    for unit in batch:
+                        cur.execute("SAVEPOINT forge_unit")
+                        try:
+                            unit.value = unit.work(cur)
+                        except Exception as exc:  # this unit alone is undone
+                            cur.execute("ROLLBACK TO SAVEPOINT forge_unit")
+                            unit.error = exc
+                        cur.execute("RELEASE SAVEPOINT forge_unit")
+        except BaseException as exc:  # nothing of the batch was committed
+            for unit in batch:
+                if unit.error is None:
+                    unit.error, unit.value = exc, None
+        finally:
+            self.commits += 1
+            self.units += len(batch)
+            for unit in batch:
+                unit.done = True
