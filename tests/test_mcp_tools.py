@@ -34,16 +34,18 @@ def _episode(tools) -> Episode:
 
 
 def _in_workdir(workdir: Path) -> list[int]:
-    """Processes (not this one) whose environment says they run in ``workdir``: what a sandbox started there."""
-    needle = f"PWD={workdir}".encode()
+    """Processes (not this one) whose working directory is ``workdir`` — the same folder, whatever path
+    their sandbox shows it at (bubblewrap: /forge/work): what a sandbox started there."""
+    here = os.stat(workdir)
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) != os.getpid():
             try:
-                if needle in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
-                    found.append(int(name))
+                cwd = os.stat(f"/proc/{name}/cwd")
             except OSError:
-                pass
+                continue
+            if (cwd.st_dev, cwd.st_ino) == (here.st_dev, here.st_ino):
+                found.append(int(name))
     return found
 
 
@@ -92,17 +94,17 @@ def test_tools_are_listed_by_the_servers_and_called_inside_the_sandbox(tmp_path)
                 edited = await by_name["edit_file"].run({"path": "notes/a.txt", "old": "two", "new": "three"})
                 ran = await by_name["shell"].run({"command": 'pwd; echo "$HOME"; cat notes/a.txt'})
                 running = _in_workdir(workdir)
-            return tools, wrote, edited, ran, running, sandbox.home
+            return tools, wrote, edited, ran, running, (sandbox.view_workdir, sandbox.view_home)
 
-    tools, wrote, edited, ran, running, home = _run(session())
+    tools, wrote, edited, ran, running, (seen_workdir, home) = _run(session())
     assert [t.name for t in tools] == ["read_file", "write_file", "edit_file", "list_files", "shell"]
     schemas = {t.name: t.schema()["function"] for t in tools}
     assert schemas["edit_file"]["parameters"]["required"] == ["path", "old", "new"]  # the server's input schema
     assert "exact text" in schemas["edit_file"]["description"] and schemas["shell"]["parameters"]["properties"]["timeout_s"]
     assert wrote == "wrote 9 characters to notes/a.txt" and edited == "replaced 1 occurrence in notes/a.txt"
     assert (workdir / "notes" / "a.txt").read_bytes() == b"one\r\nthree\n"
-    # the shell ran in the sandbox: its work directory, the sandbox's own HOME (its clean environment)
-    assert ran == f"{workdir}\n{home}\none\r\nthree\n[exit code 0]"
+    # the shell ran in the sandbox: its work directory, the sandbox's own HOME (its clean environment), as it shows them
+    assert ran == f"{seen_workdir}\n{home}\none\r\nthree\n[exit code 0]"
     assert running  # the servers ran there while the episode did ...
     assert _in_workdir(workdir) == []  # ... and nothing is left once it ended
 

@@ -42,7 +42,7 @@ def test_exec_runs_in_the_work_directory_as_a_non_root_user_with_a_clean_environ
 
     ok, failed, missing = run(main())
     assert ok.ok and ok.reason == "exited 0"
-    assert ok.stdout.splitlines() == ["1000", str((tmp_path / "w").resolve()), "/home/agent|hi|unset"]
+    assert ok.stdout.splitlines() == ["1000", "/forge/work", "/home/agent|hi|unset"]  # the same path in every container
     assert failed.exit_code == 3 and not failed.ok and failed.stderr == "to-err\n"
     assert failed.reason == "exited 3: to-err"
     assert missing.exit_code == 127 and "no-such-program" in missing.stderr
@@ -206,7 +206,7 @@ def test_stdio_command_connects_a_program_inside_to_the_caller(tmp_path):
     argv, done = run(main())
     assert "exec" in argv and "-i" in argv
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["HELLO", str(tmp_path.resolve()), "v"]
+    assert done.stdout.split() == ["HELLO", "/forge/work", "v"]  # the work directory, where every container shows it
 
 
 def test_a_missing_image_is_a_result_that_never_started(tmp_path):

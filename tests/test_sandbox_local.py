@@ -99,15 +99,18 @@ def test_runs_in_its_workdir_with_a_clean_environment(tmp_path, monkeypatch, mod
 
     async def go():
         async with LocalSandbox(work) as box:
-            return await box.exec([PY, str(prog)], env={"AGENT_VAR": "1"}, timeout_s=30), box.home
+            return await box.exec([PY, str(prog)], env={"AGENT_VAR": "1"}, timeout_s=30), box.home, box.isolated
 
-    done, home = run(go())
+    done, home, isolated = run(go())
     assert done.ok and done.reason == "exited 0", done
     seen = json.loads(done.stdout)
-    assert seen["cwd"] == str(work.resolve())
     env = seen["env"]
-    assert env["AGENT_VAR"] == "1" and env["HOME"] == str(home) and env["PATH"] == os.environ["PATH"]
-    assert not Path(env["HOME"]).is_relative_to(work.resolve()) and Path(env["HOME"]) != Path.home()
+    if isolated:  # every bubblewrap sandbox shows the same two paths, whatever the host's
+        assert seen["cwd"] == env["PWD"] == "/forge/work" and env["HOME"] == "/forge/home"
+    else:
+        assert seen["cwd"] == env["PWD"] == str(work.resolve()) and env["HOME"] == str(home)
+        assert not Path(env["HOME"]).is_relative_to(work.resolve()) and Path(env["HOME"]) != Path.home()
+    assert env["AGENT_VAR"] == "1" and env["PATH"] == os.environ["PATH"]
     for leaked in ("OPENAI_API_KEY", "HTTP_PROXY", "FORGE_SECRET", "FORGE_HOME"):
         assert leaked not in env
     assert MARKER_VAR in env
@@ -351,7 +354,7 @@ from forge_cli.sandbox.local import LocalSandbox
 async def main():
     box = LocalSandbox(sys.argv[1], isolation=sys.argv[2])
     print(box.home.parent, flush=True)
-    await box.exec(["sleep", "600"], timeout_s=600)
+    await box.exec(["sleep", "600"], env={"FORGE_TEST_OWNER": sys.argv[1]}, timeout_s=600)
 
 asyncio.run(main())
 """
@@ -376,7 +379,7 @@ def test_what_a_sigkilled_owner_left_is_swept_by_the_next_process(tmp_path, isol
     owner = subprocess.Popen([PY, "-c", OWNER, str(workdir), isolation], stdout=subprocess.PIPE, text=True,
                              cwd=Path(__file__).resolve().parent.parent)
     root = Path(owner.stdout.readline().strip())
-    needle = f"PWD={workdir}".encode()
+    needle = f"FORGE_TEST_OWNER={workdir}".encode()  # this test's program (every bubblewrap sandbox's PWD is /forge/work)
     sleepers = wait_until(lambda: [int(p) for p in os.listdir("/proc") if p.isdigit() and _environ_has(int(p), needle)
                                    and _read(Path(f"/proc/{p}/cmdline")).startswith(b"sleep\0")],
                           what="the owner's program to start")

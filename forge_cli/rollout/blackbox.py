@@ -36,6 +36,7 @@ from forge_cli.paths import data_dir
 from forge_cli.rollout import agent_mcp
 from forge_cli.rollout.agent_mcp import check_supported
 from forge_cli.rollout.mcp_tools import server, write_corpus
+from forge_cli.sandbox.contract import view_workdir
 from forge_cli.sandbox.local import LocalSandbox
 from forge_cli.tasks.types import Transcript
 
@@ -177,7 +178,7 @@ async def run_blackbox(
         raise ForgeError(f"run_blackbox: workdir {workdir} is not the sandbox's work directory {sandbox.workdir}")
     try:
         values = launch_values(spec, install, base_url=base_url, api_key=api_key, model=model, prompt=task.prompt,
-                               workdir=sandbox.workdir)
+                               workdir=view_workdir(sandbox))
         command, env, files = spec.launch.render(values)
         if mcp:
             command, env, files = await _with_mcp(spec, command, env, files, mcp, sandbox, task,
@@ -206,8 +207,8 @@ async def _with_mcp(spec: "ScaffoldSpec", command: list[str], env: dict[str, str
     for name in dict.fromkeys(names):
         shipped = server(name)
         args = ["--corpus", await write_corpus(sandbox, task)] if name == "search" else []
-        servers[name] = [str(python), str(folder / shipped.script), "--root", str(sandbox.workdir), *args]
-    done = agent_mcp.configure(spec, agent_mcp.Launch(command, env, files), servers, Path(sandbox.workdir), values)
+        servers[name] = [str(python), str(folder / shipped.script), "--root", str(view_workdir(sandbox)), *args]
+    done = agent_mcp.configure(spec, agent_mcp.Launch(command, env, files), servers, view_workdir(sandbox), values)
     return done.command, done.env, done.files
 
 

@@ -11,9 +11,13 @@ Inside (:func:`bwrap_argv`):
 - **not Forge's own package** (``forge_cli``), wherever the folder holding it is mounted (a wheel in
   the venv, a system-wide install under ``/usr``): an empty read-only folder stands there, so no program inside can run the task
   generators that would rebuild a task's answer (the ``qa`` table, the ``swe-mini`` catalogue);
-- the trajectory's **work directory, writable, at the same path as on the host** (so ``$workdir``
-  in a launch recipe means the same inside and out), and the sandbox's home folder (``HOME``),
-  writable, at its host path too;
+- the trajectory's **work directory, writable, at :data:`VIEW_WORKDIR`** and the sandbox's home folder
+  (``HOME``), writable, at :data:`VIEW_HOME` (``Layout.view``): every sandbox shows its program the
+  same two paths, whatever folders the host gave the trajectory, so an agent that writes its working
+  directory or home into its prompt (claude-code at token ~830 of 29k, codex at ~12k) sends the same
+  prompt in every trajectory of a group — the prefix the trainer's tree shares — and learns nothing
+  of the host's layout. ``$workdir`` in a launch recipe is the path inside. Where the host already
+  shows something under ``/forge`` (a Python installed there), both stay at their host paths;
 - a read-only root (bubblewrap's own, remounted read-only once it is laid out); a private **/tmp**,
   a tmpfs of ``tmp_bytes`` (``TMPDIR=/tmp``), and a private ``/dev/shm`` of the
   same size; a minimal ``/dev`` (null, zero, full, random, urandom, tty, pts) and its own ``/proc``;
@@ -49,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from forge_cli.sandbox.contract import SOCKET_INSIDE, GatewayAccess
+from forge_cli.sandbox.contract import SOCKET_INSIDE, VIEW_HOME, VIEW_WORKDIR, GatewayAccess
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers")
@@ -107,6 +111,20 @@ class Layout:
     status_dir: Path | None = None
     user: tuple[int, int] | None = None  # (uid, gid) the command runs as; None: the caller's
     forwarder: Path = field(default_factory=lambda: Path(__file__).with_name("forward.py"))
+    view: bool = True  # the work directory and home at VIEW_WORKDIR and VIEW_HOME (else at their host paths)
+
+    @property
+    def inside(self) -> tuple[Path, Path]:
+        """Where the program sees its work directory and home."""
+        if self.view and not view_collides([*python_dirs(), *self.read_only]):
+            return VIEW_WORKDIR, VIEW_HOME
+        return self.workdir, self.home
+
+
+def view_collides(shown: Sequence[Path]) -> bool:
+    """Whether a folder the sandbox shows lies where the views go (then they stay at host paths)."""
+    root = VIEW_WORKDIR.parent
+    return any(Path(p) == root or root in Path(p).parents for p in shown)
 
 
 _SET_UP = ("/", "/tmp", "/dev", "/proc", "/run", "/var/tmp", "/dev/shm")  # made by the layout itself
@@ -152,14 +170,15 @@ def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], s
     shown = [p for p in (*python_dirs(), *layout.read_only) if p.exists()]
     # the folders above what is mounted, made open to all (bubblewrap would make them root's alone): the sandbox's
     # user must reach the Python it runs, its work directory and its home; they hold nothing else
-    args += _parents([*shown, layout.home, layout.workdir])
+    workdir, home = layout.inside
+    args += _parents([*shown, home, workdir])
     for path in shown:  # after /tmp's tmpfs: a path under /tmp stays visible
         args += ["--ro-bind", str(path), str(path)]
     mounted = [*shown, *(Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d))]
     if any(PACKAGE == p or p in PACKAGE.parents for p in mounted):  # Forge's own code (its suites' answer keys)
         args += ["--perms", "0555", "--size", "4096", "--tmpfs", str(PACKAGE)]
-    for path in (layout.home, layout.workdir):
-        args += ["--bind", str(path), str(path)]
+    for host, seen in ((layout.home, home), (layout.workdir, workdir)):
+        args += ["--bind", str(host), str(seen)]
     # forward.py runs in front of the command: the gateway's port, and the exact exit status
     args += ["--ro-bind", str(layout.forwarder), FORWARD_INSIDE]
     front = [python_inside(), "-S", FORWARD_INSIDE]
@@ -172,7 +191,7 @@ def bwrap_argv(layout: Layout, command: Sequence[str], env: Mapping[str, str], s
     if layout.user is not None:
         front += ["--user", f"{layout.user[0]}:{layout.user[1]}"]
     inner = [*front, "--", *(str(c) for c in command)]
-    args += ["--remount-ro", "/", "--chdir", str(layout.workdir), "--clearenv"]  # its own root: not a writable tmpfs
+    args += ["--remount-ro", "/", "--chdir", str(workdir), "--clearenv"]  # its own root: not a writable tmpfs
     for key, value in env.items():
         args += ["--setenv", key, value]
     return [*args, "--", *inner]

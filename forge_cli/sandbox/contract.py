@@ -27,6 +27,8 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 # where a sandboxed program finds the gateway's unix socket, in every backend (forward.py listens on
 # loopback inside and relays to it)
 SOCKET_INSIDE = "/run/forge/gateway.sock"
+VIEW_WORKDIR = Path("/forge/work")  # where a sandbox that can shows its program the work directory (every one the same)
+VIEW_HOME = Path("/forge/home")  # and its home
 
 
 @dataclass(frozen=True)
@@ -125,3 +127,10 @@ class Sandbox(Protocol):
     async def close(self) -> None:
         """Kill whatever still runs in the sandbox and free what it holds (not the work directory)."""
         ...
+
+
+def view_workdir(sandbox: Sandbox) -> Path:
+    """The work directory as the programs in ``sandbox`` see it — the path a launch recipe's ``$workdir``
+    and an agent's MCP configuration name: the sandbox's ``view_workdir`` where it has one (a sandbox
+    that shows every trajectory the same path, such as the local one in bubblewrap), else its host path."""
+    return Path(getattr(sandbox, "view_workdir", None) or sandbox.workdir)

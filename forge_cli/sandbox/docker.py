@@ -7,8 +7,10 @@ an :class:`~forge_cli.sandbox.contract.ExecResult` that never started, with the 
 - **no network**: ``--network none``, only ``lo``. With a :class:`GatewayAccess` the gateway's unix
   socket is bind-mounted at :data:`SOCKET_INSIDE` and ``forward.py`` (bind-mounted read-only) runs as
   the container's main program, so ``http://127.0.0.1:PORT`` inside reaches the gateway;
-- **files**: the work directory bind-mounted read-write *at its host path* (launch recipes render
-  ``$workdir`` with it), ``$FORGE_HOME/agents`` read-only at its host path, and read-only the Python
+- **files**: the work directory bind-mounted read-write at ``/forge/work`` in every container
+  (:data:`~forge_cli.sandbox.contract.VIEW_WORKDIR`: every trajectory of a group sees the same path, so
+  the agents' prompts that name it share their prefix; launch recipes render ``$workdir`` with it),
+  ``$FORGE_HOME/agents`` read-only at its host path, and read-only the Python
   installations the pip agents' venvs link to and the host's ``node`` for the npm agents
   (:func:`host_node`), nothing else of the host;
   a read-only root, tmpfs ``/tmp`` and ``HOME`` of bounded size, a per-file size limit;
@@ -53,7 +55,7 @@ from forge_cli.sandbox.base import (
     owner_of,
     sweep_folders,
 )
-from forge_cli.sandbox.contract import SOCKET_INSIDE, ExecResult, GatewayAccess
+from forge_cli.sandbox.contract import SOCKET_INSIDE, VIEW_WORKDIR, ExecResult, GatewayAccess
 from forge_cli.sandbox.hostfiles import chown_tree, clear_setid, hand_over, remove_tree
 
 ENGINE_SCRIPT = "scripts/docker-engine.sh"
@@ -232,6 +234,11 @@ class DockerSandbox(WorkdirFiles):
         return self._workdir
 
     @property
+    def view_workdir(self) -> Path:
+        """The work directory as the container's programs see it (the same in every container)."""
+        return VIEW_WORKDIR
+
+    @property
     def container_id(self) -> str | None:
         """The running container's id (None before the first exec and after a removal)."""
         return self._container
@@ -239,7 +246,7 @@ class DockerSandbox(WorkdirFiles):
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment a command gets: ``PATH``, locale, ``HOME``, ``TMPDIR``, then ``env``."""
         base = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-                "HOME": self.home, "TMPDIR": "/tmp", "PWD": str(self._workdir)}
+                "HOME": self.home, "TMPDIR": "/tmp", "PWD": str(VIEW_WORKDIR)}
         return {**base, **{k: str(v) for k, v in (env or {}).items()}}
 
     # -- the container -------------------------------------------------------------------------
@@ -268,7 +275,7 @@ class DockerSandbox(WorkdirFiles):
             self._lay_quota()
             if self.uid != 0:
                 chown_tree(self._workdir, self.uid, self.gid)
-            mounts = [Mount(str(self._workdir), str(self._workdir), type="bind", read_only=False)]
+            mounts = [Mount(str(VIEW_WORKDIR), str(self._workdir), type="bind", read_only=False)]
 
             if agents_dir().is_dir():
                 agents = str(agents_dir().resolve())
@@ -308,7 +315,7 @@ class DockerSandbox(WorkdirFiles):
                     # the main program (the forwarder) runs as this process's user, who may open the gateway's
                     # socket; programs exec'd run as the sandbox's user
                     stdin_open=True, detach=False, tty=False, user=f"{os.getuid()}:{os.getgid()}",
-                    working_dir=str(self._workdir), environment=self.environment(), host_config=host_config,
+                    working_dir=str(VIEW_WORKDIR), environment=self.environment(), host_config=host_config,
                 )["Id"]
                 self._stdin = api.attach_socket(cid, params={"stdin": 1, "stream": 1})
                 api.start(cid)
@@ -400,7 +407,7 @@ class DockerSandbox(WorkdirFiles):
             created = await asyncio.to_thread(
                 self._client.api.exec_create, self._container, self._wrap(command, memory, cpu),
                 stdout=True, stderr=True, stdin=False, environment=self.environment(env),
-                workdir=str(self._workdir), user=f"{self.uid}:{self.gid}")
+                workdir=str(VIEW_WORKDIR), user=f"{self.uid}:{self.gid}")
             exec_id = created["Id"]
         except Exception as exc:  # a ForgeError from _start, or the engine refusing the exec
             self._remove()
@@ -512,7 +519,7 @@ class DockerSandbox(WorkdirFiles):
         if docker_cli is None:
             raise ForgeError("docker sandbox: the docker command-line client is not installed (Debian: docker.io)")
         self._start()
-        args = [docker_cli, "-H", engine_host(), "exec", "-i", "-u", f"{self.uid}:{self.gid}", "-w", str(self._workdir)]
+        args = [docker_cli, "-H", engine_host(), "exec", "-i", "-u", f"{self.uid}:{self.gid}", "-w", str(VIEW_WORKDIR)]
         for key, value in self.environment(env).items():
             args += ["-e", f"{key}={value}"]
         return [*args, self._container, *self._wrap(command, None, self.options.cpu_time_s)]

@@ -210,8 +210,20 @@ class LocalSandbox(WorkdirFiles):
 
     @property
     def home(self) -> Path:
-        """The ``HOME`` programs of this sandbox get (on the disk limit's file system where there is one)."""
+        """The host folder that is the ``HOME`` of this sandbox's programs (on the disk limit's file system
+        where there is one)."""
         return self._quota.path("home") if self._quota is not None else self._root / "home"
+
+    @property
+    def view_workdir(self) -> Path:
+        """The work directory as the programs inside see it: ``/forge/work`` in bubblewrap (every sandbox
+        the same, :mod:`~forge_cli.sandbox.bwrap`), the host path without it."""
+        return self.layout().inside[0] if self.isolated else self._workdir
+
+    @property
+    def view_home(self) -> Path:
+        """``HOME`` as the programs inside see it."""
+        return self.layout().inside[1] if self.isolated else self.home
 
     @property
     def disk_quota(self) -> bool:
@@ -223,7 +235,7 @@ class LocalSandbox(WorkdirFiles):
         base = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
         base.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         tmp = "/tmp" if self.isolated else str(self._root / "tmp")
-        base.update(HOME=str(self.home), TMPDIR=tmp, PWD=str(self._workdir))
+        base.update(HOME=str(self.view_home), TMPDIR=tmp, PWD=str(self.view_workdir))
         return {**base, **(env or {})}
 
     def layout(self, status_dir: Path | None = None) -> bwrap.Layout:
