@@ -2,7 +2,7 @@
 VENV ?= .venv
 export FORGE_VENV := $(abspath $(VENV))
 
-.PHONY: setup system-deps train test test-fast bench clean
+.PHONY: setup system-deps train test test-fast bench bench-pools clean
 
 setup:            ## create/refresh the project venv (a no-op when nothing changed)
 	@bash scripts/setup.sh
@@ -27,6 +27,12 @@ bench: setup      ## every benchmark; figures go to benchmarks/results/
 	$(VENV)/bin/python benchmarks/engine_throughput.py
 	$(VENV)/bin/python benchmarks/router.py
 	$(VENV)/bin/python benchmarks/prefix_tree.py
+
+bench-pools: setup  ## the prefix tree on what real agents sent: record their pools, then train on them (~30 min)
+	$(VENV)/bin/python benchmarks/agent_pools.py --out benchmarks/results/agent-pools
+	$(VENV)/bin/python benchmarks/prefix_tree.py --skip tree_dense,tree_recompute --from-pool \
+		benchmarks/results/agent-pools/runs/agents-opencode benchmarks/results/agent-pools/runs/agents-gptme \
+		benchmarks/results/agent-pools/runs/white-tool-call-truncate benchmarks/results/agent-pools/runs/white-tool-call-summarize
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist
