@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from forge_cli.errors import ForgeError
 from forge_cli.pool.schema import pack_floats, pack_ints
@@ -78,9 +78,36 @@ def completion_reward_rows(rewards: Any) -> list[tuple[float, float, float, str,
     return rows
 
 
-def completion_row(c: Any, now: float) -> tuple:
-    """The ``completions`` row of ``c`` (a NewCompletion) in COMPLETION_COLS order, without its ``seq``
-    (the store numbers it), then ``n_prompt, n_output``; a fresh id; ``now`` for unset times."""
+class CompletionRow(NamedTuple):
+    """A checked completion as the ``completions`` table stores it, but for its ``seq`` (the store numbers
+    it in the transaction): the columns of COMPLETION_COLS, then ``n_prompt, n_output``."""
+
+    id: str
+    trajectory_id: str
+    prompt_ids: bytes
+    output_ids: bytes
+    output_logprobs: bytes
+    policy_version: int
+    sampling: str
+    finish_reason: Any
+    started_at: float
+    finished_at: float
+    tool_format: Any
+    parse_errors: str
+    request: str | None
+    agent: str | None
+    tool_calls: str | None
+    history: str | None
+    n_prompt: int
+    n_output: int
+
+    def values(self, seq: int) -> tuple:
+        """The INSERT's values, ``seq`` in its column."""
+        return (self.id, self.trajectory_id, seq, *self[2:])
+
+
+def completion_row(c: Any, now: float) -> CompletionRow:
+    """The row of ``c`` (a NewCompletion), checked; a fresh id; ``now`` for unset times."""
     if not isinstance(c, NewCompletion):
         raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
     if not isinstance(c.sampling, Sampling):
@@ -100,7 +127,7 @@ def completion_row(c: Any, now: float) -> tuple:
         history_json = json.dumps(c.history.as_dict()) if c.history is not None else None
     except (TypeError, ValueError) as exc:
         raise ForgeError(f"completion metadata is not JSON-serialisable: {exc}") from None
-    return (
+    return CompletionRow(
         uuid.uuid4().hex, c.trajectory_id, prompt, output, logprobs,
         c.policy_version, sampling_json, c.finish_reason,
         c.started_at if c.started_at is not None else now, c.finished_at if c.finished_at is not None else now,

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 from forge_cli.errors import ForgeError, one_line
 from forge_cli.pool import owners
 from forge_cli.pool.checks import check_rewards as _check_rewards
-from forge_cli.pool.checks import completion_reward_rows, completion_row
+from forge_cli.pool.checks import CompletionRow, completion_reward_rows, completion_row
 from forge_cli.pool.group_commit import GroupCommit
 from forge_cli.pool import scheduler as sched
 from forge_cli.pool.reads import PoolReads
@@ -364,12 +364,12 @@ class DataPool(PoolReads):
         rows = [completion_row(c, now) for c in completions]  # every check before anything is written
 
         def work(cur: Cursor) -> list[Completion]:
-            return [self._insert_completion(cur, c, values) for c, values in zip(completions, rows)]
+            return [self._insert_completion(cur, c, row) for c, row in zip(completions, rows)]
 
         return self._group.run(work)
 
     @staticmethod
-    def _insert_completion(cur: Cursor, c: NewCompletion, values: tuple) -> Completion:
+    def _insert_completion(cur: Cursor, c: NewCompletion, stored: CompletionRow) -> Completion:
         row = cur.one(
             "UPDATE trajectories SET n_completions = n_completions + 1 WHERE id = ? AND status = ? "
             "RETURNING n_completions - 1",
@@ -381,16 +381,15 @@ class DataPool(PoolReads):
                 raise ForgeError(f"unknown trajectory {c.trajectory_id!r}")
             raise ForgeError(f"trajectory {c.trajectory_id} is {status[0]}, not running: completion rejected")
         seq = int(row[0])
-        cid, started_at, finished_at = values[0], values[8], values[9]
         cur.execute(
             f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            values[:2] + (seq,) + values[2:],
+            stored.values(seq),
         )
         return Completion(
-            cid, c.trajectory_id, seq, list(c.prompt_ids), list(c.output_ids), unpack_floats(values[4]), c.policy_version,
-            c.sampling, c.finish_reason, started_at, finished_at, c.tool_format, c.parse_errors or [], c.request, c.agent,
-            tool_calls=c.tool_calls, history=c.history,
+            stored.id, c.trajectory_id, seq, list(c.prompt_ids), list(c.output_ids), unpack_floats(stored.output_logprobs),
+            c.policy_version, c.sampling, c.finish_reason, stored.started_at, stored.finished_at, c.tool_format,
+            c.parse_errors or [], c.request, c.agent, tool_calls=c.tool_calls, history=c.history,
         )
 
     def append_events(self, trajectory_id: str, events: list[Event | dict[str, Any]]) -> None:

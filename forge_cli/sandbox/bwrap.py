@@ -111,20 +111,15 @@ class Layout:
     status_dir: Path | None = None
     user: tuple[int, int] | None = None  # (uid, gid) the command runs as; None: the caller's
     forwarder: Path = field(default_factory=lambda: Path(__file__).with_name("forward.py"))
-    view: bool = True  # the work directory and home at VIEW_WORKDIR and VIEW_HOME (else at their host paths)
 
     @property
     def inside(self) -> tuple[Path, Path]:
-        """Where the program sees its work directory and home."""
-        if self.view and not view_collides([*python_dirs(), *self.read_only]):
-            return VIEW_WORKDIR, VIEW_HOME
-        return self.workdir, self.home
-
-
-def view_collides(shown: Sequence[Path]) -> bool:
-    """Whether a folder the sandbox shows lies where the views go (then they stay at host paths)."""
-    root = VIEW_WORKDIR.parent
-    return any(Path(p) == root or root in Path(p).parents for p in shown)
+        """Where the program sees its work directory and home: VIEW_WORKDIR and VIEW_HOME, unless a folder
+        the sandbox shows lies under their root (then at their host paths)."""
+        root = VIEW_WORKDIR.parent
+        if any(p == root or root in p.parents for p in (*python_dirs(), *self.read_only)):
+            return self.workdir, self.home
+        return VIEW_WORKDIR, VIEW_HOME
 
 
 _SET_UP = ("/", "/tmp", "/dev", "/proc", "/run", "/var/tmp", "/dev/shm")  # made by the layout itself

@@ -57,6 +57,7 @@ folder.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import math
@@ -214,16 +215,20 @@ class LocalSandbox(WorkdirFiles):
         where there is one)."""
         return self._quota.path("home") if self._quota is not None else self._root / "home"
 
+    @functools.cached_property
+    def _inside(self) -> tuple[Path, Path]:
+        return self.layout().inside if self.isolated else (self._workdir, self.home)
+
     @property
     def view_workdir(self) -> Path:
         """The work directory as the programs inside see it: ``/forge/work`` in bubblewrap (every sandbox
         the same, :mod:`~forge_cli.sandbox.bwrap`), the host path without it."""
-        return self.layout().inside[0] if self.isolated else self._workdir
+        return self._inside[0]
 
     @property
     def view_home(self) -> Path:
         """``HOME`` as the programs inside see it."""
-        return self.layout().inside[1] if self.isolated else self.home
+        return self._inside[1]
 
     @property
     def disk_quota(self) -> bool:
