@@ -1,6 +1,7 @@
 """Gateway overhead: latency the gateway adds per request, and requests/s, recording on.
 
-The gateway runs in its own process with an engine that answers instantly (16 fixed ids, real
+The gateway runs in its own process, as ``forge gateway serve`` runs it (its own listeners, the
+run's pool), with an engine that answers instantly (16 fixed ids, real
 tokenizer and chat template, every call recorded into a SQLite pool with ``synchronous=FULL``),
 so what is measured is the gateway: parsing, rendering, tokenising, recording, responding. The
 load comes from another process, one API key — one recorded session — per concurrent client, at
@@ -62,18 +63,28 @@ class InstantEngine(Engine):
 
 
 def serve(port: int, model: Path, pool_path: Path) -> None:
-    import uvicorn
+    """The gateway as ``forge gateway serve`` runs it (its own listeners, the run's SQLite pool in
+    ``pool_path``'s folder), with :class:`InstantEngine`, until SIGTERM."""
+    import signal
+
     from transformers import AutoTokenizer
 
-    from forge_cli import plugins
-    from forge_cli.gateway.app import create_app
-    from forge_cli.gateway.state import GatewayState
-    from forge_cli.pool.store import DataPool
+    from forge_cli.config import load_config
+    from forge_cli.gateway.server import serve_gateway
 
-    tok = AutoTokenizer.from_pretrained(model)
-    formats = {n: e.value for n, e in plugins.get_registry().tool_formats.items()}
-    state = GatewayState(InstantEngine(tok.eos_token_id), tok, formats, pool=DataPool.sqlite(pool_path))
-    uvicorn.run(create_app(state), host="127.0.0.1", port=port, log_level="error", access_log=False)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    engine = InstantEngine(tokenizer.eos_token_id)
+    engine.tokenizer = tokenizer  # what the run reads the served model's tokenizer from
+    config = load_config(env={}, overrides={"model.path": str(model), "gateway.host": "127.0.0.1", "gateway.port": port,
+                                            "gateway.socket": "", "run.dir": str(pool_path.with_suffix(".runs"))})
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        async with serve_gateway(config, "overhead", engine=engine):
+            await stop.wait()
+
+    asyncio.run(main())
 
 
 def serve_floor(port: int, pool_path: Path, durable: bool) -> None:

@@ -246,3 +246,17 @@ def test_prefix_tree_on_a_pool_recorded_by_the_recipe(tmp_path):
     assert row["bound"] > 1.5  # the turns of a trajectory and the trajectories of a group share their prefixes
     assert row["max_rel_loss_diff"] < 1e-4  # exact: naive, packed and the tree compute the same loss
     assert "white-tool-call-truncate" in done.stdout  # the table
+
+
+def test_engine_throughput_through_the_gateway(tmp_path):
+    """The same vLLM engine direct and through a gateway in its own process: every level measured both
+    ways, tokens counted from real answers (a gateway that refused or failed a call would stop it)."""
+    out = tmp_path / "engine.json"
+    done = subprocess.run([sys.executable, "benchmarks/engine_throughput.py", "--gateway-only", "--levels", "1", "3",
+                           "--seconds", "3", "--warmup", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["concurrency"] for r in rows] == [1, 3]
+    for r in rows:
+        assert r["through_gateway_tokens_per_s"] > 0 and min(r["direct_before_after"]) > 0
+        assert r["gateway_vs_direct"] == round(r["through_gateway_tokens_per_s"] / r["direct_tokens_per_s"], 3)
