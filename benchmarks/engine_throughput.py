@@ -66,20 +66,29 @@ TASKS = [f"Task {i}: list the files and report the largest one." for i in range(
 async def closed_loop(call, sessions: int, seconds: float, warmup: float) -> float:
     """Output tokens/s with ``sessions`` sessions, each sending its next request as soon as its last
     is answered (``call(i)`` -> tokens of session ``i``'s answer): the tokens of the answers that
-    arrive within ``seconds`` after a ``warmup`` (every session's first call, the batch filling up)."""
+    arrive from the end of a ``warmup`` (every session's first call, the batch filling up) until
+    ``seconds`` later — or, where some session has had no answer by then (a slow machine), until every
+    session has had one, so that no level reads 0 for want of time."""
     start = time.perf_counter() + warmup
     end = start + seconds
-    tokens = 0
+    tokens, answered, stop = 0, set(), None
 
     async def session(i: int) -> None:
-        nonlocal tokens
-        while time.perf_counter() < end:
+        nonlocal tokens, stop
+        while stop is None or time.perf_counter() < stop:
             n = await call(i)
-            if start <= time.perf_counter() <= end:
-                tokens += n
+            now = time.perf_counter()
+            if now < start:
+                continue
+            if stop is not None and now > stop:
+                break
+            tokens += n
+            answered.add(i)
+            if stop is None and now >= end and len(answered) == sessions:
+                stop = now
 
     await asyncio.gather(*(session(i) for i in range(sessions)))
-    return tokens / seconds
+    return tokens / (stop - start)
 
 
 async def direct_sessions(engine, prompts, levels, seconds: float, warmup: float) -> dict[int, float]:

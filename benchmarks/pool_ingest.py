@@ -11,7 +11,11 @@ against JSON text for the same ids.
 
 PostgreSQL is a throwaway local server (Debian's binaries) unless ``--pg-url`` names one.
 
-    python benchmarks/pool_ingest.py [--completions 400] [--writers 4] [--threads 16] [--rounds 3]
+``--floor`` also measures what bounds any durable SQLite store of these rows here: the same rows,
+packed in advance, into a bare table with the pool's settings, one a commit and as many a commit as
+the threads' group commit made.
+
+    python benchmarks/pool_ingest.py [--completions 400] [--writers 4] [--threads 16] [--rounds 3] [--floor]
 
 Writes benchmarks/results/pool_ingest.json.
 """
@@ -52,11 +56,12 @@ def made(seed: int) -> tuple[list[int], list[tuple[list[int], list[float]]]]:
                     for _ in range(TURNS)]
 
 
-def write(spec, trajectory_ids, seed) -> tuple[int, float, float]:
-    """(completions written, wall-clock start, end) — start after the pool is open."""
+def write(spec, trajectory_ids, seed) -> tuple[int, float, float, float]:
+    """(completions written, wall-clock start, end, this process's CPU seconds in between) — start
+    after the pool is open."""
     prompt, turns = made(seed)
     pool = open_spec(spec)
-    start = time.time()
+    start, cpu = time.time(), time.process_time()
     n = 0
     for tid in trajectory_ids:
         pool.start_trajectory(tid)
@@ -65,9 +70,9 @@ def write(spec, trajectory_ids, seed) -> tuple[int, float, float]:
                                                  output_logprobs=logprobs, policy_version=turn))
             n += 1
         pool.finish_trajectory(tid, rewards={"outcome": 1.0})
-    end = time.time()
+    end, cpu = time.time(), time.process_time() - cpu
     pool.close()
-    return n, start, end
+    return n, start, end, cpu
 
 
 def write_threads(spec, trajectory_ids, threads: int) -> tuple[int, float, float, float]:
@@ -104,6 +109,30 @@ def write_threads(spec, trajectory_ids, threads: int) -> tuple[int, float, float
     return sum(counts), start, end, per_commit
 
 
+def sqlite_floor(path: Path, rows: int, per_commit: int) -> dict:
+    """What any durable SQLite store of these rows costs here: ``rows`` rows of a completion's size (its
+    prompt, output and logprobs already packed, a small JSON) into a bare table with the pool's
+    settings (WAL, ``synchronous=FULL``), ``per_commit`` rows a transaction; rows/s and CPU ms a row."""
+    import os
+    import sqlite3
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE completions (id TEXT PRIMARY KEY, prompt BLOB, output BLOB, logprobs BLOB, meta TEXT)")
+    blobs = [(os.urandom(4 * PROMPT), os.urandom(4 * OUTPUT), os.urandom(4 * OUTPUT)) for _ in range(8)]
+    meta = json.dumps({"sampling": {"temperature": 1.0}, "finish_reason": "stop", "policy_version": 0})
+    start, cpu = time.perf_counter(), time.process_time()
+    for first in range(0, rows, per_commit):
+        conn.execute("BEGIN")
+        for i in range(first, min(first + per_commit, rows)):
+            conn.execute("INSERT INTO completions VALUES (?, ?, ?, ?, ?)", (uuid.uuid4().hex, *blobs[i % 8], meta))
+        conn.execute("COMMIT")
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    conn.close()
+    return {"rows_per_commit": per_commit, "rows_per_s": rows / wall, "cpu_ms_per_row": 1000 * cpu / rows}
+
+
 def store_bytes(pool: DataPool, spec) -> int:
     if spec[0] == "sqlite":
         return sum(p.stat().st_size for p in Path(spec[1]).parent.glob(Path(spec[1]).name + "*"))
@@ -121,7 +150,7 @@ def one_round(spec, completions: int, writers: int, threads: int) -> dict:
     groups = [pool.submit_group(f"task-{i}", 1, "bench") for i in range(3 * n_traj)]
     tids = [g.trajectories[0].id for g in groups]
     # one writer
-    n1, start, end = write(spec, tids[:n_traj], 0)
+    n1, start, end, cpu = write(spec, tids[:n_traj], 0)
     single = n1 / (end - start)
     # several threads of one process, one pool
     nt, start, end, per_commit = write_threads(spec, tids[2 * n_traj:], threads)
@@ -143,6 +172,7 @@ def one_round(spec, completions: int, writers: int, threads: int) -> dict:
     pool.close()
     return {
         "write_1": single,
+        "cpu_ms_per_completion_1": 1000 * cpu / n1,
         f"write_{writers}": parallel,
         f"write_{threads}_threads": threaded,
         "completions_per_commit": per_commit,
@@ -160,6 +190,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pg-url", default=None)
+    parser.add_argument("--floor", action="store_true", help=(
+        "also measure the floor of any durable SQLite store here: the same rows, packed in advance, into a bare "
+        "table (1 row a commit, as the single writer; and as many a commit as the threads' group commit made)"))
     args = parser.parse_args()
 
     rng = random.Random(0)
@@ -173,11 +206,17 @@ def main() -> None:
 
         pg = throwaway_postgres()
     results = {"sqlite": [], "postgresql": []}
+    floors: dict[int, list[dict]] = {}
     with pg as url, tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):  # interleave the backends so noise hits both alike
             results["sqlite"].append(one_round(("sqlite", f"{tmp}/pool-{r}.sqlite"), args.completions, args.writers, args.threads))
             results["postgresql"].append(one_round(("postgres", url, f"bench_{uuid.uuid4().hex[:8]}"), args.completions,
                                                    args.writers, args.threads))
+            if args.floor:
+                grouped = max(1, round(results["sqlite"][-1]["completions_per_commit"]))
+                for per_commit in sorted({1, grouped}):
+                    floors.setdefault(per_commit, []).append(sqlite_floor(Path(tmp) / f"floor-{r}-{per_commit}.sqlite",
+                                                                          args.completions, per_commit))
     rows = []
     for backend, runs in results.items():
         med = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
@@ -190,10 +229,18 @@ def main() -> None:
     for row in rows:
         print(f"{row['backend']:<12}{row['write_1']:>17.1f}{row[w]:>18.1f}{row[t]:>22.1f}{row['completions_per_commit']:>11.1f}"
               f"{row['read']:>9.1f}{row['token_bytes_per_token']:>12.2f}{row['store_bytes_per_token']:>12.2f}")
+    floor_rows = [{"rows_per_commit": k, "rows_per_s": round(statistics.median(f["rows_per_s"] for f in v), 1),
+                   "cpu_ms_per_row": round(statistics.median(f["cpu_ms_per_row"] for f in v), 3)} for k, v in sorted(floors.items())]
+    for row in rows:
+        print(f"{row['backend']}: one writer's CPU {row['cpu_ms_per_completion_1']:.3f} ms a completion")
+    for f in floor_rows:
+        print(f"floor (bare SQLite table, rows packed in advance), {f['rows_per_commit']} a commit: "
+              f"{f['rows_per_s']:.1f} rows/s, CPU {f['cpu_ms_per_row']:.3f} ms a row")
     out = HERE / "results" / "pool_ingest.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
-                               "json_text_bytes_per_token": round(json_bytes, 2), "rows": rows}, indent=2) + "\n")
+                               "json_text_bytes_per_token": round(json_bytes, 2), "rows": rows,
+                               "sqlite_floor": floor_rows}, indent=2) + "\n")
     print(f"wrote {out.relative_to(HERE.parent)}")
 
 

@@ -260,3 +260,18 @@ def test_engine_throughput_through_the_gateway(tmp_path):
     for r in rows:
         assert r["through_gateway_tokens_per_s"] > 0 and min(r["direct_before_after"]) > 0
         assert r["gateway_vs_direct"] == round(r["through_gateway_tokens_per_s"] / r["direct_tokens_per_s"], 3)
+
+
+def test_closed_loop_waits_for_every_session_when_a_call_outlasts_the_window():
+    """A slow machine (or a level's first, slow requests) must not read as 0 tokens/s: the window
+    stretches until every session has had an answer in it."""
+    import asyncio
+
+    from benchmarks.engine_throughput import closed_loop
+
+    async def call(i: int) -> int:
+        await asyncio.sleep(0.02 * (i + 1))  # each call outlasts the 1 ms window
+        return 10
+
+    rate = asyncio.run(closed_loop(call, 3, seconds=0.001, warmup=0.0))
+    assert 0 < rate <= 3 * 10 / 0.02
