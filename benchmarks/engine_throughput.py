@@ -162,6 +162,7 @@ def serve_gateway_process(port: int, model: Path, runs: Path) -> None:
 
 
 async def through_gateway(model: Path, runs: Path, levels, seconds: float, warmup: float) -> dict[int, float]:
+    """:func:`gateway_sessions` against a :func:`serve_gateway_process` started for them, stopped after."""
     import os
     import socket
     import subprocess
