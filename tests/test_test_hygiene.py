@@ -22,6 +22,8 @@ ALLOWED = {
                                              "the router sees queue lengths (what is tested)",
     ("test_gateway_limits.py", "Policy.__call__"): "a slow policy: the streamed call's latency metric must "
                                                    "count the 0.6 s spent after the handler returned",
+    ("test_benchmarks.py", "test_closed_loop_waits_for_every_session_when_a_call_outlasts_the_window.call"):
+        "a stand-in call's duration, longer than the measured window: what is tested is that the window waits for it",
 }
 
 SLEEPS = {("time", "sleep"), ("asyncio", "sleep")}
