@@ -110,6 +110,8 @@ async def gateway_sessions(port: int, levels, seconds: float, warmup: float) -> 
     before its answer) and its own keep-alive connection, the task as a chat message, the tokens
     read from each answer's ``usage``. A raw HTTP/1.1 client: httpx would cost the shared cores more
     than the gateway does."""
+    from benchmarks.gateway_overhead import raw_exchange
+
     rates = {}
     for level in levels:
         conns: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
@@ -119,14 +121,11 @@ async def gateway_sessions(port: int, levels, seconds: float, warmup: float) -> 
                                "max_tokens": NEW, "temperature": 1.0}).encode()
             if i not in conns:
                 conns[i] = await asyncio.open_connection("127.0.0.1", port)
-            reader, writer = conns[i]
-            writer.write((f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer "
-                          f"through-{level}-{i}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
-            answer = await reader.readexactly(length)
-            if int(head.split(b" ", 2)[1]) != 200:
-                raise RuntimeError(f"the gateway answered {head.split(b' ', 2)[1].decode()}: {answer[:300].decode(errors='replace')}")
+            status, answer = await raw_exchange(*conns[i], (
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer through-{level}-{i}"
+                f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+            if status != 200:
+                raise RuntimeError(f"the gateway answered {status}: {answer[:300].decode(errors='replace')}")
             return json.loads(answer)["usage"]["completion_tokens"]
 
         try:

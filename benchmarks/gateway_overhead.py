@@ -205,6 +205,15 @@ async def load(url: str, concurrency: int, total: int, transport=None) -> dict:
         return await Tally().run(concurrency, total, session)
 
 
+async def raw_exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[int, bytes]:
+    """One HTTP/1.1 request's bytes sent on a keep-alive connection; (status, body), the body read by
+    its Content-Length."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    return int(head.split(b" ", 2)[1]), await reader.readexactly(length)
+
+
 async def load_raw(host: str, port: int, concurrency: int, total: int) -> dict:
     """What :func:`load` does with a client that costs the shared cores far less than httpx: one
     keep-alive HTTP/1.1 connection per session, the request's bytes built once, the answer read by
@@ -221,12 +230,7 @@ async def load_raw(host: str, port: int, concurrency: int, total: int) -> dict:
             try:
                 if writer is None:
                     reader, writer = await asyncio.open_connection(host, port)
-                writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                status = int(head.split(b" ", 2)[1])
-                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
-                answer = await reader.readexactly(length)
+                status, answer = await raw_exchange(reader, writer, request)
             except (OSError, asyncio.IncompleteReadError, StopIteration, ValueError) as e:
                 tally.fail(e)
                 if writer is not None:
