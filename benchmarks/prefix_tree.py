@@ -61,7 +61,7 @@ VOCAB = 4096
 # REINFORCE (−Â·log π): every mode then computes the same objective whatever the old logprobs
 LOSS = SimpleNamespace(type="reinforce", eps_low=1e6, eps_high=0.28, token_mask=False)
 MODES = ("naive", "packed", "tree_dense", "tree", "tree_recompute")
-OPTIONAL = {"tree_dense", "tree_recompute"}  # --skip may leave these out of a long run
+OPTIONAL = {"packed", "tree_dense", "tree_recompute"}  # --skip may leave these out of a long run
 
 
 def traces(rng: random.Random, groups: int, system_len: int, turns: tuple[int, int]) -> list[Sample]:
@@ -221,7 +221,7 @@ def measure(samples: list[Sample], args: argparse.Namespace, modes: list[str], s
         "seconds": {k: round(secs[k], 2) for k in modes},
         "peak_rss_mib": {k: round(results[k]["peak_rss_mib"], 1) for k in modes},
         "speedup_vs_naive": round(secs["naive"] / secs["tree"], 2),
-        "speedup_vs_packed": round(secs["packed"] / secs["tree"], 2),
+        "speedup_vs_packed": round(secs["packed"] / secs["tree"], 2) if "packed" in secs else None,
         "dense_tree_speedup_vs_naive": round(secs["naive"] / secs["tree_dense"], 2) if "tree_dense" in secs else None,
         "reuse_vs_recompute": round(secs["tree_recompute"] / secs["tree"], 3) if "tree_recompute" in secs else None,
         "max_abs_loss_diff": max(abs(results[k]["loss"] - results["naive"]["loss"]) for k in modes),
@@ -240,7 +240,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256, help="model width (heads of 64)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="short trajectories (a smoke run)")
-    parser.add_argument("--skip", default="", help="comma-separated optional modes to leave out (tree_dense, tree_recompute)")
+    parser.add_argument("--skip", default="", help="comma-separated optional modes to leave out (packed, tree_dense, tree_recompute)")
     parser.add_argument("--from-pool", nargs="+", type=Path, metavar="RUN", help=(
         "train on what these runs' pools recorded (a run folder or a pool.sqlite each), one row per pool"))
     parser.add_argument("--out", default=None, help="default: benchmarks/results/prefix_tree.json (--from-pool: prefix_tree_pools.json)")
@@ -305,7 +305,7 @@ def report_pools(rows: list[dict]) -> None:
     for r in rows:
         s = r["seconds"]
         print(f"{r['pool']:<34}{r['samples']:>8}{r['total_tokens']:>10}{r['unique_tokens']:>9}{r['bound']:>7.1f}×"
-              f"{r['compute_bound']:>8.1f}×{s['naive']:>9.1f}{s['packed']:>9.1f}{s['tree']:>8.1f}{r['speedup_vs_naive']:>8.1f}×"
+              f"{r['compute_bound']:>8.1f}×{s['naive']:>9.1f}{s.get('packed', float('nan')):>9.1f}{s['tree']:>8.1f}{r['speedup_vs_naive']:>8.1f}×"
               f"{r['fraction_of_compute_bound']:>7.2f}{r['peak_rss_mib']['tree']:>9.0f}{r['max_abs_loss_diff']:>11.1e}", flush=True)
 
 

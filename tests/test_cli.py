@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -65,6 +66,23 @@ def test_scaffold_list_table_and_filter(cli):
     bad = cli("scaffold", "list", "--kind", "grey")
     assert bad.exit_code == 1
     assert "--kind must be 'white' or 'black'" in bad.stderr
+
+
+def test_scaffold_list_fits_a_narrow_terminal_without_cutting_a_name(cli):
+    """At 80 columns the table keeps name, kind and installed whole (every scaffold's name can be copied
+    from it) and says which columns it left out; a wide terminal shows them all."""
+    names = [row["name"] for row in json.loads(cli("scaffold", "list", "--json").stdout)]
+    for width, hidden in ((80, ["API", "tool format", "context policy", "plugin"]), (250, [])):
+        done = subprocess.run([sys.executable, "-m", "forge_cli", "scaffold", "list"], capture_output=True, text=True,
+                              env={**os.environ, "COLUMNS": str(width)}, check=True)
+        lines = done.stdout.splitlines()
+        assert max(len(line.rstrip()) for line in lines) <= width
+        header = next(line for line in lines if "name" in line and "kind" in line)
+        assert [h for h in ("API", "tool format", "context policy", "plugin") if h not in header] == hidden
+        cells = {line.split("│")[1].strip() for line in lines if line.startswith("│")}
+        assert set(names) <= cells  # whole names, one a row: nothing cut with "…"
+        text = " ".join(done.stdout.split())
+        assert ("not shown at 80 columns" in text and "context policy, plugin" in text) if hidden else "not shown" not in text
 
 
 def test_scaffold_doctor_on_an_agent_not_installed_says_how_and_exits_1(cli):

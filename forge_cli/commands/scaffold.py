@@ -11,16 +11,21 @@ from typing import Any, Optional
 import typer
 from rich.panel import Panel
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from forge_cli import installer, plugins
 from forge_cli.commands._common import config_with, get_state, print_json, registry
-from forge_cli.console import console, err_console, warn
+from forge_cli.console import columns_that_fit, console, err_console, warn
 from forge_cli.errors import ForgeError
 from forge_cli.installer import agent_prefix, installed
 from forge_cli.plugins import normalise_name
 from forge_cli.rollout.smoke import Check, doctor
 from forge_cli.rollout.loop import loop_label, loop_status
+
+# `forge scaffold list`'s columns, and which give way first to a narrow terminal (name, kind and installed stay)
+LIST_COLUMNS = ("name", "kind", "API", "tool format", "context policy", "plugin", "installed")
+LIST_DROP_ORDER = ("plugin", "context policy", "tool format", "API")
 
 
 def _installed_label(spec: Any) -> str:
@@ -59,16 +64,22 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(rows)
             return
-        table = Table(title="Forge scaffolds", title_justify="left")
-        for column in ("name", "kind", "API", "tool format", "context policy", "plugin", "installed"):
-            table.add_column(column, no_wrap=column == "name")
-        for row in rows:
-            installed = row["installed"]
-            style = "green" if installed != "no" else "dim"
-            table.add_row(
-                row["name"], row["kind"], row["api"], row["tool_format"] or "[dim]the model's[/]", row["context_policy"], row["plugin"],
-                f"[{style}]{installed}[/]"
-            )
+        cells = [{"name": row["name"], "kind": row["kind"], "API": row["api"], "tool format": row["tool_format"] or "the model's",
+                  "context policy": row["context_policy"], "plugin": row["plugin"], "installed": row["installed"]} for row in rows]
+        widths = {h: max([len(h)] + [len(str(c[h])) for c in cells]) for h in LIST_COLUMNS}
+        shown = columns_that_fit(widths, LIST_DROP_ORDER, console.width)
+        hidden = [h for h in LIST_COLUMNS if h not in shown]
+        caption = f"{', '.join(hidden)}: not shown at {console.width} columns (--json, or a wider terminal)" if hidden else None
+        table = Table(title="Forge scaffolds", title_justify="left", caption=caption, caption_justify="left")
+        for column in shown:
+            table.add_column(column, no_wrap=True)
+        for c in cells:
+            style = "green" if c["installed"] != "no" else "dim"
+            marked = {h: escape(str(v)) for h, v in c.items()}
+            marked["installed"] = f"[{style}]{marked['installed']}[/]"
+            if c["tool format"] == "the model's":
+                marked["tool format"] = "[dim]the model's[/]"
+            table.add_row(*(marked[h] for h in shown))
         console.print(table)
 
     @group.command("show")
