@@ -51,8 +51,8 @@ class InstantEngine(Engine):
 
     name = "instant"
 
-    def __init__(self, eos: int) -> None:
-        super().__init__(8192)
+    def __init__(self, eos: int, max_len: int = 8192) -> None:
+        super().__init__(max_len)
         self.eos_token_id = eos
 
     async def _generate(self, prompt_ids, params, context):
@@ -62,9 +62,10 @@ class InstantEngine(Engine):
         pass
 
 
-def serve(port: int, model: Path, pool_path: Path) -> None:
+def serve(port: int, model: Path, pool_path: Path, max_len: int = 8192, tool_parser: str | None = None) -> None:
     """The gateway as ``forge gateway serve`` runs it (its own listeners, the run's SQLite pool in
-    ``pool_path``'s folder), with :class:`InstantEngine`, until SIGTERM."""
+    ``pool_path``'s folder), with :class:`InstantEngine` (a context of ``max_len``), until SIGTERM;
+    ``tool_parser``: vLLM's parser for a model folder other than the embedded default's."""
     import signal
 
     from transformers import AutoTokenizer
@@ -73,10 +74,11 @@ def serve(port: int, model: Path, pool_path: Path) -> None:
     from forge_cli.gateway.server import serve_gateway
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    engine = InstantEngine(tokenizer.eos_token_id)
+    engine = InstantEngine(tokenizer.eos_token_id, max_len)
     engine.tokenizer = tokenizer  # what the run reads the served model's tokenizer from
     config = load_config(env={}, overrides={"model.path": str(model), "gateway.host": "127.0.0.1", "gateway.port": port,
-                                            "gateway.socket": "", "run.dir": str(pool_path.with_suffix(".runs"))})
+                                            "gateway.socket": "", "run.dir": str(pool_path.with_suffix(".runs")),
+                                            **({"model.tool_parser": tool_parser} if tool_parser else {})})
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -265,23 +267,33 @@ def direct(model: Path, n: int = 2000) -> list[float]:
     return asyncio.run(run())
 
 
-def measure_server(kind: str, model: Path, pool: Path, args: argparse.Namespace, base: list[float]) -> list[dict]:
-    """Start one server (``gateway`` or a floor), send every client's load at every level, stop it."""
+def start_server(kind: str, model: Path, pool: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    """This file's ``--serve`` (``kind``: ``gateway`` or a floor, ``extra`` its hidden options) in a process
+    of its own on a free port, once its ``/health`` answers; (the process, the port)."""
     import httpx
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--server", kind, "--model", str(model),
-                               "--pool", str(pool)], env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    server = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve", str(port), "--server", kind,
+                               "--model", str(model), "--pool", str(pool), *extra], env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    for _ in range(600):
+        if server.poll() is not None:
+            raise SystemExit(f"the {kind} server exited ({server.returncode}) while starting")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return server, port
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    server.terminate()
+    raise SystemExit(f"the {kind} server did not answer /health in 60 s")
+
+
+def measure_server(kind: str, model: Path, pool: Path, args: argparse.Namespace, base: list[float]) -> list[dict]:
+    """Start one server (``gateway`` or a floor), send every client's load at every level, stop it."""
+    server, port = start_server(kind, model, pool)
     rows = []
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         for client, level in [(c, lv) for c in args.client for lv in args.levels]:
             if client == "raw":
                 res = asyncio.run(load_raw("127.0.0.1", port, level, args.requests))
@@ -316,10 +328,12 @@ def main() -> None:
     parser.add_argument("--server", default="gateway", choices=("gateway", "floor", "floor-durable"), help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--pool", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--max-len", type=int, default=8192, help=argparse.SUPPRESS)
+    parser.add_argument("--tool-parser", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         if args.server == "gateway":
-            serve(args.serve, args.model, args.pool)
+            serve(args.serve, args.model, args.pool, args.max_len, args.tool_parser)
         else:
             serve_floor(args.serve, args.pool, durable=args.server == "floor-durable")
         return

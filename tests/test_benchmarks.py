@@ -139,6 +139,19 @@ def test_gateway_overhead_benchmark_runs(tmp_path):
     assert all(r["p50_ms"] > 0 for r in rows)
 
 
+def test_gateway_long_prompts_benchmark_runs(tmp_path):
+    """Agents' conversations on a real Qwen3 tokenizer: every call of every session answered (the benchmark
+    exits on any refusal), each row's figures there, the last prompt as long as the conversation made it."""
+    out = tmp_path / "long.json"
+    done = subprocess.run([sys.executable, "benchmarks/gateway_long_prompts.py", "--sizes", "300", "3000", "--sessions", "2",
+                           "--turns", "3", "--tokenizer", "qwen3", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["system_tokens"], r["calls"]) for r in rows] == [(300, 6), (3000, 6)]
+    assert all(r["last_prompt_tokens"] > r["system_tokens"] + 300 and r["p50_ms"] > 0 and r["pool_bytes_per_call"] > 0 for r in rows)
+    assert "3000" in done.stdout
+
+
 @pytest.mark.slow
 def test_drift_benchmark_agents_keep_their_sampled_ids_on_qwen3(tmp_path):
     """The seven agents' captured second requests on Qwen3 (native): where Forge renders both sides

@@ -10,7 +10,8 @@ one of two renderings, by the session's tool format (``ToolFormat.rendering``):
 - ``"text"`` (Forge's own formats): the format writes tool schemas into the system prompt and
   earlier calls into assistant text, for a template that takes no tools (the embedded model).
 
-The tokenizer encodes the rendering, so ``decode(prompt_ids)`` is exactly it. The output side
+The tokenizer encodes the rendering, so ``decode(prompt_ids)`` is exactly it (a long one a chunk at a time,
+the chunks an earlier call encoded remembered: ``prompt_codec``, the same ids). The output side
 splits generated text into thinking (the model's reasoning parser), content and tool calls.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.limits import token_floor, utf8_len
+from forge_cli.gateway.prompt_codec import prompt_codec
 from forge_cli.specs import ParsedOutput, ParseError, ReasoningParser, Tool, ToolCall, ToolFormat, parse_calls
 from forge_cli.toolformats.native import renders_own_ids
 
@@ -125,8 +127,7 @@ def _apply_template(tokenizer: Any, messages: list[dict[str, Any]], max_len: int
         raise
     except Exception as exc:  # a template may reject a role order (e.g. two system turns), mistral-common an id
         raise APIError(400, f"messages: the model's chat template rejected them: {exc}", param="messages") from None
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    return Rendered(ids, text)
+    return Rendered(prompt_codec(tokenizer).encode(text), text)  # = tokenizer.encode(text), long prompts a chunk at a time
 
 
 def template_messages(turns: list[Turn], tools: list[Tool], *, tool_choice: str | None = None,

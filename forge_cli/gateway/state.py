@@ -25,6 +25,7 @@ from forge_cli.engine.base import Engine, GenerationOutput
 from forge_cli.errors import ForgeError
 from forge_cli.gateway.errors import APIError
 from forge_cli.gateway.metrics import Metrics
+from forge_cli.gateway.prompt_codec import prompt_codec
 from forge_cli.pool.types import NewCompletion, PromptHistory, Sampling
 from forge_cli.records.session import SessionRequest
 from forge_cli.specs import ReasoningParser, ToolFormat
@@ -251,7 +252,7 @@ class GatewayState:
             if ids[: len(prior_ids)] == prior_ids:
                 return ids, PromptHistory("exact", family=family)
             candidate = prior_ids + self.tokenizer.encode(text[len(best[0]):], add_special_tokens=False)
-            if not renders_own_ids(self.tokenizer) and self.tokenizer.decode(candidate) == text:
+            if not renders_own_ids(self.tokenizer) and prompt_codec(self.tokenizer).decode(candidate) == text:
                 session.reused += 1
                 self.metrics.prefix_reuse.inc()
                 return candidate, PromptHistory("reused", family=family)
@@ -288,7 +289,7 @@ class GatewayState:
     def remember(self, session: Session, prompt_ids: list[int], outputs: list[GenerationOutput], max_entries: int = 64) -> None:
         for out in outputs:
             full = prompt_ids + out.output_ids
-            session.history.append((self.tokenizer.decode(full), full))
+            session.history.append((prompt_codec(self.tokenizer).decode(full), full))  # = decode(full)
         del session.history[:-max_entries]
 
     # ---- recording ---------------------------------------------------------------------------
