@@ -24,6 +24,8 @@ bench: setup      ## every benchmark; figures go to benchmarks/results/
 	$(VENV)/bin/python benchmarks/scheduler_sim.py
 	$(VENV)/bin/python benchmarks/pool_ingest.py
 	$(VENV)/bin/python benchmarks/gateway_overhead.py
+	$(VENV)/bin/python benchmarks/gateway_long_prompts.py
+	$(VENV)/bin/python benchmarks/gateway_long_prompts.py --tokenizer qwen3 --out benchmarks/results/gateway_long_prompts_qwen3.json
 	$(VENV)/bin/python benchmarks/engine_throughput.py
 	$(VENV)/bin/python benchmarks/router.py
 	$(VENV)/bin/python benchmarks/prefix_tree.py
