@@ -107,7 +107,7 @@ class PromptCodec:
         added = tokenizer.backend_tokenizer.get_added_tokens_decoder() if concatenates else {}
         self.cut_ids = {i for i, token in added.items() if token.content in cuts}
         self.encoded = Remembered(cache_tokens, lambda text, ids: len(ids))
-        self.decoded = Remembered(cache_tokens, lambda ids, text: len(ids))
+        self.decoded = Remembered(cache_tokens, lambda ids, text: len(ids) // 4)
 
     @property
     def hits(self) -> int:
@@ -143,16 +143,16 @@ class PromptCodec:
         parts, start = [], 0
         for i, token in enumerate(ids):
             if token in self.cut_ids and i - start >= self.chunk_tokens:
-                parts.append(self.decoded.get(tuple(ids[start:i]), self._decode_chunk))
+                parts.append(self.decoded.get(array("i", ids[start:i]).tobytes(), self._decode_chunk))
                 start = i
-        parts.append(self.decoded.get(tuple(ids[start:]), self._decode_chunk))
+        parts.append(self.decoded.get(array("i", ids[start:]).tobytes(), self._decode_chunk))
         return "".join(parts)
 
     def _encode_chunk(self, chunk: str) -> array:
         return array("i", self.tokenizer.encode(chunk, add_special_tokens=False))
 
-    def _decode_chunk(self, chunk: tuple[int, ...]) -> str:
-        return self.tokenizer.decode(list(chunk))
+    def _decode_chunk(self, chunk: bytes) -> str:  # the ids as 4-byte ints: a key of 4 bytes a token
+        return self.tokenizer.decode(array("i", chunk).tolist())
 
 
 _codecs: weakref.WeakKeyDictionary[Any, PromptCodec] = weakref.WeakKeyDictionary()
