@@ -174,3 +174,33 @@ def test_the_gateway_renders_long_prompts_through_the_codec(tokenizers):
     again = render_prompt(tok, turns + [Turn("assistant", "Looking."), Turn("user", "ok")], [], fmt)
     assert again.prompt_ids == tok.encode(again.text, add_special_tokens=False)
     assert codec.misses - misses <= 1 and codec.hits > 0
+
+
+def test_a_tokenizer_whose_chunks_do_not_add_up_is_caught_on_its_first_long_text(tokenizers):
+    """A tokenizer unlike the tested ones (here: one that numbers the calls made to it, so a chunk's ids
+    depend on more than its text): the first long text is checked against the whole encoding and
+    decoding, the cutting stops, and every answer is the whole call's."""
+    real = tokenizers["qwen3"]
+
+    class Counting:
+        is_fast = True
+        backend_tokenizer = real.backend_tokenizer
+        clean_up_tokenization_spaces = False
+        calls = 0
+
+        def encode(self, text, add_special_tokens=False):
+            self.calls += 1
+            return real.encode(text, add_special_tokens=False) + [self.calls]
+
+        def decode(self, ids):
+            self.calls += 1
+            return real.decode(ids) + str(self.calls)
+
+    tok = Counting()
+    codec = PromptCodec(tok, chunk_chars=16, chunk_tokens=4)
+    text = "<|im_start|>system\n" + "tools and files " * 20 + "<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n" * 3
+    first = codec.encode(text)
+    assert codec.pattern is None and first[:-1] == real.encode(text, add_special_tokens=False)
+    ids = real.encode(text, add_special_tokens=False)
+    decoded = codec.decode(ids)
+    assert not codec.cut_ids and decoded.startswith(real.decode(ids)) and decoded[len(real.decode(ids)):].isdigit()

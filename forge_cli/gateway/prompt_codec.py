@@ -16,7 +16,8 @@ normalised, no ``lstrip``/``rstrip``/``single_word`` (which move its edges), and
 that contains it or ends with a beginning of it (which the tokenizer's leftmost-longest match could
 prefer where this one occurs). Anything else — a slow tokenizer, none of its tokens qualifying, a
 short text — is encoded whole. ``tests/test_prompt_codec.py`` holds the result equal to
-``tokenizer.encode`` on random conversations for every family tokenizer the tests build.
+``tokenizer.encode`` on random conversations for every family tokenizer the tests build; for any other
+tokenizer, the first long text is also encoded whole, and a difference turns the cutting off for good.
 
 Decoding (the session's history keeps each call's prompt and output as text, to match the next
 prompt against; a 30k-token decode cost ~15 ms) is cut the same way, before a splitter's id, where
@@ -106,6 +107,7 @@ class PromptCodec:
                         and not getattr(tokenizer, "clean_up_tokenization_spaces", False))
         added = tokenizer.backend_tokenizer.get_added_tokens_decoder() if concatenates else {}
         self.cut_ids = {i for i, token in added.items() if token.content in cuts}
+        self.encode_checked = self.decode_checked = False
         self.encoded = Remembered(cache_tokens, lambda text, ids: len(ids))
         self.decoded = Remembered(cache_tokens, lambda ids, text: len(ids) // 4)
 
@@ -123,6 +125,12 @@ class PromptCodec:
         ids: list[int] = []
         for chunk in self.chunks(text):
             ids.extend(self.encoded.get(chunk, self._encode_chunk))
+        if not self.encode_checked:  # the first long text is also encoded whole: a tokenizer the tests never
+            self.encode_checked = True  # saw that does not encode its chunks on their own is never cut again
+            whole = self.tokenizer.encode(text, add_special_tokens=False)
+            if whole != ids:
+                self.pattern = None
+                return whole
         return ids
 
     def chunks(self, text: str) -> list[str]:
@@ -146,7 +154,14 @@ class PromptCodec:
                 parts.append(self.decoded.get(array("i", ids[start:i]).tobytes(), self._decode_chunk))
                 start = i
         parts.append(self.decoded.get(array("i", ids[start:]).tobytes(), self._decode_chunk))
-        return "".join(parts)
+        text = "".join(parts)
+        if not self.decode_checked:  # as encode: the first long id list is also decoded whole
+            self.decode_checked = True
+            whole = self.tokenizer.decode(ids)
+            if whole != text:
+                self.cut_ids = set()
+                return whole
+        return text
 
     def _encode_chunk(self, chunk: str) -> array:
         return array("i", self.tokenizer.encode(chunk, add_special_tokens=False))
