@@ -10,8 +10,8 @@ from typing import Any, Optional
 
 import typer
 from rich.panel import Panel
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from forge_cli import installer, plugins
@@ -23,8 +23,10 @@ from forge_cli.plugins import normalise_name
 from forge_cli.rollout.smoke import Check, doctor
 from forge_cli.rollout.loop import loop_label, loop_status
 
-# `forge scaffold list`'s columns, and which give way first to a narrow terminal (name, kind and installed stay)
-LIST_COLUMNS = ("name", "kind", "API", "tool format", "context policy", "plugin", "installed")
+# `forge scaffold list`'s columns (header -> the row's key), and which give way first to a narrow terminal
+# (name, kind and installed stay)
+LIST_COLUMNS = {"name": "name", "kind": "kind", "API": "api", "tool format": "tool_format", "context policy": "context_policy",
+                "plugin": "plugin", "installed": "installed"}
 LIST_DROP_ORDER = ("plugin", "context policy", "tool format", "API")
 
 
@@ -64,9 +66,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(rows)
             return
-        cells = [{"name": row["name"], "kind": row["kind"], "API": row["api"], "tool format": row["tool_format"] or "the model's",
-                  "context policy": row["context_policy"], "plugin": row["plugin"], "installed": row["installed"]} for row in rows]
-        widths = {h: max([len(h)] + [len(str(c[h])) for c in cells]) for h in LIST_COLUMNS}
+        cells = [{h: str(row[key]) for h, key in LIST_COLUMNS.items()} | {"tool format": row["tool_format"] or "the model's"} for row in rows]
+        widths = {h: max([len(h)] + [len(c[h]) for c in cells]) for h in LIST_COLUMNS}
         shown = columns_that_fit(widths, LIST_DROP_ORDER, console.width)
         hidden = [h for h in LIST_COLUMNS if h not in shown]
         caption = f"{', '.join(hidden)}: not shown at {console.width} columns (--json, or a wider terminal)" if hidden else None
@@ -74,9 +75,8 @@ def register(app: typer.Typer) -> None:
         for column in shown:
             table.add_column(column, no_wrap=True)
         for c in cells:
-            style = "green" if c["installed"] != "no" else "dim"
-            marked = {h: escape(str(v)) for h, v in c.items()}
-            marked["installed"] = f"[{style}]{marked['installed']}[/]"
+            marked = {h: escape(v) for h, v in c.items()}
+            marked["installed"] = f"[{'green' if c['installed'] != 'no' else 'dim'}]{marked['installed']}[/]"
             if c["tool format"] == "the model's":
                 marked["tool format"] = "[dim]the model's[/]"
             table.add_row(*(marked[h] for h in shown))
