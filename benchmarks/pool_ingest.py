@@ -1,7 +1,10 @@
 """Data-pool ingest: completions/s written and read, SQLite vs PostgreSQL, with 8k-token prompts.
 
-Each round writes ``--completions`` completions (8,192 prompt + 256 output tokens) through
-``DataPool.append_completion`` — one durable transaction each (SQLite WAL with
+Each round writes ``--completions`` completions through ``DataPool.append_completion``, 8 turns a
+trajectory as an agent makes them: a first prompt of 8,192 ids, then each prompt the one before,
+its 256-id output and a 150-id tool result (8,192–11,000 ids; the pool stores each later prompt as
+the call it extends plus its new ids); ``--unrelated`` also measures prompts of 8,192 ids each that
+share nothing (all stored whole). One durable transaction each (SQLite WAL with
 ``synchronous=FULL``; PostgreSQL with its default synchronous commit) — first from one process,
 then from ``--writers`` processes at once, then from ``--threads`` threads of one process on one pool,
 as the gateway's worker threads record (their commits shared: group commit, so each call still
@@ -15,9 +18,10 @@ PostgreSQL is a throwaway local server (Debian's binaries) unless ``--pg-url`` n
 packed in advance, into a bare table with the pool's settings, one a commit and as many a commit as
 the threads' group commit made.
 
-    python benchmarks/pool_ingest.py [--completions 400] [--writers 4] [--threads 16] [--rounds 3] [--floor]
+    python benchmarks/pool_ingest.py [--completions 400] [--writers 4] [--threads 16] [--rounds 3] [--unrelated]
+                                     [--floor] [--out benchmarks/results/pool_ingest.json]
 
-Writes benchmarks/results/pool_ingest.json.
+Writes benchmarks/results/pool_ingest.json (or ``--out``).
 """
 
 from __future__ import annotations
@@ -40,32 +44,42 @@ sys.path.insert(0, str(HERE.parent))
 from forge_cli.pool.store import DataPool
 from forge_cli.pool.types import NewCompletion  # noqa: E402
 
-PROMPT, OUTPUT, TURNS = 8192, 256, 8
+PROMPT, OUTPUT, TOOL, TURNS = 8192, 256, 150, 8
 
 
 def open_spec(spec):
     return DataPool.sqlite(spec[1]) if spec[0] == "sqlite" else DataPool.postgres(spec[1], spec[2])
 
 
-def made(seed: int) -> tuple[list[int], list[tuple[list[int], list[float]]]]:
-    """A writer's prompt and its TURNS outputs with their logprobs, made before the clock starts (so
-    that the figure is the pool's, not the random number generator's)."""
+def made(seed: int, unrelated: bool = False) -> list[tuple[list[int], list[int], list[float]]]:
+    """A writer's TURNS calls of one trajectory — (prompt, output, logprobs) — made before the clock
+    starts (so that the figure is the pool's, not the random number generator's). As an agent sends
+    them: the first prompt is PROMPT ids, each later one the previous prompt and output and a
+    TOOL-id tool result (the same Python ints: as the gateway hands them on). ``unrelated``: every
+    prompt is PROMPT ids of its own, sharing nothing (the pool's worst case)."""
     rng = random.Random(seed)
-    prompt = [rng.randrange(0, 150_000) for _ in range(PROMPT)]
-    return prompt, [([rng.randrange(0, 150_000) for _ in range(OUTPUT)], [-rng.random() for _ in range(OUTPUT)])
-                    for _ in range(TURNS)]
+
+    def ids(n: int) -> list[int]:
+        return [rng.randrange(0, 150_000) for _ in range(n)]
+
+    calls, prompt = [], ids(PROMPT)
+    for _ in range(TURNS):
+        output = ids(OUTPUT)
+        calls.append((prompt, output, [-rng.random() for _ in range(OUTPUT)]))
+        prompt = ids(PROMPT) if unrelated else prompt + output + ids(TOOL)
+    return calls
 
 
-def write(spec, trajectory_ids, seed) -> tuple[int, float, float, float]:
+def write(spec, trajectory_ids, seed, unrelated=False) -> tuple[int, float, float, float]:
     """(completions written, wall-clock start, end, this process's CPU seconds in between) — start
     after the pool is open."""
-    prompt, turns = made(seed)
+    calls = made(seed, unrelated)
     pool = open_spec(spec)
     start, cpu = time.time(), time.process_time()
     n = 0
     for tid in trajectory_ids:
         pool.start_trajectory(tid)
-        for turn, (output, logprobs) in enumerate(turns):
+        for turn, (prompt, output, logprobs) in enumerate(calls):
             pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output,
                                                  output_logprobs=logprobs, policy_version=turn))
             n += 1
@@ -75,7 +89,7 @@ def write(spec, trajectory_ids, seed) -> tuple[int, float, float, float]:
     return n, start, end, cpu
 
 
-def write_threads(spec, trajectory_ids, threads: int) -> tuple[int, float, float, float]:
+def write_threads(spec, trajectory_ids, threads: int, unrelated: bool = False) -> tuple[int, float, float, float]:
     """(completions written, start, end, completions per commit): ``threads`` threads on one pool."""
     import threading
 
@@ -83,13 +97,12 @@ def write_threads(spec, trajectory_ids, threads: int) -> tuple[int, float, float
     shares = [trajectory_ids[t::threads] for t in range(threads)]
     counts = [0] * threads
 
-    inputs = [made(100 + t) for t in range(threads)]
+    inputs = [made(100 + t, unrelated) for t in range(threads)]
 
     def run(t: int) -> None:
-        prompt, turns = inputs[t]
         for tid in shares[t]:
             pool.start_trajectory(tid)
-            for turn, (output, logprobs) in enumerate(turns):
+            for turn, (prompt, output, logprobs) in enumerate(inputs[t]):
                 pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output,
                                                      output_logprobs=logprobs, policy_version=turn))
                 counts[t] += 1
@@ -144,22 +157,22 @@ def store_bytes(pool: DataPool, spec) -> int:
     return int(size)
 
 
-def one_round(spec, completions: int, writers: int, threads: int) -> dict:
+def one_round(spec, completions: int, writers: int, threads: int, unrelated: bool = False) -> dict:
     pool = open_spec(spec)
     n_traj = max(writers, threads, completions // TURNS)
     groups = [pool.submit_group(f"task-{i}", 1, "bench") for i in range(3 * n_traj)]
     tids = [g.trajectories[0].id for g in groups]
     # one writer
-    n1, start, end, cpu = write(spec, tids[:n_traj], 0)
+    n1, start, end, cpu = write(spec, tids[:n_traj], 0, unrelated)
     single = n1 / (end - start)
     # several threads of one process, one pool
-    nt, start, end, per_commit = write_threads(spec, tids[2 * n_traj:], threads)
+    nt, start, end, per_commit = write_threads(spec, tids[2 * n_traj:], threads, unrelated)
     threaded = nt / (end - start)
     # several writer processes at once
     shares = [tids[n_traj:2 * n_traj][w::writers] for w in range(writers)]
     ctx = mp.get_context("spawn")
     with ctx.Pool(writers) as workers:
-        done = workers.starmap(write, [(spec, share, w + 1) for w, share in enumerate(shares)])
+        done = workers.starmap(write, [(spec, share, w + 1, unrelated) for w, share in enumerate(shares)])
     # aggregate rate over the span in which the writers ran (process start-up excluded)
     parallel = sum(d[0] for d in done) / (max(d[2] for d in done) - min(d[1] for d in done))
     # read everything back
@@ -190,6 +203,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pg-url", default=None)
+    parser.add_argument("--unrelated", action="store_true", help=(
+        "also measure prompts that share nothing (each its own 8,192 ids: the pool stores every one whole)"))
+    parser.add_argument("--out", default=str(HERE / "results" / "pool_ingest.json"))
     parser.add_argument("--floor", action="store_true", help=(
         "also measure the floor of any durable SQLite store here: the same rows, packed in advance, into a bare "
         "table (1 row a commit, as the single writer; and as many a commit as the threads' group commit made)"))
@@ -205,43 +221,50 @@ def main() -> None:
         from forge_cli.pool.local_pg import throwaway_postgres
 
         pg = throwaway_postgres()
-    results = {"sqlite": [], "postgresql": []}
+    layouts = ["agent", "unrelated"] if args.unrelated else ["agent"]
+    results: dict[tuple[str, str], list[dict]] = {(b, lay): [] for lay in layouts for b in ("sqlite", "postgresql")}
     floors: dict[int, list[dict]] = {}
     with pg as url, tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):  # interleave the backends so noise hits both alike
-            results["sqlite"].append(one_round(("sqlite", f"{tmp}/pool-{r}.sqlite"), args.completions, args.writers, args.threads))
-            results["postgresql"].append(one_round(("postgres", url, f"bench_{uuid.uuid4().hex[:8]}"), args.completions,
-                                                   args.writers, args.threads))
+        for r in range(args.rounds):  # interleave the backends and layouts so noise hits all alike
+            for layout in layouts:
+                unrelated = layout == "unrelated"
+                results["sqlite", layout].append(one_round(("sqlite", f"{tmp}/pool-{r}-{layout}.sqlite"), args.completions,
+                                                           args.writers, args.threads, unrelated))
+                results["postgresql", layout].append(one_round(("postgres", url, f"bench_{uuid.uuid4().hex[:8]}"),
+                                                               args.completions, args.writers, args.threads, unrelated))
             if args.floor:
-                grouped = max(1, round(results["sqlite"][-1]["completions_per_commit"]))
+                grouped = max(1, round(results["sqlite", layouts[-1]][-1]["completions_per_commit"]))
                 for per_commit in sorted({1, grouped}):
                     floors.setdefault(per_commit, []).append(sqlite_floor(Path(tmp) / f"floor-{r}-{per_commit}.sqlite",
                                                                           args.completions, per_commit))
     rows = []
-    for backend, runs in results.items():
+    for (backend, layout), runs in results.items():
         med = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
-        rows.append({"backend": backend, **{k: round(v, 2) for k, v in med.items()}})
+        rows.append({"backend": backend, "prompts": layout, **{k: round(v, 2) for k, v in med.items()}})
     w, t = f"write_{args.writers}", f"write_{args.threads}_threads"
-    print(f"{PROMPT}-token prompts, {OUTPUT}-token outputs, {args.completions} completions per round, "
-          f"median of {args.rounds} rounds; JSON text would take {json_bytes:.2f} bytes/token")
-    print(f"{'backend':<12}{'write/s (1 proc)':>17}{f'write/s ({args.writers} procs)':>18}"
+    print(f"{PROMPT}-token first prompts (agent: each later one the last prompt + its {OUTPUT}-token output + a "
+          f"{TOOL}-token tool result; unrelated: {PROMPT} ids of its own), {TURNS} turns a trajectory, "
+          f"{args.completions} completions per round, median of {args.rounds} rounds; "
+          f"JSON text would take {json_bytes:.2f} bytes/token")
+    print(f"{'backend':<12}{'prompts':<11}{'write/s (1 proc)':>17}{f'write/s ({args.writers} procs)':>18}"
           f"{f'write/s ({args.threads} threads)':>22}{'per commit':>11}{'read/s':>9}{'token B/tok':>12}{'store B/tok':>12}")
     for row in rows:
-        print(f"{row['backend']:<12}{row['write_1']:>17.1f}{row[w]:>18.1f}{row[t]:>22.1f}{row['completions_per_commit']:>11.1f}"
-              f"{row['read']:>9.1f}{row['token_bytes_per_token']:>12.2f}{row['store_bytes_per_token']:>12.2f}")
+        print(f"{row['backend']:<12}{row['prompts']:<11}{row['write_1']:>17.1f}{row[w]:>18.1f}{row[t]:>22.1f}"
+              f"{row['completions_per_commit']:>11.1f}{row['read']:>9.1f}{row['token_bytes_per_token']:>12.2f}"
+              f"{row['store_bytes_per_token']:>12.2f}")
     floor_rows = [{"rows_per_commit": k, "rows_per_s": round(statistics.median(f["rows_per_s"] for f in v), 1),
                    "cpu_ms_per_row": round(statistics.median(f["cpu_ms_per_row"] for f in v), 3)} for k, v in sorted(floors.items())]
     for row in rows:
-        print(f"{row['backend']}: one writer's CPU {row['cpu_ms_per_completion_1']:.3f} ms a completion")
+        print(f"{row['backend']}, {row['prompts']} prompts: one writer's CPU {row['cpu_ms_per_completion_1']:.3f} ms a completion")
     for f in floor_rows:
         print(f"floor (bare SQLite table, rows packed in advance), {f['rows_per_commit']} a commit: "
               f"{f['rows_per_s']:.1f} rows/s, CPU {f['cpu_ms_per_row']:.3f} ms a row")
-    out = HERE / "results" / "pool_ingest.json"
+    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
-                               "json_text_bytes_per_token": round(json_bytes, 2), "rows": rows,
-                               "sqlite_floor": floor_rows}, indent=2) + "\n")
-    print(f"wrote {out.relative_to(HERE.parent)}")
+                               "tool_tokens": TOOL, "turns": TURNS, "json_text_bytes_per_token": round(json_bytes, 2),
+                               "rows": rows, "sqlite_floor": floor_rows}, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -177,6 +177,11 @@ def test_history_reuses_the_sampled_ids(stack):
     # or put back), and /metrics counts it under its kind
     assert one.history.kind == "first" and two.history.kind in ("exact", "reused") and two.history.at is None
     assert two.history.family == live.state.formats.family
+    # stored: the second prompt as the first call's ids plus the ids after them (read back whole above)
+    with stack[2]._read() as cur:
+        stored = cur.one("SELECT prompt_base, prompt_shared, LENGTH(prompt_ids) FROM completions WHERE id = ?", (two.id,))
+    shared = len(one.prompt_ids) + len(one.output_ids)
+    assert stored == (one.seq, shared, 4 * (len(two.prompt_ids) - shared))
     metrics = httpx.get(f"{live.url}/metrics").text
     assert "forge_gateway_prefix_reuse_total" in metrics
     assert f'forge_gateway_prompt_history_total{{family="{two.history.family}",kind="{two.history.kind}",scaffold="external",tool_format="hermes"}} 1.0' in metrics

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent / "forge_cli"
 
 # From the ground up (docs/DESIGN.md §1). A module is in the layer of its longest matching prefix.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("forge_cli", "forge_cli.errors", "forge_cli.paths", "forge_cli.console", "forge_cli.names",
+    ("base", ("forge_cli", "forge_cli.errors", "forge_cli.paths", "forge_cli.console", "forge_cli.names", "forge_cli.token_ids",
               "forge_cli.unions", "forge_cli.configs.common")),
     ("configuration", ("forge_cli.configs", "forge_cli.config")),
     ("contracts", ("forge_cli.specs", "forge_cli.hookspecs", "forge_cli.records", "forge_cli.pool.types",

@@ -29,6 +29,7 @@ from forge_cli.gateway.prompt_codec import prompt_codec
 from forge_cli.pool.types import NewCompletion, PromptHistory, Sampling
 from forge_cli.records.session import SessionRequest
 from forge_cli.specs import ReasoningParser, ToolFormat
+from forge_cli.token_ids import common_prefix
 from forge_cli.toolformats.native import ModelFormats, renders_own_ids
 
 MAX_ENDED = 65536  # ended sessions whose key and id are kept to answer 409 (a few MB at most)
@@ -250,13 +251,15 @@ class GatewayState:
         if best is not None:
             prior_ids = best[1]
             if ids[: len(prior_ids)] == prior_ids:
-                return ids, PromptHistory("exact", family=family)
+                # the same values; the sampled ids' own objects, which the pool then compares with what
+                # it stored for that call at memory speed (a list skips __eq__ for an object with itself)
+                return prior_ids + ids[len(prior_ids):], PromptHistory("exact", family=family)
             candidate = prior_ids + self.tokenizer.encode(text[len(best[0]):], add_special_tokens=False)
             if not renders_own_ids(self.tokenizer) and prompt_codec(self.tokenizer).decode(candidate) == text:
                 session.reused += 1
                 self.metrics.prefix_reuse.inc()
                 return candidate, PromptHistory("reused", family=family)
-        at = max(_common_prefix(ids, prior_ids) for _, prior_ids in session.history)
+        at = max(common_prefix(ids, prior_ids) for _, prior_ids in session.history)
         return ids, PromptHistory("drifted", at=at, family=family)
 
     def remember_thinking(self, session: Session, answers: list[Any], max_entries: int = 64) -> None:
@@ -323,14 +326,6 @@ class GatewayState:
             await run_in_threadpool(work)
         except ForgeError as exc:  # e.g. the group timed out while this call was generating
             raise APIError(409, f"the call could not be recorded: {exc}") from None
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def answer_key(content: str, calls: list[Any]) -> tuple[Any, ...]:

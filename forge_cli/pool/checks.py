@@ -80,7 +80,8 @@ def completion_reward_rows(rewards: Any) -> list[tuple[float, float, float, str,
 
 class CompletionRow(NamedTuple):
     """A checked completion as the ``completions`` table stores it, but for its ``seq`` (the store numbers
-    it in the transaction): the columns of COMPLETION_COLS, then ``n_prompt, n_output``."""
+    it in the transaction): the columns of COMPLETION_COLS, then ``n_prompt, n_output, prompt_shared``
+    (COMPLETION_PROMPT_COLS: its base is known once the seqs are)."""
 
     id: str
     trajectory_id: str
@@ -100,21 +101,25 @@ class CompletionRow(NamedTuple):
     history: str | None
     n_prompt: int
     n_output: int
+    prompt_shared: int
 
-    def values(self, seq: int) -> tuple:
-        """The INSERT's values, ``seq`` in its column."""
-        return (self.id, self.trajectory_id, seq, *self[2:])
+    def values(self, seq: int, prompt_base: int | None) -> tuple:
+        """The INSERT's values, ``seq`` and the base's (the completion whose ids the prompt's first
+        ``prompt_shared`` are; None when that is 0) in their columns."""
+        return (self.id, self.trajectory_id, seq, *self[2:], prompt_base)
 
 
-def completion_row(c: Any, now: float) -> CompletionRow:
-    """The row of ``c`` (a NewCompletion), checked; a fresh id; ``now`` for unset times."""
+def completion_row(c: Any, now: float, shared: int = 0) -> CompletionRow:
+    """The row of ``c`` (a NewCompletion), checked; a fresh id; ``now`` for unset times. ``shared``:
+    how many of the prompt's leading ids are an earlier completion's (equal to ids already checked
+    and stored); only the ids after them are checked and packed here."""
     if not isinstance(c, NewCompletion):
         raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
     if not isinstance(c.sampling, Sampling):
         raise ForgeError(f"a completion's sampling must be a Sampling record, got {type(c.sampling).__name__}")
     if c.agent is not None and (not isinstance(c.agent, str) or not c.agent or len(c.agent) > 200):
         raise ForgeError(f"a completion's agent must be a name of 1 to 200 characters, got {c.agent!r}"[:300])
-    prompt = pack_ids("prompt_ids", c.prompt_ids)
+    prompt = pack_ids("prompt_ids", c.prompt_ids[shared:] if shared else c.prompt_ids)
     output = pack_ids("output_ids", c.output_ids)
     logprobs = check_logprobs(c.output_logprobs, len(c.output_ids))
     if not isinstance(c.policy_version, int) or isinstance(c.policy_version, bool) or c.policy_version < 0:
@@ -132,4 +137,5 @@ def completion_row(c: Any, now: float) -> CompletionRow:
         c.policy_version, sampling_json, c.finish_reason,
         c.started_at if c.started_at is not None else now, c.finished_at if c.finished_at is not None else now,
         c.tool_format, errors_json, request_json, c.agent, calls_json, history_json, len(c.prompt_ids), len(c.output_ids),
+        shared,
     )

@@ -20,13 +20,15 @@ T = TypeVar("T")
 
 
 class _Unit(Generic[T]):
-    __slots__ = ("work", "value", "error", "done")
+    __slots__ = ("work", "value", "error", "done", "wake")
 
     def __init__(self, work: Callable[[Any], T]) -> None:
         self.work = work
         self.value: T | None = None
         self.error: BaseException | None = None
         self.done = False
+        self.wake = threading.Lock()  # held until the unit is done, or its caller is to lead the next commit
+        self.wake.acquire()
 
 
 class GroupCommit:
@@ -35,6 +37,9 @@ class GroupCommit:
     ``transaction()`` opens one write transaction and yields its cursor (``execute(sql)``), committing
     when the block ends and rolling back if it raises; ``max_batch`` bounds the units of one commit.
     ``commits`` and ``units`` count what it did (a batch of ``units / commits`` on average).
+
+    A waiting caller is woken once: when its unit is done, or to lead the next commit — the leader
+    hands over to the caller of the oldest queued unit, whose unit that commit then holds.
     """
 
     def __init__(self, transaction: Callable[[], AbstractContextManager[Any]], max_batch: int = 256) -> None:
@@ -42,7 +47,7 @@ class GroupCommit:
             raise ValueError("max_batch must be at least 1")
         self._transaction = transaction
         self._max_batch = max_batch
-        self._cond = threading.Condition()
+        self._mutex = threading.Lock()
         self._queue: list[_Unit[Any]] = []
         self._leading = False
         self.commits = 0
@@ -51,33 +56,41 @@ class GroupCommit:
     @property
     def queued(self) -> int:
         """Units waiting for the next commit (not those of the commit in progress)."""
-        with self._cond:
+        with self._mutex:
             return len(self._queue)
 
     def run(self, work: Callable[[Any], T]) -> T:
         """Run ``work(cursor)`` in a transaction, possibly beside other threads' units; return its
         value once committed, or raise what it raised (then nothing of it was written)."""
         unit: _Unit[T] = _Unit(work)
-        with self._cond:
+        with self._mutex:
             self._queue.append(unit)
-        while True:
-            with self._cond:
-                while not unit.done and self._leading:
-                    self._cond.wait()
-                if unit.done:
-                    break
-                self._leading = True
-                batch = self._queue[: self._max_batch]
-                del self._queue[: self._max_batch]
-            try:
-                self._commit(batch)
-            finally:
-                with self._cond:
-                    self._leading = False
-                    self._cond.notify_all()
+            lead, self._leading = not self._leading, True
+        if not lead:
+            unit.wake.acquire()  # done, or made the leader
+        if not unit.done:
+            self._lead(unit)
         if unit.error is not None:
             raise unit.error
         return unit.value  # type: ignore[return-value]
+
+    def _lead(self, mine: _Unit[Any]) -> None:
+        """Commit the oldest queued units (``mine`` among them: it is the oldest, or was queued when no
+        commit was in progress), wake their callers, and hand the lead on or lay it down."""
+        with self._mutex:
+            batch = self._queue[: self._max_batch]
+            del self._queue[: self._max_batch]
+        try:
+            self._commit(batch)
+        finally:
+            for unit in batch:
+                if unit is not mine:
+                    unit.wake.release()
+            with self._mutex:
+                if self._queue:
+                    self._queue[0].wake.release()  # its caller leads the next commit
+                else:
+                    self._leading = False
 
     def _commit(self, batch: list[_Unit[Any]]) -> None:
         try:

@@ -43,9 +43,16 @@ def _boot_id() -> str:
         return ""
 
 
+_this: tuple[int, str] | None = None  # (pid, owner string): read from /proc once a process (a fork reads again)
+
+
 def this_process() -> str:
     """The owner string of the calling process."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid()) or ''}"
+    global _this
+    pid = os.getpid()
+    if _this is None or _this[0] != pid:
+        _this = (pid, f"{socket.gethostname()}:{pid}:{_start_time(pid) or ''}")
+    return _this[1]
 
 
 def is_local(owner: str) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 from forge_cli.errors import ForgeError
 from forge_cli.pool.schema import (
     COMPLETION_COLS,
+    COMPLETION_PROMPT_COLS,
     COMPLETION_REWARD_COLS,
     GROUP_COLS,
     SQLITE,
@@ -50,20 +51,23 @@ class PoolReads:
         row = cur.one(f"SELECT {TRAJ_COLS} FROM trajectories WHERE id = ?", (trajectory_id,))
         if row is None:
             raise ForgeError(f"unknown trajectory {trajectory_id!r}")
-        completions = [
-            Completion(
-                r[0], r[1], r[2], unpack_ints(r[3]), unpack_ints(r[4]), unpack_floats(r[5]), r[6],
+        completions: list[Completion] = []
+        by_seq: dict[int, Completion] = {}
+        for r in cur.all(
+            f"SELECT {COMPLETION_COLS}, {COMPLETION_REWARD_COLS}, {COMPLETION_PROMPT_COLS}, n_prompt FROM completions "
+            "WHERE trajectory_id = ? ORDER BY seq",
+            (trajectory_id,),
+        ):
+            c = Completion(
+                r[0], r[1], r[2], _prompt(by_seq, r), unpack_ints(r[4]), unpack_floats(r[5]), r[6],
                 Sampling.from_dict(json.loads(r[7])),
                 r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None, r[14],
                 r[17], r[18], r[19], json.loads(r[20]) if r[20] is not None else {},
                 tool_calls=json.loads(r[15]) if r[15] is not None else None,
                 history=PromptHistory.from_dict(json.loads(r[16])) if r[16] is not None else None,
             )
-            for r in cur.all(
-                f"SELECT {COMPLETION_COLS}, {COMPLETION_REWARD_COLS} FROM completions WHERE trajectory_id = ? ORDER BY seq",
-                (trajectory_id,),
-            )
-        ]
+            completions.append(c)
+            by_seq[c.seq] = c
         events = [
             Event(kind=r[1], at=r[0], data=json.loads(r[2]))
             for r in cur.all("SELECT at, kind, data FROM events WHERE trajectory_id = ? ORDER BY id", (trajectory_id,))
@@ -171,6 +175,25 @@ class PoolReads:
                 out.write(json.dumps(record, default=_json_default) + "\n")
                 count += 1
         return count
+
+
+def _prompt(earlier: dict[int, Completion], row: Any) -> list[int]:
+    """A completion row's prompt ids: those stored (``row[3]``), after the first ``prompt_shared``
+    (``row[21]``) ids of the earlier completion ``prompt_base`` (``row[22]``, a seq; already read)."""
+    ids = unpack_ints(row[3])
+    shared, base_seq, n_prompt = row[21], row[22], row[23]
+    if base_seq is not None:
+        base = earlier.get(base_seq)
+        if base is None or shared > len(base.prompt_ids) + len(base.output_ids):
+            raise ForgeError(f"completion {row[0]}'s prompt extends completion {base_seq} of trajectory {row[1]}, "
+                             "which is not there (or too short): the pool is damaged")
+        head = base.prompt_ids[:shared]
+        if shared > len(head):
+            head += base.output_ids[: shared - len(head)]
+        ids = head + ids
+    if len(ids) != n_prompt:
+        raise ForgeError(f"completion {row[0]}'s prompt has {len(ids)} ids, not the {n_prompt} recorded: the pool is damaged")
+    return ids
 
 
 def _json_default(value: Any) -> Any:

@@ -2,7 +2,8 @@
 
 The statements are written once, with ``?`` placeholders and ``{blob}``/``{real}``/``{serial}``
 type names that each dialect fills in. Token ids and logprobs are stored as packed
-little-endian int32 / float32 bytes, never as JSON text.
+little-endian int32 / float32 bytes, never as JSON text; a prompt that extends an earlier completion
+of its trajectory as that completion's ``seq`` and the ids after it (:mod:`forge_cli.pool.prompt_bases`).
 
 A pool written by an older schema is brought up to date when it is opened: ``MIGRATIONS[v]``
 are the statements that turn version ``v`` into ``v + 1``.
@@ -15,7 +16,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -77,6 +78,8 @@ CREATE TABLE IF NOT EXISTS completions (
     reward_to_go {real},
     advantage {real},
     reward_components TEXT,
+    prompt_shared INTEGER NOT NULL DEFAULT 0,
+    prompt_base INTEGER,
     UNIQUE (trajectory_id, seq)
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -122,6 +125,13 @@ MIGRATIONS: dict[int, list[str]] = {
     # 4 → 5: an infrastructure failure's cause (sandbox, install, launch, verifier, gateway) on a
     # trajectory that failed for a reason its policy could not cause; NULL for the policy's own ends
     4: ["ALTER TABLE trajectories ADD COLUMN infra TEXT"],
+    # 5 → 6: a prompt stored as the earlier completion of its trajectory it extends (prompt_base, that
+    # completion's seq) and how many leading ids come from it (prompt_shared); prompt_ids then holds
+    # only the ids after those (forge_cli.pool.prompt_bases). Rows written before stay whole (NULL base).
+    5: [
+        "ALTER TABLE completions ADD COLUMN prompt_shared INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE completions ADD COLUMN prompt_base INTEGER",
+    ],
 }
 
 # the columns a record is read (and, for groups and completions, written) with
@@ -131,6 +141,9 @@ COMPLETION_COLS = (
 )
 # the per-completion reward columns, read after COMPLETION_COLS
 COMPLETION_REWARD_COLS = "reward, reward_to_go, advantage, reward_components"
+# where a stored prompt's leading ids come from: how many, and which completion of the trajectory (its
+# seq; NULL: the prompt is stored whole); written after n_prompt, n_output, read last
+COMPLETION_PROMPT_COLS = "prompt_shared, prompt_base"
 TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error, owner, infra"
 GROUP_COLS = (
     "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step, rewards_pending"

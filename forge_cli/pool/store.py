@@ -32,10 +32,12 @@ from forge_cli.pool import owners
 from forge_cli.pool.checks import check_rewards as _check_rewards
 from forge_cli.pool.checks import CompletionRow, completion_reward_rows, completion_row
 from forge_cli.pool.group_commit import GroupCommit
+from forge_cli.pool.prompt_bases import Base, InBatch, PromptBases
 from forge_cli.pool import scheduler as sched
 from forge_cli.pool.reads import PoolReads
 from forge_cli.pool.schema import (
     COMPLETION_COLS,
+    COMPLETION_PROMPT_COLS,
     GROUP_COLS,
     POSTGRES,
     SCHEMA_VERSION,
@@ -56,6 +58,7 @@ from forge_cli.pool.types import (
     Trajectory,
     TrajectoryStatus,
 )
+from forge_cli.token_ids import common_prefix
 
 TERMINAL = tuple(s.value for s in TrajectoryStatus if s.terminal)
 
@@ -73,6 +76,7 @@ class DataPool(PoolReads):
         self._lock = threading.RLock()
         self._closed = False
         self._group = GroupCommit(self._tx)
+        self._bases = PromptBases()
         self._init_schema()
 
     # ---- opening and closing -------------------------------------------------------------------
@@ -319,7 +323,10 @@ class DataPool(PoolReads):
             sql, args = "UPDATE trajectories SET status = ?, started_at = ?, owner = ?", (to.value, now, started)
         else:
             sql, args = "UPDATE trajectories SET status = ?, finished_at = ?, error = ?, infra = ?", (to.value, now, error, infra)
-        with self._tx() as cur:
+        if to.terminal:
+            self._bases.forget(trajectory_id)
+
+        def work(cur: Cursor) -> None:
             row = cur.one(f"{sql} WHERE id = ? AND status IN ({marks}) RETURNING id", (*args, trajectory_id, *allowed_values))
             if row is None:
                 current = cur.one("SELECT status FROM trajectories WHERE id = ?", (trajectory_id,))
@@ -328,6 +335,8 @@ class DataPool(PoolReads):
                 raise ForgeError(f"trajectory {trajectory_id} is {current[0]}; cannot become {to.value}")
             if rewards:
                 self._write_rewards(cur, trajectory_id, rewards)
+
+        self._group.run(work)  # a commit shared with other threads' writes, as completions are
 
     def fail_interrupted(self) -> int:
         """Fail, with the error "interrupted", every running trajectory whose owner process on this
@@ -361,15 +370,46 @@ class DataPool(PoolReads):
         """Record several LLM calls at once (e.g. the ``n`` answers of one request), in order, all or
         none: each gets the next ``seq`` of its trajectory."""
         now = self.clock()
-        rows = [completion_row(c, now) for c in completions]  # every check before anything is written
+        bases = [self._base_of(c, completions[:i]) for i, c in enumerate(completions)]
+        # every check before anything is written
+        rows = [completion_row(c, now, base.shared if base else 0) for c, base in zip(completions, bases)]
 
-        def work(cur: Cursor) -> list[Completion]:
-            return [self._insert_completion(cur, c, row) for c, row in zip(completions, rows)]
+        def work(cur: Cursor) -> list[int]:  # the least under the pool's lock: the rows, not the records
+            seqs: list[int] = []
+            for c, row, base in zip(completions, rows, bases):
+                base_seq = None if base is None else seqs[base.index] if isinstance(base, InBatch) else base.seq
+                seqs.append(self._insert_completion(cur, c, row, base_seq))
+            return seqs
 
-        return self._group.run(work)
+        seqs = self._group.run(work)
+        made = []
+        for c, stored, seq in zip(completions, rows, seqs):  # durable now: later prompts may extend them
+            self._bases.add(c.trajectory_id, seq, [*c.prompt_ids, *c.output_ids])  # a copy of its own
+            made.append(Completion(  # the caller's id lists, as they were given (the pool keeps no reference)
+                stored.id, c.trajectory_id, seq, _as_list(c.prompt_ids), _as_list(c.output_ids),
+                unpack_floats(stored.output_logprobs), c.policy_version, c.sampling, c.finish_reason, stored.started_at,
+                stored.finished_at, c.tool_format, c.parse_errors or [], c.request, c.agent, tool_calls=c.tool_calls,
+                history=c.history,
+            ))
+        return made
+
+    def _base_of(self, c: Any, before: list[Any]) -> Base | InBatch | None:
+        """The earlier completion of ``c``'s trajectory its prompt extends longest: a durable one
+        (:class:`PromptBases`) or one of ``before``, the same call's earlier completions (an
+        :class:`InBatch`); None for a prompt stored whole (and for any input the checks reject)."""
+        if not (isinstance(c, NewCompletion) and type(c.prompt_ids) is list):
+            return None
+        best = self._bases.find(c.trajectory_id, c.prompt_ids)
+        for i, prior in enumerate(before):
+            if prior.trajectory_id == c.trajectory_id and type(prior.prompt_ids) is type(prior.output_ids) is list:
+                shared = common_prefix(c.prompt_ids, prior.prompt_ids + prior.output_ids)
+                if shared >= self._bases.min_shared and (best is None or shared > best.shared):
+                    best = InBatch(i, shared)
+        return best
 
     @staticmethod
-    def _insert_completion(cur: Cursor, c: NewCompletion, stored: CompletionRow) -> Completion:
+    def _insert_completion(cur: Cursor, c: NewCompletion, stored: CompletionRow, base_seq: int | None) -> int:
+        """Insert the row as the trajectory's next completion; its seq."""
         row = cur.one(
             "UPDATE trajectories SET n_completions = n_completions + 1 WHERE id = ? AND status = ? "
             "RETURNING n_completions - 1",
@@ -382,15 +422,11 @@ class DataPool(PoolReads):
             raise ForgeError(f"trajectory {c.trajectory_id} is {status[0]}, not running: completion rejected")
         seq = int(row[0])
         cur.execute(
-            f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            stored.values(seq),
+            f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output, {COMPLETION_PROMPT_COLS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            stored.values(seq, base_seq),
         )
-        return Completion(
-            stored.id, c.trajectory_id, seq, list(c.prompt_ids), list(c.output_ids), unpack_floats(stored.output_logprobs),
-            c.policy_version, c.sampling, c.finish_reason, stored.started_at, stored.finished_at, c.tool_format,
-            c.parse_errors or [], c.request, c.agent, tool_calls=c.tool_calls, history=c.history,
-        )
+        return seq
 
     def append_events(self, trajectory_id: str, events: list[Event | dict[str, Any]]) -> None:
         """Record context-management actions, tool errors and the like, in order."""
@@ -603,6 +639,10 @@ class DataPool(PoolReads):
                              TrajectoryStatus.QUEUED.value, TrajectoryStatus.RUNNING.value))
                 cur.execute("UPDATE groups SET status = ?, consumed_at = ? WHERE id = ?", (GroupStatus.DROPPED.value, now, gid))
         return len(ids)
+
+
+def _as_list(ids: list[int] | tuple[int, ...]) -> list[int]:
+    return ids if type(ids) is list else list(ids)
 
 
 class PoolFull(ForgeError):

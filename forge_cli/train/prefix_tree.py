@@ -36,6 +36,7 @@ from typing import Any, Iterable, Sequence
 
 from forge_cli.errors import ForgeError
 from forge_cli.pool.types import Sample
+from forge_cli.token_ids import common_prefix
 
 
 @dataclass
@@ -51,21 +52,6 @@ class Node:
         return self.size
 
 
-def _common_prefix(a: list[int], b: list[int], start: int) -> int:
-    """Length of the common prefix of ``a`` and ``b[start:]``, by slice comparisons (C speed)."""
-    n = min(len(a), len(b) - start)
-    if a[:n] == b[start : start + n]:
-        return n
-    lo, hi = 0, n  # a[:lo] matches, a[:hi] does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[start : start + mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def build_trie(samples: Sequence[Sample], max_node_len: int | None = None) -> tuple[Node, list[list[Node]]]:
     """A radix trie of all samples under a virtual root; and, per sample, the nodes its tokens run
     through, in order (``locate`` finds the node of one token). ``max_node_len`` cuts longer nodes
@@ -78,7 +64,7 @@ def build_trie(samples: Sequence[Sample], max_node_len: int | None = None) -> tu
             if child is None:
                 node.children[toks[i]] = Node(tokens=toks[i:], depth=i)
                 break
-            k = _common_prefix(child.tokens, toks, i)
+            k = common_prefix(child.tokens, toks, i)
             if k < len(child.tokens):
                 _cut(child, k)
             node, i = child, i + k

@@ -1,0 +1,100 @@
+"""Which earlier completion a new prompt extends, so the pool stores only its new tokens.
+
+An agent resends its whole conversation every call: the prompt of call ``k`` is, as a rule, the
+prompt and output of call ``k - 1`` followed by a tool result. The pool stores such a prompt as a
+reference to that earlier completion of the same trajectory (its ``seq``), how many leading tokens
+come from it (``prompt_shared``) and the tokens after those (the ``prompt_ids`` column); a read
+rebuilds it (:mod:`forge_cli.pool.reads`). Writing a few hundred tokens instead of tens of thousands
+a call is what makes ingest fast; and what is stored is exactly what was sent, since the shared
+tokens are compared, never assumed.
+
+:class:`PromptBases` keeps, per running trajectory this pool object wrote to, the full ids (prompt
+then output) of its last few completions, each only once its row is committed: a base is always a
+durable row of the same trajectory with a smaller ``seq``. What it has forgotten (a trajectory it
+never wrote, one evicted by the token bound) is stored whole, which is always correct.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import NamedTuple
+
+from forge_cli.token_ids import common_prefix
+
+
+class Base(NamedTuple):
+    """A new prompt's first ``shared`` ids are those of the completion ``seq`` of its trajectory
+    (that completion's prompt, then its output)."""
+
+    seq: int
+    shared: int
+
+
+class InBatch(NamedTuple):
+    """A new prompt's first ``shared`` ids are those of the completion appended before it in the same
+    call (the ``index``-th: e.g. the first of a request's ``n`` answers, whose prompt they share)."""
+
+    index: int
+    shared: int
+
+
+class PromptBases:
+    """The last ``per_trajectory`` completions' ids of each trajectory, ``max_tokens`` in all (the
+    least recently used trajectory forgotten first); thread-safe. A base is used only where it
+    gives at least ``min_shared`` ids (below that the row stays self-contained)."""
+
+    def __init__(self, max_tokens: int = 4_000_000, per_trajectory: int = 4, min_shared: int = 32) -> None:
+        self.max_tokens = max_tokens
+        self.per_trajectory = per_trajectory
+        self.min_shared = min_shared
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, list[tuple[int, list[int]]]] = OrderedDict()
+        self._tokens = 0
+
+    @property
+    def tokens(self) -> int:
+        """How many ids are held now."""
+        return self._tokens
+
+    def find(self, trajectory_id: str, prompt: list[int]) -> Base | None:
+        """The earlier completion of ``trajectory_id`` whose ids begin ``prompt`` longest, or None."""
+        with self._lock:
+            entries = self._entries.get(trajectory_id)
+            if not entries:
+                return None
+            self._entries.move_to_end(trajectory_id)
+            entries = list(entries)
+        best: Base | None = None
+        for seq, full in reversed(entries):  # the latest first: as a rule the one the prompt extends
+            if best is not None and len(full) <= best.shared:
+                continue  # it cannot give more
+            shared = common_prefix(prompt, full)
+            if shared >= self.min_shared and (best is None or shared > best.shared):
+                best = Base(seq, shared)
+                if shared == len(prompt):
+                    break
+        return best
+
+    def add(self, trajectory_id: str, seq: int, full: list[int]) -> None:
+        """Completion ``seq`` of ``trajectory_id`` is durable; ``full`` is its prompt then its output
+        (kept as given: the caller must not change it)."""
+        if len(full) > self.max_tokens:
+            return
+        with self._lock:
+            entries = self._entries.setdefault(trajectory_id, [])
+            self._entries.move_to_end(trajectory_id)
+            entries.append((seq, full))
+            self._tokens += len(full)
+            while len(entries) > self.per_trajectory:
+                self._tokens -= len(entries.pop(0)[1])
+            while self._tokens > self.max_tokens:
+                _, oldest = self._entries.popitem(last=False)
+                self._tokens -= sum(len(f) for _, f in oldest)
+
+    def forget(self, trajectory_id: str) -> None:
+        """The trajectory has ended: no later completion will need its ids."""
+        with self._lock:
+            entries = self._entries.pop(trajectory_id, None)
+            if entries:
+                self._tokens -= sum(len(f) for _, f in entries)
