@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -129,6 +130,66 @@ def test_a_failed_commit_fails_every_unit_of_its_batch(tmp_path):
     assert results["first"] == -1
     assert all(isinstance(results[i], OSError) for i in range(5))
     assert [x for (x,) in conn.execute("SELECT x FROM t")] == [-1]
+
+
+class Interrupted(BaseException):
+    pass
+
+
+def _interrupt_main_when(ready, handler):
+    """Send the main thread SIGUSR1 once ``ready()``; ``handler`` (run in the main thread) raises."""
+    main = threading.main_thread().ident
+
+    def send():
+        while not ready():  # observable: the main thread's unit waits in the queue
+            threading.Event().wait(0.001)
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    return threading.Thread(target=send), signal.signal(signal.SIGUSR1, handler)
+
+
+@pytest.mark.parametrize("handed_the_lead", [False, True])
+def test_a_caller_interrupted_while_it_waits_leaves_nobody_waiting_on_it(tmp_path, handed_the_lead):
+    """A signal whose handler raises interrupts a caller waiting for its commit (the main thread, e.g. a
+    second Ctrl-C). Its unit leaves the queue; had it just been handed the lead, the lead goes on to
+    the next caller. Nothing hangs, and its unit is not written."""
+    conn = _db(tmp_path)
+    gate, entered = threading.Event(), threading.Event()
+    gc = GroupCommit(_transaction(conn, gate, entered))
+    results: dict = {}
+
+    def call(key, work):
+        results[key] = gc.run(work)
+
+    first = threading.Thread(target=call, args=("first", _insert(-1)))
+    first.start()
+    assert entered.wait(30)
+    behind = threading.Thread(target=call, args=("behind", _insert(2)))
+
+    def handler(signum, frame):
+        behind.start()  # queued after the main thread's unit
+        while gc.queued < 2:
+            threading.Event().wait(0.001)
+        if handed_the_lead:  # the commit in progress ends and hands the lead to the main thread's unit
+            gate.set()
+            first.join(30)
+        raise Interrupted
+
+    sender, old = _interrupt_main_when(lambda: gc.queued >= 1, handler)
+    sender.start()
+    try:
+        with pytest.raises(Interrupted):
+            gc.run(_insert(1))
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    sender.join(30)
+    gate.set()
+    for t in (first, behind):
+        t.join(30)
+        assert not t.is_alive()
+    assert results == {"first": -1, "behind": 2} and gc.queued == 0
+    assert gc.run(_insert(3)) == 3  # a lone caller commits at once: the lead was not left with anyone
+    assert sorted(x for (x,) in conn.execute("SELECT x FROM t")) == [-1, 2, 3]
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -133,6 +133,26 @@ def test_a_refused_completion_leaves_nothing_behind_to_extend(pool):
     assert pool._bases.find(other, list(range(100))) is None  # what was refused was never remembered
 
 
+def test_shared_ids_are_compared_by_value_and_stored_as_the_earlier_calls(pool):
+    tid = pool.submit_group("t", 1, "react").trajectories[0].id
+    pool.start_trajectory(tid)
+    first, output = list(range(100)), [1, 2]
+    made = pool.append_completion(NewCompletion(tid, prompt_ids=first, output_ids=output, output_logprobs=[-1.0, -1.0],
+                                                policy_version=0))
+    first[50] = made.prompt_ids[60] = 999  # the caller's lists, changed after the call: nothing the pool kept
+    as_floats = [float(x) for x in range(100)] + [True, 2.0] + [5]  # equal to the ids before: the same ids
+    _turns(pool, tid, [(as_floats, [3])])
+    with pytest.raises(ForgeError, match="prompt_ids must be a list of integers"):  # a new id is checked as any
+        _turns(pool, tid, [(list(range(100)) + [1, 2, 7.0], [3])])
+    read = [c.prompt_ids for c in pool.trajectory(tid).completions]
+    assert read == [list(range(100)), list(range(100)) + [1, 2, 5]] and {type(x) for x in read[1]} == {int}
+    assert _stored_prompt_ids(pool, tid)[1] == (1, 102, 0)
+    with pytest.raises(ForgeError, match="append_completion takes a NewCompletion"):
+        pool.append_completions([NewCompletion(tid, prompt_ids=list(range(100)), output_ids=[1], output_logprobs=[-1.0],
+                                               policy_version=0), "a completion"])
+    assert len(pool.trajectory(tid).completions) == 2
+
+
 def test_a_finished_trajectory_is_forgotten(pool):
     tid = pool.submit_group("t", 1, "react").trajectories[0].id
     pool.start_trajectory(tid)
@@ -185,3 +205,36 @@ def test_common_prefix_is_the_plain_loops(a, tail, cut, start, shared_objects):
         plain += 1
     assert common_prefix(a, b, start) == plain
     assert common_prefix(b[start:], a) == plain
+
+
+def test_threads_appending_to_one_trajectory_extend_each_others_calls(pool):
+    """Six threads record calls of one trajectory at once (group commit), each prompt extending a call
+    another thread may have just made: every row read back is what its call sent."""
+    import threading
+
+    tid = pool.submit_group("t", 1, "react").trajectories[0].id
+    pool.start_trajectory(tid)
+    fulls, lock, sent = [list(range(200))], threading.Lock(), {}
+
+    def writer(seed):
+        rng = random.Random(seed)
+        for _ in range(10):
+            with lock:
+                before = rng.choice(fulls)
+            prompt = before[: rng.randrange(len(before) // 2, len(before) + 1)] + [rng.randrange(50) for _ in range(20)]
+            output = [rng.randrange(50) for _ in range(5)]
+            made = pool.append_completion(NewCompletion(tid, prompt_ids=list(prompt), output_ids=output,
+                                                        output_logprobs=[-1.0] * 5, policy_version=0))
+            with lock:
+                fulls.append(prompt + output)
+                sent[made.seq] = (prompt, output)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive()
+    read = pool.trajectory(tid).completions
+    assert [(c.prompt_ids, c.output_ids) for c in read] == [sent[i] for i in range(60)]
+    assert sum(base is not None for _, _, base in _stored_prompt_ids(pool, tid)) > 30  # most were stored as deltas

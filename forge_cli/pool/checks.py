@@ -109,19 +109,28 @@ class CompletionRow(NamedTuple):
         return (self.id, self.trajectory_id, seq, *self[2:], prompt_base)
 
 
-def completion_row(c: Any, now: float, shared: int = 0) -> CompletionRow:
-    """The row of ``c`` (a NewCompletion), checked; a fresh id; ``now`` for unset times. ``shared``:
-    how many of the prompt's leading ids are an earlier completion's (equal to ids already checked
-    and stored); only the ids after them are checked and packed here."""
+def completion_row(c: Any, now: float, shared: int = 0, sent: tuple[list[int], int] | None = None) -> CompletionRow:
+    """The row of ``c`` (a NewCompletion), checked; a fresh id; ``now`` for unset times. ``sent``: its
+    prompt ids then output ids, as one list copied from it, and the prompt's length (what is stored:
+    a list the caller cannot change meanwhile); else ``c``'s own. ``shared``: how many of the prompt's
+    leading ids are an earlier completion's — equal (``==``) to ids already checked and stored, and
+    stored as those — so only the ids after them are checked and packed here."""
     if not isinstance(c, NewCompletion):
         raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
+    if sent is None:
+        sent = ([*c.prompt_ids, *c.output_ids], len(c.prompt_ids)) if isinstance(c.prompt_ids, (list, tuple)) and \
+            isinstance(c.output_ids, (list, tuple)) else None
     if not isinstance(c.sampling, Sampling):
         raise ForgeError(f"a completion's sampling must be a Sampling record, got {type(c.sampling).__name__}")
     if c.agent is not None and (not isinstance(c.agent, str) or not c.agent or len(c.agent) > 200):
         raise ForgeError(f"a completion's agent must be a name of 1 to 200 characters, got {c.agent!r}"[:300])
-    prompt = pack_ids("prompt_ids", c.prompt_ids[shared:] if shared else c.prompt_ids)
-    output = pack_ids("output_ids", c.output_ids)
-    logprobs = check_logprobs(c.output_logprobs, len(c.output_ids))
+    if sent is None:  # not id lists: refused below
+        prompt_ids, output_ids = c.prompt_ids, c.output_ids
+    else:
+        prompt_ids, output_ids = sent[0][shared:sent[1]], sent[0][sent[1]:]
+    prompt = pack_ids("prompt_ids", prompt_ids)
+    output = pack_ids("output_ids", output_ids)
+    logprobs = check_logprobs(c.output_logprobs, len(output_ids))
     if not isinstance(c.policy_version, int) or isinstance(c.policy_version, bool) or c.policy_version < 0:
         raise ForgeError(f"policy_version must be an integer >= 0, got {c.policy_version!r}")
     try:
@@ -136,6 +145,6 @@ def completion_row(c: Any, now: float, shared: int = 0) -> CompletionRow:
         uuid.uuid4().hex, c.trajectory_id, prompt, output, logprobs,
         c.policy_version, sampling_json, c.finish_reason,
         c.started_at if c.started_at is not None else now, c.finished_at if c.finished_at is not None else now,
-        c.tool_format, errors_json, request_json, c.agent, calls_json, history_json, len(c.prompt_ids), len(c.output_ids),
-        shared,
+        c.tool_format, errors_json, request_json, c.agent, calls_json, history_json, shared + len(prompt_ids),
+        len(output_ids), shared,
     )

@@ -20,13 +20,14 @@ T = TypeVar("T")
 
 
 class _Unit(Generic[T]):
-    __slots__ = ("work", "value", "error", "done", "wake")
+    __slots__ = ("work", "value", "error", "done", "leads", "wake")
 
     def __init__(self, work: Callable[[Any], T]) -> None:
         self.work = work
         self.value: T | None = None
         self.error: BaseException | None = None
         self.done = False
+        self.leads = False  # its caller was handed the lead (set under the mutex)
         self.wake = threading.Lock()  # held until the unit is done, or its caller is to lead the next commit
         self.wake.acquire()
 
@@ -63,34 +64,57 @@ class GroupCommit:
         """Run ``work(cursor)`` in a transaction, possibly beside other threads' units; return its
         value once committed, or raise what it raised (then nothing of it was written)."""
         unit: _Unit[T] = _Unit(work)
-        with self._mutex:
-            self._queue.append(unit)
-            lead, self._leading = not self._leading, True
-        if not lead:
-            unit.wake.acquire()  # done, or made the leader
+        try:
+            with self._mutex:
+                self._queue.append(unit)
+                if not self._leading:
+                    self._leading = unit.leads = True
+            if not unit.leads:
+                unit.wake.acquire()  # done, or made the leader
+        except BaseException:  # interrupted (a signal's handler raised): leave nothing waiting on this call
+            self._abandon(unit)
+            raise
         if not unit.done:
             self._lead(unit)
         if unit.error is not None:
             raise unit.error
         return unit.value  # type: ignore[return-value]
 
+    def _abandon(self, unit: _Unit[Any]) -> None:
+        """``unit``'s caller stopped waiting: take its unit out of the queue if it is still there, and
+        if it had been handed the lead, hand it on (or lay it down). A unit a commit already holds is
+        left to it (then it may be written though its caller raised)."""
+        with self._mutex:
+            if unit in self._queue:
+                self._queue.remove(unit)
+            if unit.leads and not unit.done:
+                self._hand_on()
+
     def _lead(self, mine: _Unit[Any]) -> None:
         """Commit the oldest queued units (``mine`` among them: it is the oldest, or was queued when no
         commit was in progress), wake their callers, and hand the lead on or lay it down."""
-        with self._mutex:
-            batch = self._queue[: self._max_batch]
-            del self._queue[: self._max_batch]
+        batch: list[_Unit[Any]] = []
         try:
+            with self._mutex:
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
             self._commit(batch)
         finally:
             for unit in batch:
+                if not unit.done:  # the commit never ran (this thread was interrupted): none of it was written
+                    unit.error, unit.done = RuntimeError("the pool's commit was interrupted"), True
                 if unit is not mine:
                     unit.wake.release()
             with self._mutex:
-                if self._queue:
-                    self._queue[0].wake.release()  # its caller leads the next commit
-                else:
-                    self._leading = False
+                self._hand_on()
+
+    def _hand_on(self) -> None:
+        """(Under the mutex.) The caller of the oldest queued unit leads the next commit; none: no leader."""
+        if self._queue:
+            self._queue[0].leads = True
+            self._queue[0].wake.release()
+        else:
+            self._leading = False
 
     def _commit(self, batch: list[_Unit[Any]]) -> None:
         try:

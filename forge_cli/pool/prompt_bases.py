@@ -8,10 +8,15 @@ rebuilds it (:mod:`forge_cli.pool.reads`). Writing a few hundred tokens instead 
 a call is what makes ingest fast; and what is stored is exactly what was sent, since the shared
 tokens are compared, never assumed.
 
-:class:`PromptBases` keeps, per running trajectory this pool object wrote to, the full ids (prompt
-then output) of its last few completions, each only once its row is committed: a base is always a
-durable row of the same trajectory with a smaller ``seq``. What it has forgotten (a trajectory it
-never wrote, one evicted by the token bound) is stored whole, which is always correct.
+:class:`PromptBases` keeps, per trajectory this pool object wrote to, the full ids (prompt then
+output) of its last few completions — copied when the call began, so a caller that changes its lists
+later changes nothing here — each only once its row is committed: a base is always a durable row of
+the same trajectory with a smaller ``seq``. A trajectory that ends through this pool object is
+forgotten; any other, least recently used first, past the token bound. What it has forgotten (a
+trajectory it never wrote to, one evicted) is stored whole, which is always correct.
+
+The shared ids are compared by value (``==``): an id sent as ``5.0`` or ``True`` where the earlier call
+had ``5`` or ``1`` is the same id, stored as that call's int. The ids after them are checked as any.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ class PromptBases:
     least recently used trajectory forgotten first); thread-safe. A base is used only where it
     gives at least ``min_shared`` ids (below that the row stays self-contained)."""
 
-    def __init__(self, max_tokens: int = 4_000_000, per_trajectory: int = 4, min_shared: int = 32) -> None:
+    def __init__(self, max_tokens: int = 2_000_000, per_trajectory: int = 4, min_shared: int = 32) -> None:
         self.max_tokens = max_tokens
         self.per_trajectory = per_trajectory
         self.min_shared = min_shared
@@ -57,8 +62,10 @@ class PromptBases:
         """How many ids are held now."""
         return self._tokens
 
-    def find(self, trajectory_id: str, prompt: list[int]) -> Base | None:
-        """The earlier completion of ``trajectory_id`` whose ids begin ``prompt`` longest, or None."""
+    def find(self, trajectory_id: str, ids: list[int], n_prompt: int | None = None) -> Base | None:
+        """The earlier completion of ``trajectory_id`` whose ids begin the prompt longest, or None: the
+        prompt is ``ids[:n_prompt]`` (all of ``ids`` by default; the rest may be the call's output)."""
+        n = len(ids) if n_prompt is None else n_prompt
         with self._lock:
             entries = self._entries.get(trajectory_id)
             if not entries:
@@ -69,10 +76,10 @@ class PromptBases:
         for seq, full in reversed(entries):  # the latest first: as a rule the one the prompt extends
             if best is not None and len(full) <= best.shared:
                 continue  # it cannot give more
-            shared = common_prefix(prompt, full)
+            shared = min(common_prefix(full, ids), n)
             if shared >= self.min_shared and (best is None or shared > best.shared):
                 best = Base(seq, shared)
-                if shared == len(prompt):
+                if shared == n:
                     break
         return best
 

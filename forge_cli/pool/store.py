@@ -370,9 +370,11 @@ class DataPool(PoolReads):
         """Record several LLM calls at once (e.g. the ``n`` answers of one request), in order, all or
         none: each gets the next ``seq`` of its trajectory."""
         now = self.clock()
-        bases = [self._base_of(c, completions[:i]) for i, c in enumerate(completions)]
+        # each call's prompt then output ids, copied once: what is compared, checked, stored and remembered
+        sent = [_sent(c) for c in completions]
+        bases = [self._base_of(c, sent[i], completions[:i], sent[:i]) for i, c in enumerate(completions)]
         # every check before anything is written
-        rows = [completion_row(c, now, base.shared if base else 0) for c, base in zip(completions, bases)]
+        rows = [completion_row(c, now, base.shared if base else 0, s) for c, base, s in zip(completions, bases, sent)]
 
         def work(cur: Cursor) -> list[int]:  # the least under the pool's lock: the rows, not the records
             seqs: list[int] = []
@@ -383,8 +385,8 @@ class DataPool(PoolReads):
 
         seqs = self._group.run(work)
         made = []
-        for c, stored, seq in zip(completions, rows, seqs):  # durable now: later prompts may extend them
-            self._bases.add(c.trajectory_id, seq, [*c.prompt_ids, *c.output_ids])  # a copy of its own
+        for c, stored, seq, (ids, _) in zip(completions, rows, seqs, sent):  # durable now: later prompts may extend them
+            self._bases.add(c.trajectory_id, seq, ids)
             made.append(Completion(  # the caller's id lists, as they were given (the pool keeps no reference)
                 stored.id, c.trajectory_id, seq, _as_list(c.prompt_ids), _as_list(c.output_ids),
                 unpack_floats(stored.output_logprobs), c.policy_version, c.sampling, c.finish_reason, stored.started_at,
@@ -393,18 +395,21 @@ class DataPool(PoolReads):
             ))
         return made
 
-    def _base_of(self, c: Any, before: list[Any]) -> Base | InBatch | None:
-        """The earlier completion of ``c``'s trajectory its prompt extends longest: a durable one
-        (:class:`PromptBases`) or one of ``before``, the same call's earlier completions (an
-        :class:`InBatch`); None for a prompt stored whole (and for any input the checks reject)."""
-        if not (isinstance(c, NewCompletion) and type(c.prompt_ids) is list):
+    def _base_of(self, c: NewCompletion, sent: tuple[list[int], int], before: list[Any],
+                 before_sent: list[tuple[list[int], int]]) -> Base | InBatch | None:
+        """The earlier completion of ``c``'s trajectory its prompt (the first ``sent[1]`` of ``sent[0]``)
+        extends longest: a durable one (:class:`PromptBases`) or one of ``before``, the same call's
+        earlier completions (an :class:`InBatch`); None for a prompt stored whole."""
+        ids, n_prompt = sent
+        try:
+            best: Base | InBatch | None = self._bases.find(c.trajectory_id, ids, n_prompt)
+            for i, (prior, (prior_ids, _)) in enumerate(zip(before, before_sent)):
+                if prior.trajectory_id == c.trajectory_id:
+                    shared = min(common_prefix(prior_ids, ids), n_prompt)
+                    if shared >= self._bases.min_shared and (best is None or shared > best.shared):
+                        best = InBatch(i, shared)
+        except Exception:  # something that is no id and cannot even be compared: stored whole, i.e. refused
             return None
-        best = self._bases.find(c.trajectory_id, c.prompt_ids)
-        for i, prior in enumerate(before):
-            if prior.trajectory_id == c.trajectory_id and type(prior.prompt_ids) is type(prior.output_ids) is list:
-                shared = common_prefix(c.prompt_ids, prior.prompt_ids + prior.output_ids)
-                if shared >= self._bases.min_shared and (best is None or shared > best.shared):
-                    best = InBatch(i, shared)
         return best
 
     @staticmethod
@@ -639,6 +644,17 @@ class DataPool(PoolReads):
                              TrajectoryStatus.QUEUED.value, TrajectoryStatus.RUNNING.value))
                 cur.execute("UPDATE groups SET status = ?, consumed_at = ? WHERE id = ?", (GroupStatus.DROPPED.value, now, gid))
         return len(ids)
+
+
+def _sent(c: Any) -> tuple[list[int], int]:
+    """``c``'s prompt ids then its output ids, in one new list, and how many are the prompt's; ForgeError
+    for anything but a NewCompletion with id lists (the rest of its checks are :func:`completion_row`'s)."""
+    if not isinstance(c, NewCompletion):
+        raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
+    for name in ("prompt_ids", "output_ids"):
+        if not isinstance(getattr(c, name), (list, tuple)):
+            raise ForgeError(f"{name} must be a list of integers")
+    return [*c.prompt_ids, *c.output_ids], len(c.prompt_ids)
 
 
 def _as_list(ids: list[int] | tuple[int, ...]) -> list[int]:
