@@ -109,25 +109,27 @@ class CompletionRow(NamedTuple):
         return (self.id, self.trajectory_id, seq, *self[2:], prompt_base)
 
 
-def completion_row(c: Any, now: float, shared: int = 0, sent: tuple[list[int], int] | None = None) -> CompletionRow:
-    """The row of ``c`` (a NewCompletion), checked; a fresh id; ``now`` for unset times. ``sent``: its
-    prompt ids then output ids, as one list copied from it, and the prompt's length (what is stored:
-    a list the caller cannot change meanwhile); else ``c``'s own. ``shared``: how many of the prompt's
-    leading ids are an earlier completion's — equal (``==``) to ids already checked and stored, and
-    stored as those — so only the ids after them are checked and packed here."""
+def sent_ids(c: Any) -> tuple[list[int], int]:
+    """``c``'s prompt ids then its output ids, in one new list, and how many are the prompt's: what the
+    pool compares, checks, stores and remembers (a list the caller cannot change meanwhile); ForgeError
+    for anything but a NewCompletion with id lists."""
     if not isinstance(c, NewCompletion):
         raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
-    if sent is None:
-        sent = ([*c.prompt_ids, *c.output_ids], len(c.prompt_ids)) if isinstance(c.prompt_ids, (list, tuple)) and \
-            isinstance(c.output_ids, (list, tuple)) else None
+    for name in ("prompt_ids", "output_ids"):
+        if not isinstance(getattr(c, name), (list, tuple)):
+            raise ForgeError(f"{name} must be a list of integers")
+    return [*c.prompt_ids, *c.output_ids], len(c.prompt_ids)
+
+
+def completion_row(c: NewCompletion, now: float, sent: tuple[list[int], int], shared: int = 0) -> CompletionRow:
+    """The row of ``c``, checked; a fresh id; ``now`` for unset times. ``sent``: ``sent_ids(c)``.
+    ``shared``: how many of the prompt's leading ids are an earlier completion's — equal (``==``) to ids
+    already checked and stored, and stored as those — so only the ids after them are checked and packed."""
     if not isinstance(c.sampling, Sampling):
         raise ForgeError(f"a completion's sampling must be a Sampling record, got {type(c.sampling).__name__}")
     if c.agent is not None and (not isinstance(c.agent, str) or not c.agent or len(c.agent) > 200):
         raise ForgeError(f"a completion's agent must be a name of 1 to 200 characters, got {c.agent!r}"[:300])
-    if sent is None:  # not id lists: refused below
-        prompt_ids, output_ids = c.prompt_ids, c.output_ids
-    else:
-        prompt_ids, output_ids = sent[0][shared:sent[1]], sent[0][sent[1]:]
+    prompt_ids, output_ids = sent[0][shared:sent[1]], sent[0][sent[1]:]
     prompt = pack_ids("prompt_ids", prompt_ids)
     output = pack_ids("output_ids", output_ids)
     logprobs = check_logprobs(c.output_logprobs, len(output_ids))

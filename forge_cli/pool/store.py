@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 from forge_cli.errors import ForgeError, one_line
 from forge_cli.pool import owners
 from forge_cli.pool.checks import check_rewards as _check_rewards
-from forge_cli.pool.checks import CompletionRow, completion_reward_rows, completion_row
+from forge_cli.pool.checks import CompletionRow, completion_reward_rows, completion_row, sent_ids
 from forge_cli.pool.group_commit import GroupCommit
 from forge_cli.pool.prompt_bases import Base, InBatch, PromptBases
 from forge_cli.pool import scheduler as sched
@@ -371,10 +371,10 @@ class DataPool(PoolReads):
         none: each gets the next ``seq`` of its trajectory."""
         now = self.clock()
         # each call's prompt then output ids, copied once: what is compared, checked, stored and remembered
-        sent = [_sent(c) for c in completions]
+        sent = [sent_ids(c) for c in completions]
         bases = [self._base_of(c, sent[i], completions[:i], sent[:i]) for i, c in enumerate(completions)]
         # every check before anything is written
-        rows = [completion_row(c, now, base.shared if base else 0, s) for c, base, s in zip(completions, bases, sent)]
+        rows = [completion_row(c, now, s, base.shared if base else 0) for c, base, s in zip(completions, bases, sent)]
 
         def work(cur: Cursor) -> list[int]:  # the least under the pool's lock: the rows, not the records
             seqs: list[int] = []
@@ -644,17 +644,6 @@ class DataPool(PoolReads):
                              TrajectoryStatus.QUEUED.value, TrajectoryStatus.RUNNING.value))
                 cur.execute("UPDATE groups SET status = ?, consumed_at = ? WHERE id = ?", (GroupStatus.DROPPED.value, now, gid))
         return len(ids)
-
-
-def _sent(c: Any) -> tuple[list[int], int]:
-    """``c``'s prompt ids then its output ids, in one new list, and how many are the prompt's; ForgeError
-    for anything but a NewCompletion with id lists (the rest of its checks are :func:`completion_row`'s)."""
-    if not isinstance(c, NewCompletion):
-        raise ForgeError(f"append_completion takes a NewCompletion, got {type(c).__name__}")
-    for name in ("prompt_ids", "output_ids"):
-        if not isinstance(getattr(c, name), (list, tuple)):
-            raise ForgeError(f"{name} must be a list of integers")
-    return [*c.prompt_ids, *c.output_ids], len(c.prompt_ids)
 
 
 def _as_list(ids: list[int] | tuple[int, ...]) -> list[int]:
