@@ -22,7 +22,8 @@ each, sampled at the training temperature). The parts, each from the same shippe
 
 `--parts` says what to run; each seed's row is read from whichever of its runs are in --work
 (`--parts none` only aggregates); `--merge` keeps the seeds already in the JSON that this call does
-not measure (seeds run in separate sittings). Prints a table and writes benchmarks/results/learning.json.
+not measure (seeds run in separate sittings), and a seed whose main run is not in --work takes its
+main run's figures from there (``--seeds 1 --parts control --merge``: the control of an earlier main run). Prints a table and writes benchmarks/results/learning.json.
 """
 
 from __future__ import annotations
@@ -117,7 +118,10 @@ def reduction(fast: float | None, slow: float | None) -> float | None:
     return 1.0 - fast / slow if fast is not None and slow else None
 
 
-def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: dict[str, str]) -> dict:
+def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: dict[str, str],
+             kept: dict | None = None) -> dict:
+    """The seed's row: its main run's (from --work, or ``kept``, the row --merge found in --out when the
+    main run is not in --work) with whatever other parts ran or are in --work laid over it."""
     from forge_cli.engine.default_model import shipped_warm_dir
 
     home, runs = args.work / f"home-s{seed}", args.work / "runs"
@@ -132,7 +136,13 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
                   log=args.work / f"{name}-s{seed}.log")
         return run_dir
 
-    row: dict = {"seed": seed, **rl_row(train("main", "--minutes", minutes))}
+    main_run = train("main", "--minutes", minutes)
+    if (main_run / "metrics.jsonl").is_file():
+        row: dict = {"seed": seed, **rl_row(main_run)}
+    elif kept is not None:  # the main run of an earlier sitting: the other parts are measured against it
+        row = dict(kept)
+    else:
+        raise SystemExit(f"seed {seed}: no main run in {runs} and none in --out to --merge with (run --parts main)")
     control = runs / f"control-s{seed}"
     if "control" in parts and row["rl_s"]:
         shutil.rmtree(control, ignore_errors=True)
@@ -192,18 +202,21 @@ def main() -> None:
         raise SystemExit(f"unknown parts: {', '.join(sorted(parts - set(PARTS)))} (known: {', '.join(PARTS)})")
     (args.work / "runs").mkdir(parents=True, exist_ok=True)
     overrides = dict(item.split("=", 1) for item in args.sets)
-    seeds = []
-    for seed in args.seeds:
-        seeds.append(seed_row(seed, args, parts, overrides))
-        print(json.dumps({k: v for k, v in seeds[-1].items() if "curve" not in k}), flush=True)
-
-    command = " ".join(["python", "benchmarks/learning.py", *sys.argv[1:]])
-    commands = [command]
+    kept: dict = {}
     if args.merge and args.out.is_file():
         kept = json.loads(args.out.read_text())
         if kept.get("minutes") != args.minutes or kept.get("overrides", {}) != overrides:
             raise SystemExit(f"--merge: {args.out} was measured with --minutes {kept.get('minutes')} and "
                              f"--set {kept.get('overrides', {})}, not {args.minutes} and {overrides}")
+    kept_rows = {r["seed"]: r for r in kept.get("seeds", [])}
+    seeds = []
+    for seed in args.seeds:
+        seeds.append(seed_row(seed, args, parts, overrides, kept_rows.get(seed)))
+        print(json.dumps({k: v for k, v in seeds[-1].items() if "curve" not in k}), flush=True)
+
+    command = " ".join(["python", "benchmarks/learning.py", *sys.argv[1:]])
+    commands = [command]
+    if kept:
         now = {r["seed"] for r in seeds}
         seeds = sorted([r for r in kept["seeds"] if r["seed"] not in now] + seeds, key=lambda r: r["seed"])
         commands = [*kept.get("commands", [kept["command"]]), command]

@@ -86,7 +86,10 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path, mcp: list
         assert summary.success_rate == 1.0
         calls = trajectory.completions
         texts = [engine.tokenizer.decode(c.output_ids) for c in calls]
-        assert any(f'"name": "{edit_tool or EDIT_TOOL[name]}"' in t for t in texts), texts
+        exits = [e.data for e in trajectory.events if e.kind == "agent-exit"]
+        offered = [sorted(t.get("name") or t.get("function", {}).get("name") or t.get("type", "?")
+                          for t in (c.request or {}).get("tools") or []) for c in calls]
+        assert any(f'"name": "{edit_tool or EDIT_TOOL[name]}"' in t for t in texts), (texts, offered, exits)
         assert texts[-1].startswith("Fixed: the tests pass.")
         spec_api = {"opencode": "openai-chat", "codex": "openai-responses", "claude-code": "anthropic-messages"}[name]
         formats = tool_formats()

@@ -229,6 +229,18 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert merged["sft_control_mean_gain"] == pytest.approx(0.2)  # seed 1 has no control: the mean of those that have
     other = subprocess.run([*again, "--merge", "--minutes", "5"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert other.returncode != 0 and "--merge" in other.stderr  # not averaged with runs of another budget
+    # a third sitting runs seed 1's control alone: its main run's figures come from the JSON
+    runs = tmp_path / "third" / "runs"
+    write("control-s1", [WarmstartMetrics(step=s, heldout_success=0.5 if s == 10 else None) for s in range(1, 11)])
+    third = [sys.executable, "benchmarks/learning.py", "--seeds", "1", "--parts", "none", "--work", str(tmp_path / "third"),
+             "--out", str(out)]
+    done = subprocess.run([*third, "--merge"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    later = json.loads(out.read_text())
+    assert later["seeds"][0] == row and later["seeds"][1]["after"] == 0.375 and later["seeds"][1]["control_gain"] == 0.25
+    assert later["sft_control_mean_gain"] == pytest.approx((0.2 + 0.25) / 2) and len(later["commands"]) == 3
+    alone = subprocess.run(third, cwd=ROOT, capture_output=True, text=True, timeout=120)  # no JSON row to take it from
+    assert alone.returncode != 0 and "no main run" in alone.stderr
 
 
 def test_prefix_tree_on_a_pool_recorded_by_the_recipe(tmp_path):

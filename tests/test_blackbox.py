@@ -400,7 +400,7 @@ def test_each_agent_gets_the_servers_in_its_own_configuration(tmp_path):
     assert opencode["provider"]["forge"]["options"]["apiKey"] == "x"  # the recipe's own config kept
     codex = tomllib.loads(rendered("codex").files[".codex/config.toml"])
     assert codex["mcp_servers"]["files"] == {"command": "/py", "args": servers["files"][1:], "startup_timeout_sec": 120,
-                                             "tool_timeout_sec": 300}
+                                             "tool_timeout_sec": 300, "required": True}  # codex waits for it
     assert codex["model_providers"]["forge"]["wire_api"] == "responses"
     for name in ("claude-code", "openai-agents", "smolagents"):
         launch = rendered(name)

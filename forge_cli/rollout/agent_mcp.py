@@ -11,7 +11,10 @@ The agent itself starts the servers over stdio, inside its sandbox, from its own
 
 - ``opencode`` — ``"mcp"`` entries (``type = "local"``, a command array) in its ``opencode.json``; it
   offers them as ``SERVER_TOOL`` (``files_edit_file``); ``kilo``, its fork, the same in ``kilo.json``;
-- ``codex`` — ``[mcp_servers.NAME]`` tables (``command``, ``args``) in its ``config.toml``;
+- ``codex`` — ``[mcp_servers.NAME]`` tables (``command``, ``args``) in its ``config.toml``, marked
+  ``required``: codex otherwise starts its turn without a server that is slow to come up (on a loaded
+  machine its first requests, or all of them, went out without the server's tools); required, it waits up
+  to ``startup_timeout_sec`` and the run fails if the server cannot start;
 - ``cn`` (Continue's CLI) — an ``mcpServers`` list (``name``, ``command``, ``args``) in its YAML config;
 - ``gptme`` — ``[[mcp.servers]]`` tables in the project config ``gptme.toml`` of its working folder;
 - ``claude-code`` — ``--mcp-config FILE --strict-mcp-config`` (only Forge's servers); it offers them as
@@ -82,9 +85,10 @@ def _opencode(launch: Launch, servers: Mapping[str, list[str]], workdir: Path, n
 
 
 def _codex(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
+    """codex: ``[mcp_servers.NAME]`` tables in its ``config.toml``, each ``required`` (codex waits for it)."""
     name = ".codex/config.toml"
     tables = "".join(f"\n[mcp_servers.{n}]\ncommand = {json.dumps(argv[0])}\nargs = {json.dumps(argv[1:])}\n"
-                     f"startup_timeout_sec = {STARTUP_TIMEOUT_S}\ntool_timeout_sec = {TOOL_TIMEOUT_S}\n"
+                     f"startup_timeout_sec = {STARTUP_TIMEOUT_S}\ntool_timeout_sec = {TOOL_TIMEOUT_S}\nrequired = true\n"
                      for n, argv in servers.items())
     return Launch(launch.command, launch.env, {**launch.files, name: launch.files.get(name, "") + tables})
 
