@@ -18,7 +18,15 @@ each, sampled at the training temperature). The parts, each from the same shippe
 - ``loaded``: ``main`` again with a CPU-bound process beside it (one busy core), as a newcomer's
   machine rarely is idle;
 - ``time0``: ``main`` with `rewards.weights.completion_time = 0`: what the completion-time reward does
-  to the wall time and tool calls of the solved held-out trajectories.
+  to the wall time and tool calls of the solved held-out trajectories;
+- ``speed``: the completion-time task. The shipped teacher's re-checks risk a miscopy, so RL without the
+  completion-time reward drops them too; here the habit costs only time. A *habit* policy is made first:
+  `forge model warmstart` from the shipped weights for ``--habit-minutes`` on a teacher that first tries
+  the calculator on 1+1 (`teacher_warmups`, ``--warmups``; no re-checks) at the shipped warm start's end
+  learning rate. From it, three runs of ``--minutes``: RL with the repository's completion-time weight
+  (``speed``), the same with the weight 0 (``speed0``), and the SFT control on the habit teacher
+  (``speedcontrol``). The row's ``speed_time_reduction`` is 1 − (seconds of the solved held-out
+  trajectories with the weight) / (with 0); ``speed_calls_reduction`` the same of their tool calls.
 
 `--parts` says what to run; each seed's row is read from whichever of its runs are in --work
 (`--parts none` only aggregates); `--merge` keeps the seeds already in the JSON that this call does
@@ -42,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PARTS = ("main", "control", "grpo", "loaded", "time0")
+PARTS = ("main", "control", "grpo", "loaded", "time0", "speed")
 
 
 def forge(home: Path, runs: Path, *args: str, sets: dict[str, str] | None = None, log: Path) -> float:
@@ -176,7 +184,57 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
                                                  if None not in (row["after"], g["after"]) else None)
     if row.get("control_solved_seconds") is not None:
         row["completion_time_reduction_vs_control"] = reduction(row["solved_seconds"], row["control_solved_seconds"])
+    row.update(speed_row(seed, args, parts, home, runs, sets))
     return row
+
+
+def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, runs: Path, sets: dict[str, str]) -> dict:
+    """The ``speed`` part of a seed: the habit policy, RL from it with and without the completion-time
+    reward, and the SFT control on the habit teacher; what of them is in --work."""
+    from forge_cli.engine.default_model import shipped_warm_dir
+
+    habit, lr = args.work / f"habit-model-s{seed}", str(shipped_end_lr())
+    teacher = {"train.warmstart.teacher_warmups": str(args.warmups), "train.warmstart.teacher_rechecks": "0",
+               "train.warmstart.lr": lr, "train.warmstart.final_lr_fraction": "1.0"}
+
+    def warm(name: str, model: Path, out: Path, minutes: float) -> None:
+        shutil.rmtree(runs / f"{name}-s{seed}", ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        forge(home, runs, "model", "warmstart", "--model", str(model), "--out", str(out), "--run", f"{name}-s{seed}",
+              "--target", "1.0", "--minutes", f"{minutes:.2f}", sets={**sets, **teacher}, log=args.work / f"{name}-s{seed}.log")
+
+    def rl(name: str, more: dict[str, str]) -> None:
+        shutil.rmtree(runs / f"{name}-s{seed}", ignore_errors=True)
+        forge(home, runs, "train", "--no-live", "--run", f"{name}-s{seed}", "--minutes", str(args.minutes),
+              sets={**sets, "model.path": str(habit), **more}, log=args.work / f"{name}-s{seed}.log")
+
+    if "speed" in parts:
+        warm("habit", shipped_warm_dir(), habit, args.habit_minutes)
+        rl("speed", {})
+        rl("speed0", {"rewards.weights.completion_time": "0"})
+    out: dict = {}
+    if (runs / f"speed-s{seed}" / "metrics.jsonl").is_file():
+        r = rl_row(runs / f"speed-s{seed}")
+        out = {"speed_before": r["before"], "speed_after": r["after"], "speed_rl_s": r["rl_s"],
+               "speed_before_solved_seconds": r["before_solved_seconds"],
+               "speed_before_solved_tool_calls": r["before_solved_tool_calls"],
+               "speed_solved_seconds": r["solved_seconds"], "speed_solved_tool_calls": r["solved_tool_calls"]}
+        if "speed" in parts:
+            warm("speedcontrol", habit, args.work / f"speedcontrol-model-s{seed}", r["rl_s"] / 60)
+    if out and (runs / f"speed0-s{seed}" / "metrics.jsonl").is_file():
+        r0 = rl_row(runs / f"speed0-s{seed}")
+        out.update(speed0_after=r0["after"], speed0_solved_seconds=r0["solved_seconds"],
+                   speed0_solved_tool_calls=r0["solved_tool_calls"],
+                   speed_time_reduction=reduction(out["speed_solved_seconds"], r0["solved_seconds"]),
+                   speed_calls_reduction=reduction(out["speed_solved_tool_calls"], r0["solved_tool_calls"]),
+                   speed_success_change=(out["speed_after"] - r0["after"]
+                                         if None not in (out["speed_after"], r0["after"]) else None))
+    if out and (runs / f"speedcontrol-s{seed}" / "metrics.jsonl").is_file():
+        c = control_row(runs / f"speedcontrol-s{seed}", out["speed_before"])
+        out.update(speedcontrol_after=c["control_after"], speedcontrol_solved_seconds=c["control_solved_seconds"],
+                   speedcontrol_solved_tool_calls=c["control_solved_tool_calls"],
+                   speed_time_reduction_vs_control=reduction(out["speed_solved_seconds"], c["control_solved_seconds"]))
+    return out
 
 
 def pct(x: float | None) -> str:
@@ -191,6 +249,9 @@ def main() -> None:
         f"what to run: {', '.join(PARTS)} (comma-separated; none: only read the runs already in --work)"))
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "results" / "learning-work")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learning.json")
+    parser.add_argument("--habit-minutes", type=float, default=4.0, help=(
+        "speed: how long the habit policy is warm-started on the teacher with warm-up calls"))
+    parser.add_argument("--warmups", type=float, default=0.7, help="speed: the habit teacher's teacher_warmups")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="a forge.toml override for every run (forge --set), e.g. train.lr=2e-4")
     parser.add_argument("--merge", action="store_true", help=(
@@ -233,7 +294,10 @@ def main() -> None:
               "completion_time_reduction": mean("completion_time_reduction"),
               "tool_calls_reduction": mean("tool_calls_reduction"),
               "completion_time_success_change": mean("completion_time_success_change"),
-              "completion_time_reduction_vs_control": mean("completion_time_reduction_vs_control")}
+              "completion_time_reduction_vs_control": mean("completion_time_reduction_vs_control"),
+              "speed_time_reduction": mean("speed_time_reduction"), "speed_calls_reduction": mean("speed_calls_reduction"),
+              "speed_success_change": mean("speed_success_change"),
+              "speed_time_reduction_vs_control": mean("speed_time_reduction_vs_control")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"\n{'seed':>4} {'before':>7} {'after':>7} {'gain':>6} {'control':>8} {'grpo':>6} {'loaded':>7} "
@@ -244,7 +308,9 @@ def main() -> None:
               f"{pct(r.get('completion_time_reduction')):>9} {pct(r.get('tool_calls_reduction')):>6} {r['rl_steps']:>8}")
     print(f"mean gain {pct(result['mean_gain'])}, SFT control {pct(result['sft_control_mean_gain'])}, "
           f"GRPO {pct(result['grpo_mean_gain'])}, loaded {pct(result['loaded_mean_gain'])} points; completion time "
-          f"-{pct(result['completion_time_reduction'])} % against weight 0 -> {args.out}")
+          f"-{pct(result['completion_time_reduction'])} % against weight 0; speed task: time "
+          f"-{pct(result['speed_time_reduction'])} %, calls -{pct(result['speed_calls_reduction'])} % against weight 0, "
+          f"time -{pct(result['speed_time_reduction_vs_control'])} % against its SFT control -> {args.out}")
 
 
 if __name__ == "__main__":

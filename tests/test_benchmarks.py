@@ -201,6 +201,10 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     write("grpo-s0", rl(0.25, 0.375, 1.5, 1.5))
     write("control-s0", [WarmstartMetrics(step=s, heldout_success=0.25 + s / 100 if s % 5 == 0 else None,
                                           solved_seconds=1.8 if s % 5 == 0 else None) for s in range(1, 21)])
+    write("speed-s0", rl(0.25, 0.5, 1.0, 1.0))  # the completion-time task: RL from the habit policy ...
+    write("speed0-s0", rl(0.25, 0.375, 2.0, 2.5))  # ... without the completion-time reward ...
+    write("speedcontrol-s0", [WarmstartMetrics(step=s, heldout_success=0.25 if s == 20 else None,  # ... its SFT control
+                                               solved_seconds=2.5 if s == 20 else None) for s in range(1, 21)])
     out = tmp_path / "learning.json"
     done = subprocess.run([sys.executable, "benchmarks/learning.py", "--seeds", "0", "--parts", "none", "--work", str(tmp_path),
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -216,6 +220,10 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert result["completion_time_success_change"] == pytest.approx(0.125)
     assert result["completion_time_reduction_vs_control"] == pytest.approx(1 - 1.2 / 1.8)
     assert row["curve"] == [[0, 0.25], [10, 0.625]]
+    assert (row["speed_before_solved_tool_calls"], row["speed_solved_tool_calls"], row["speed0_solved_tool_calls"]) == (2.0, 1.0, 2.5)
+    assert result["speed_time_reduction"] == pytest.approx(0.5) and result["speed_calls_reduction"] == pytest.approx(0.6)
+    assert result["speed_success_change"] == pytest.approx(0.125)
+    assert result["speed_time_reduction_vs_control"] == pytest.approx(1 - 1.0 / 2.5)
     # a second sitting measures seed 1 and keeps seed 0: the means are over both
     runs = tmp_path / "later" / "runs"
     write("main-s1", rl(0.25, 0.375, 1.2, 1.25))

@@ -18,7 +18,8 @@ from forge_cli.engine.scripted import load_policy
 from forge_cli.errors import ForgeError
 from forge_cli.tasks.calc import generate
 from forge_cli.tasks.calculator import calculate
-from forge_cli.tasks.demo_policies import MAX_RECHECKS, calc, calc_expression, policy_for, recheck_count, slip
+from forge_cli.tasks.demo_policies import (MAX_RECHECKS, WARMUP_EXPRESSION, calc, calc_expression, policy_for,
+                                          recheck_count, slip)
 from forge_cli.train.run import EMBEDDED_SCAFFOLD_OPTIONS
 
 
@@ -83,6 +84,27 @@ def test_the_teacher_rechecks_with_the_same_call_as_often_as_drawn_and_still_ans
                for (calls, answer), (p_calls, p_answer) in zip(slow, plain))  # the same call, the same answer
     assert all(counts[i] == recheck_count(p, 0.6, seed=7) for i, p in enumerate(prompts[:300]))
     assert [episode(lambda c: calc(c, rechecks=0.6, seed=8), p)[0] for p in prompts[:300]] != [s[0] for s in slow[:300]]
+
+
+def test_the_teachers_warm_ups_come_first_are_never_used_and_leave_room_for_the_answer():
+    """``warmups`` w: the teacher first calls the calculator on 1+1 (once with chance w, again with chance w,
+    at most two), then does exactly what it does without them (the same call, slips and answer); with
+    re-checks too, warm-ups and re-checks are at most two in all, so a trace fits max_turns 5; reproducible."""
+    prompts = [generate(random.Random(i), 1).prompt for i in range(3000)]
+    plain = [episode(lambda c: calc(c, slips=0.3, seed=7), p) for p in prompts]
+    warm = [episode(lambda c: calc(c, slips=0.3, seed=7, warmups=0.7), p) for p in prompts]
+    counts = [recheck_count(p, 0.7, seed=7, habit="warmup") for p in prompts]
+    for (calls, answer), (p_calls, p_answer), n in zip(warm, plain, counts):
+        assert calls == [WARMUP_EXPRESSION] * n + p_calls and answer == p_answer
+    share = {k: counts.count(k) / len(counts) for k in range(3)}
+    assert abs(share[0] - 0.3) < 0.03 and abs(share[1] - 0.21) < 0.03 and abs(share[2] - 0.49) < 0.03, share
+    both = [episode(lambda c: calc(c, seed=7, rechecks=0.6, warmups=0.7), p) for p in prompts]
+    extra = [len(calls) - 1 for calls, _ in both]
+    assert max(extra) == MAX_RECHECKS and EMBEDDED_SCAFFOLD_OPTIONS["tool-call"]["max_turns"] >= MAX_RECHECKS + 2
+    for (calls, _), n, p in zip(both, counts, prompts):  # the warm-ups first, then the re-checks that fit
+        assert len(calls) == 1 + n + min(recheck_count(p, 0.6, seed=7), MAX_RECHECKS - n) and calls[:n] == [WARMUP_EXPRESSION] * n
+    assert any(calls.count(WARMUP_EXPRESSION) == 1 and len(calls) == 3 for calls, _ in both)  # one of each
+    assert policy_for({"calc-1": 1.0}, warmups=0.7, seed=2).endswith(":calc?warmups=0.7&seed=2")
 
 
 def test_policy_references_carry_keyword_arguments_and_refuse_unknown_ones():

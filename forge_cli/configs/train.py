@@ -130,6 +130,11 @@ class WarmstartConfig(Section):
         "How often the calc teacher, having its result, sends the same calculator call again to re-check it "
         "before answering (and again after a re-check, at most twice): right but slow, what the completion-time "
         "reward teaches RL to drop."))
+    teacher_warmups: float = Field(0.0, ge=0, lt=1, description=(
+        "How often the calc teacher first tries the calculator on 1+1 before its real call, as an agent checks "
+        "that a tool works (again after a warm-up with the same chance; warm-ups and re-checks at most two in "
+        "all). It never uses that result, so only the completion-time reward argues against the habit "
+        "(benchmarks/learning.py's speed part)."))
     batch_size: int = Field(32, ge=1, description="Completions per supervised step.")
     lr: float = Field(3e-3, gt=0, description="Learning rate of the first supervised step (AdamW).")
     final_lr_fraction: float = Field(1.0, gt=0, le=1, description=(

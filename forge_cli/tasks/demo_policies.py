@@ -103,37 +103,51 @@ def slip(text: str, rng: random.Random) -> str:
 MAX_RECHECKS = 2
 
 
-def recheck_count(prompt: str, rechecks: float, seed: int = 0) -> int:
+# what the calc teacher tries the calculator on first (``warmups``), as an agent checks that a tool works
+WARMUP_EXPRESSION = "1+1"
+
+
+def recheck_count(prompt: str, rechecks: float, seed: int = 0, habit: str = "recheck") -> int:
     """How often the calc teacher re-checks its result on the task ``prompt``: once with probability
     ``rechecks``, and again after each re-check with the same probability, at most
-    :data:`MAX_RECHECKS` times (from the task's text and ``seed`` alone, like its slips)."""
-    rng = random.Random(f"{seed}\0recheck\0{prompt}")
+    :data:`MAX_RECHECKS` times (from the task's text and ``seed`` alone, like its slips). ``habit``
+    names the draw: ``"warmup"`` draws how many warm-up calls it makes first, independently."""
+    rng = random.Random(f"{seed}\0{habit}\0{prompt}")
     count = 0
     while count < MAX_RECHECKS and rng.random() < rechecks:
         count += 1
     return count
 
 
-def calc(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0) -> str:
+def calc(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0,
+         warmups: float = 0.0) -> str:
     """One calculator call with the whole expression, then its result as the answer.
 
     ``slips``: the fraction of tasks on which this teacher miscopies one digit, as an imperfect
     teacher (a person, a weaker model) does — two in three times in the expression it sends to the
     calculator, else in the result it answers with. ``rechecks``: how often, having the result, it
     sends the same call again to re-check it before answering (:func:`recheck_count`): right, but
-    slow — each re-check is another model call and tool call. Which tasks, which digit and how many
-    re-checks follow from the task's text and ``seed`` alone, so the turns of a task agree and a
-    run is reproducible."""
+    slow — each re-check is another model call and tool call. ``warmups``: how often it first tries
+    the calculator on :data:`WARMUP_EXPRESSION` (as an agent checks that a tool works), drawn like the
+    re-checks; that result is never used, so nothing but the time it costs argues against it — what
+    the completion-time reward alone teaches RL to drop. Warm-ups and re-checks together are at most
+    :data:`MAX_RECHECKS` (the warm-ups first), so a trace fits ``max_turns`` 5. Which tasks, which
+    digit and how many re-checks and warm-ups follow from the task's text and ``seed`` alone, so the
+    turns of a task agree and a run is reproducible."""
     messages = context.get("messages") or []
     prompt = _user(messages)
     rng = random.Random(f"{seed}\0{prompt}")
     slipped = rng.random() < slips
     where = "expression" if rng.random() < 2 / 3 else "answer"
     results = [m["content"] for m in messages if m.get("role") == "tool"]
+    first = recheck_count(prompt, warmups, seed, habit="warmup") if warmups else 0
+    if len(results) < first:
+        return _call("calculator", expression=WARMUP_EXPRESSION)
+    results = results[first:]
     expression = calc_expression(prompt)
     if slipped and where == "expression":
         expression = slip(expression, rng)
-    if results and len(results) > recheck_count(prompt, rechecks, seed):
+    if results and len(results) > min(recheck_count(prompt, rechecks, seed), MAX_RECHECKS - first):
         answer = str(results[-1]).strip()
         return slip(answer, rng) if slipped and where == "answer" else answer
     return _call("calculator", expression=expression)
@@ -327,12 +341,13 @@ DEMO_POLICIES: dict[str, str] = {"calc": "calc", "calc-1": "calc", "kv-search": 
 SLIPPING_SUITES = frozenset(name for name, policy in DEMO_POLICIES.items() if policy == "calc")
 
 
-def by_tools(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0) -> str:
+def by_tools(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0,
+             warmups: float = 0.0) -> str:
     """The demo policy of whichever suite the offered tools belong to (for a mix of suites);
-    ``slips``, ``seed`` and ``rechecks`` go to :func:`calc`."""
+    ``slips``, ``seed``, ``rechecks`` and ``warmups`` go to :func:`calc`."""
     tools = {t.get("function", t).get("name") for t in context.get("tools") or [] if isinstance(t, dict)}
     if "calculator" in tools:
-        return calc(context, slips=slips, seed=seed, rechecks=rechecks)
+        return calc(context, slips=slips, seed=seed, rechecks=rechecks, warmups=warmups)
     if {"search", "open"} <= tools:
         return kv_search(context)
     if "run_tests" in tools:
@@ -340,10 +355,11 @@ def by_tools(context: dict[str, Any], slips: float = 0.0, seed: int = 0, recheck
     return files_shell(context)
 
 
-def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0) -> str:
+def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0,
+               warmups: float = 0.0) -> str:
     """The scripted engine's ``policy`` reference that writes traces for the suites of ``weights``
-    (a mix gets :func:`by_tools`), with ``slips`` and ``rechecks`` for the calc teacher; a ForgeError
-    if a suite has no demo policy."""
+    (a mix gets :func:`by_tools`), with ``slips``, ``rechecks`` and ``warmups`` for the calc teacher; a
+    ForgeError if a suite has no demo policy."""
     missing = [name for name in weights if name not in DEMO_POLICIES]
     if missing:
         raise ForgeError(f"no demo policy writes warm-start traces for {', '.join(missing)} (there are demo policies "
@@ -352,5 +368,5 @@ def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0, rec
     name = names.pop() if len(names) == 1 else "by_tools"
     if not any(suite in SLIPPING_SUITES for suite in weights):
         return f"{__name__}:{name}"
-    options = {k: v for k, v in (("slips", slips), ("rechecks", rechecks)) if v}
+    options = {k: v for k, v in (("slips", slips), ("rechecks", rechecks), ("warmups", warmups)) if v}
     return f"{__name__}:{name}" + ("?" + "&".join(f"{k}={v}" for k, v in options.items()) + f"&seed={seed}" if options else "")

@@ -58,10 +58,11 @@ class TraceWriter:
     demo policy (:func:`~forge_cli.tasks.demo_policies.policy_for`) solves the tasks through the real
     scaffold and tools, so each trace's tokens are exactly what the policy sees and emits in RL."""
 
-    def __init__(self, config: Any, run_dir: Path, slips: float = 0.0, rechecks: float = 0.0) -> None:
+    def __init__(self, config: Any, run_dir: Path, slips: float = 0.0, rechecks: float = 0.0,
+                 warmups: float = 0.0) -> None:
         self.slips, self.next_group, self.written = slips, 0, 0
         self.policy = policy_for(request_from_config(config, groups=1).weights, slips=slips, seed=config.run.seed,
-                                 rechecks=rechecks)
+                                 rechecks=rechecks, warmups=warmups)
         self.config = config.model_copy(deep=True)
         self.config.model.engine = ScriptedEngineConfig(policy=self.policy)
         self.config.model.replicas = 1
@@ -124,9 +125,10 @@ class TraceWriter:
         return samples
 
 
-async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0, rechecks: float = 0.0) -> list[Any]:
+async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0, rechecks: float = 0.0,
+                            warmups: float = 0.0) -> list[Any]:
     """The samples of ``traces`` synthetic trajectories (:meth:`TraceWriter.first`)."""
-    async with TraceWriter(config, run_dir, slips, rechecks) as writer:
+    async with TraceWriter(config, run_dir, slips, rechecks, warmups) as writer:
         return await writer.first(traces)
 
 
@@ -157,7 +159,7 @@ async def run_warmstart(config: Any, run: Any, gateway: Any, trainer: Any, *, lo
     ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
     started = time.monotonic()
     tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
-    async with TraceWriter(config, run.dir / "warmstart", ws.teacher_slips, ws.teacher_rechecks) as writer:
+    async with TraceWriter(config, run.dir / "warmstart", ws.teacher_slips, ws.teacher_rechecks, ws.teacher_warmups) as writer:
         data = FreshFirst(await writer.first(ws.traces), random.Random(config.run.seed))
         more = asyncio.create_task(_keep_writing(writer, data, ws.fresh_traces)) if ws.fresh_traces else None
         if more is None:
@@ -299,7 +301,7 @@ def warm_recipe(config: Any) -> dict[str, Any]:
 
 # what a record written before a key existed says of it
 WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "scaffold_mix": {}, "teacher_slips": 0.0, "teacher_rechecks": 0.0,
-                                     "scaffold_options": {}}
+                                     "teacher_warmups": 0.0, "scaffold_options": {}}
 
 
 def recorded_key(record: dict[str, Any], config: Any) -> dict[str, Any]:
@@ -312,4 +314,5 @@ def warm_key(config: Any) -> dict[str, Any]:
     return {"suite": config.rollout.task, "mix": dict(config.rollout.mix), "scaffold": config.rollout.scaffold,
             "scaffold_mix": dict(config.rollout.scaffold_mix),
             "scaffold_options": dict(config.scaffolds.get(config.rollout.scaffold) or {}),  # its prompts
-            "teacher_slips": config.train.warmstart.teacher_slips, "teacher_rechecks": config.train.warmstart.teacher_rechecks}
+            "teacher_slips": config.train.warmstart.teacher_slips, "teacher_rechecks": config.train.warmstart.teacher_rechecks,
+            "teacher_warmups": config.train.warmstart.teacher_warmups}
