@@ -8,7 +8,8 @@ completion-time reward against the same run without it.
 Each seed gets a FORGE_HOME of its own; `forge train` on the repository's forge.toml then starts RL
 at once from the warm policy Forge ships (forge_cli/engine/warm_policy). *before* is the run's step-0
 held-out evaluation of that policy, *after* its final one (the same held-out tasks, several samples
-each, sampled at the training temperature). The parts, each from the same shipped weights:
+each, sampled at the training temperature). The parts, each from the same shipped weights (but for
+``speed``'s runs, which start from a policy made from them):
 
 - ``main``: `forge train --minutes M` (CISPO, the repository's settings);
 - ``control``: `forge model warmstart` (supervised, on the same teacher's demonstrations: its slips and
@@ -23,9 +24,9 @@ each, sampled at the training temperature). The parts, each from the same shippe
   completion-time reward drops them too; here the habit costs only time. A *habit* policy is made first:
   `forge model warmstart` from the shipped weights for ``--habit-minutes`` on a teacher that first tries
   the calculator on 1+1 (`teacher_warmups`, ``--warmups``; no re-checks) at the shipped warm start's end
-  learning rate. From it, three runs of ``--minutes``: RL with the repository's completion-time weight
-  (``speed``), the same with the weight 0 (``speed0``), and the SFT control on the habit teacher
-  (``speedcontrol``). The row's ``speed_time_reduction`` is 1 − (seconds of the solved held-out
+  learning rate. From it: RL for ``--minutes`` with the repository's completion-time weight
+  (``speed``), the same with the weight 0 (``speed0``), and the SFT control on the habit teacher for
+  as long as ``speed``'s RL ran (``speedcontrol``). It needs no main run. The row's ``speed_time_reduction`` is 1 − (seconds of the solved held-out
   trajectories with the weight) / (with 0); ``speed_calls_reduction`` the same of their tool calls.
 
 `--parts` says what to run; each seed's row is read from whichever of its runs are in --work
@@ -145,14 +146,18 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
         return run_dir
 
     main_run = train("main", "--minutes", minutes)
-    if (main_run / "metrics.jsonl").is_file():
-        row: dict = {"seed": seed, **rl_row(main_run)}
+    if (main_run / "metrics.jsonl").is_file():  # a new main run: what was measured against an older one goes
+        row: dict = {"seed": seed, **rl_row(main_run),
+                     **{k: v for k, v in (kept or {}).items() if k.startswith("speed")}}  # (the speed part is apart)
     elif kept is not None:  # the main run of an earlier sitting: the other parts are measured against it
         row = dict(kept)
-    else:
-        raise SystemExit(f"seed {seed}: no main run in {runs} and none in --out to --merge with (run --parts main)")
+    elif any((runs / f"{part}-s{seed}" / "metrics.jsonl").is_file() for part in PARTS if part != "speed"):
+        raise SystemExit(f"seed {seed}: no main run in {runs} and none in --out to --merge with: its other parts "
+                         "are measured against one (run --parts main)")
+    else:  # only the speed part, which needs none (a part to run that does was refused before anything ran)
+        row = {"seed": seed}
     control = runs / f"control-s{seed}"
-    if "control" in parts and row["rl_s"]:
+    if "control" in parts and row.get("rl_s"):
         shutil.rmtree(control, ignore_errors=True)
         out = args.work / f"control-model-s{seed}"
         shutil.rmtree(out, ignore_errors=True)
@@ -163,7 +168,7 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
               log=args.work / f"control-s{seed}.log")
     if (control / "metrics.jsonl").is_file():
         row.update(control_row(control, row["before"]))
-    grpo = train("grpo", "--steps", str(row["rl_steps"]), more={"train.loss.type": "grpo"}) if row["rl_steps"] else None
+    grpo = train("grpo", "--steps", str(row["rl_steps"]), more={"train.loss.type": "grpo"}) if row.get("rl_steps") else None
     if grpo is not None and (grpo / "metrics.jsonl").is_file():
         g = rl_row(grpo)
         row.update(grpo_after=g["after"], grpo_gain=g["gain"], grpo_best=g["best"], grpo_steps=g["rl_steps"])
@@ -184,8 +189,15 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
                                                  if None not in (row["after"], g["after"]) else None)
     if row.get("control_solved_seconds") is not None:
         row["completion_time_reduction_vs_control"] = reduction(row["solved_seconds"], row["control_solved_seconds"])
-    row.update(speed_row(seed, args, parts, home, runs, sets))
+    speed = speed_row(seed, args, parts, home, runs, sets)
+    if speed:  # the speed runs in --work replace whatever an earlier sitting's said
+        row = {**{k: v for k, v in row.items() if not k.startswith("speed")}, **speed}
     return row
+
+
+def needs_main(parts: set[str]) -> bool:
+    """Whether the parts to run are measured against a main run (all but ``speed``)."""
+    return bool(parts - {"speed"})
 
 
 def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, runs: Path, sets: dict[str, str]) -> dict:
@@ -219,7 +231,7 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
                "speed_before_solved_seconds": r["before_solved_seconds"],
                "speed_before_solved_tool_calls": r["before_solved_tool_calls"],
                "speed_solved_seconds": r["solved_seconds"], "speed_solved_tool_calls": r["solved_tool_calls"]}
-        if "speed" in parts:
+        if "speed" in parts and r["rl_s"]:
             warm("speedcontrol", habit, args.work / f"speedcontrol-model-s{seed}", r["rl_s"] / 60)
     if out and (runs / f"speed0-s{seed}" / "metrics.jsonl").is_file():
         r0 = rl_row(runs / f"speed0-s{seed}")
@@ -269,7 +281,17 @@ def main() -> None:
         if kept.get("minutes") != args.minutes or kept.get("overrides", {}) != overrides:
             raise SystemExit(f"--merge: {args.out} was measured with --minutes {kept.get('minutes')} and "
                              f"--set {kept.get('overrides', {})}, not {args.minutes} and {overrides}")
+        speed_kept = any("speed_before" in r for r in kept.get("seeds", []))
+        if speed_kept and (kept.get("habit_minutes"), kept.get("warmups")) != (args.habit_minutes, args.warmups):
+            raise SystemExit(f"--merge: {args.out}'s speed part was measured with --habit-minutes "
+                             f"{kept.get('habit_minutes')} and --warmups {kept.get('warmups')}, not "
+                             f"{args.habit_minutes} and {args.warmups}")
     kept_rows = {r["seed"]: r for r in kept.get("seeds", [])}
+    missing = [seed for seed in args.seeds if needs_main(parts) and "main" not in parts and seed not in kept_rows
+               and not (args.work / "runs" / f"main-s{seed}" / "metrics.jsonl").is_file()]
+    if missing:  # before anything runs
+        raise SystemExit(f"seed {', '.join(map(str, missing))}: no main run in {args.work / 'runs'} and none in --out "
+                         "to --merge with (run --parts main, or only --parts speed)")
     seeds = []
     for seed in args.seeds:
         seeds.append(seed_row(seed, args, parts, overrides, kept_rows.get(seed)))
@@ -287,7 +309,8 @@ def main() -> None:
         return statistics.fmean(values) if values else None
 
     result = {"date": time.strftime("%Y-%m-%d"), "command": command, "commands": commands,
-              "minutes": args.minutes, "overrides": overrides, "seeds": seeds,
+              "minutes": args.minutes, "overrides": overrides, "habit_minutes": args.habit_minutes,
+              "warmups": args.warmups, "seeds": seeds,
               "mean_before": mean("before"), "mean_after": mean("after"), "mean_gain": mean("gain"),
               "sft_control_mean_gain": mean("control_gain"), "grpo_mean_gain": mean("grpo_gain"),
               "loaded_mean_gain": mean("loaded_gain"),
@@ -303,9 +326,9 @@ def main() -> None:
     print(f"\n{'seed':>4} {'before':>7} {'after':>7} {'gain':>6} {'control':>8} {'grpo':>6} {'loaded':>7} "
           f"{'time0':>6} {'s solved':>9} {'calls':>6} {'RL steps':>8}")
     for r in seeds:
-        print(f"{r['seed']:>4} {pct(r['before']):>7} {pct(r['after']):>7} {pct(r['gain']):>6} {pct(r.get('control_gain')):>8} "
+        print(f"{r['seed']:>4} {pct(r.get('before')):>7} {pct(r.get('after')):>7} {pct(r.get('gain')):>6} {pct(r.get('control_gain')):>8} "
               f"{pct(r.get('grpo_gain')):>6} {pct(r.get('loaded_gain')):>7} {pct(r.get('time0_gain')):>6} "
-              f"{pct(r.get('completion_time_reduction')):>9} {pct(r.get('tool_calls_reduction')):>6} {r['rl_steps']:>8}")
+              f"{pct(r.get('completion_time_reduction')):>9} {pct(r.get('tool_calls_reduction')):>6} {r.get('rl_steps', '—'):>8}")
     print(f"mean gain {pct(result['mean_gain'])}, SFT control {pct(result['sft_control_mean_gain'])}, "
           f"GRPO {pct(result['grpo_mean_gain'])}, loaded {pct(result['loaded_mean_gain'])} points; completion time "
           f"-{pct(result['completion_time_reduction'])} % against weight 0; speed task: time "

@@ -86,6 +86,9 @@ def fix_swe_mini(name: str, backend: str, model: Path, tmp_path: Path, mcp: list
         assert summary.success_rate == 1.0
         calls = trajectory.completions
         texts = [engine.tokenizer.decode(c.output_ids) for c in calls]
+        if mcp:  # the agent waited for the server: its first request with tools already offers the server's
+            first = next(c for c in calls if (c.request or {}).get("tools"))  # (opencode's title request has none)
+            assert "edit_file" in json.dumps(first.request["tools"]), first.request["tools"]
         exits = [e.data for e in trajectory.events if e.kind == "agent-exit"]
         offered = [sorted(t.get("name") or t.get("function", {}).get("name") or t.get("type", "?")
                           for t in (c.request or {}).get("tools") or []) for c in calls]
@@ -136,9 +139,9 @@ def test_codex_local(installed_agent, scoring_model, tmp_path, local_sandbox):
 
 @pytest.mark.slow
 def test_codex_docker_with_mcp_files(installed_agent, scoring_model, tmp_path, docker_ready):
-    """codex in a container with ``mcp = ["files"]``: ``[mcp_servers.files]`` in its config.toml; codex sends
-    the server's tools in an ``mcp__files`` namespace (rendered as ``read_file``, ``edit_file``) once the
-    server is up, and the policy edits through them."""
+    """codex in a container with ``mcp = ["files"]``: ``[mcp_servers.files]`` in its config.toml, required,
+    so codex waits for the server; it sends the server's tools in an ``mcp__files`` namespace (rendered as
+    ``read_file``, ``edit_file``) from its first request, and the policy edits through them."""
     installed_agent("codex")
     calls = fix_swe_mini("codex", "docker", scoring_model, tmp_path, mcp=["files"], edit_tool="edit_file")
     spaces = {t["name"]: t for t in calls[-1].request["tools"] if t.get("type") == "namespace"}

@@ -249,6 +249,22 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert later["sft_control_mean_gain"] == pytest.approx((0.2 + 0.25) / 2) and len(later["commands"]) == 3
     alone = subprocess.run(third, cwd=ROOT, capture_output=True, text=True, timeout=120)  # no JSON row to take it from
     assert alone.returncode != 0 and "no main run" in alone.stderr
+    # the speed part needs no main run; a part that does is refused before anything runs
+    runs = tmp_path / "fourth" / "runs"
+    write("speed-s3", rl(0.25, 0.5, 1.5, 1.0))
+    write("speed0-s3", rl(0.25, 0.5, 2.0, 2.0))
+    fourth = [sys.executable, "benchmarks/learning.py", "--seeds", "3", "--work", str(tmp_path / "fourth"), "--out", str(out)]
+    done = subprocess.run([*fourth, "--parts", "none", "--merge"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    speed_only = json.loads(out.read_text())
+    assert speed_only["seeds"][-1]["seed"] == 3 and "before" not in speed_only["seeds"][-1]
+    assert speed_only["mean_gain"] == later["mean_gain"] and speed_only["habit_minutes"] == 4.0
+    assert speed_only["speed_time_reduction"] == pytest.approx((0.5 + 0.25) / 2)
+    refused = subprocess.run([*fourth, "--parts", "control"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "no main run" in refused.stderr and not (runs / "control-s3").exists()
+    other = subprocess.run([*fourth, "--parts", "none", "--merge", "--warmups", "0.5"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert other.returncode != 0 and "--warmups" in other.stderr  # speed rows of another habit are not averaged
 
 
 def test_prefix_tree_on_a_pool_recorded_by_the_recipe(tmp_path):

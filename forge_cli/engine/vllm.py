@@ -6,7 +6,8 @@ Weights are replaced in place (no restart): the state dict is written as ``model
 a folder (``/dev/shm`` where it exists), the workers ``reload_weights`` from it, and the prefix
 cache is reset — a stale cached prefix would otherwise be served from the old weights. The workers
 carry Forge's extension (:mod:`forge_cli.engine.vllm_worker`, unless ``engine_args`` name one of
-their own), which drops the line vLLM logs at each reload for every rotary embedding.
+their own), which drops the line vLLM logs at each reload for every rotary embedding without
+parameters.
 
 vLLM checks stop strings after each step and, of several in one step, picks the one that *ends*
 first; the reported ``stop_reason`` is recomputed here from the output's text as the one that
@@ -21,6 +22,7 @@ chunked prefill they crash its CPU sampler (``CPU Generator does not use offset`
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import tempfile
@@ -34,6 +36,7 @@ from forge_cli.errors import ForgeError
 
 
 WORKER_EXTENSION = "forge_cli.engine.vllm_worker.ForgeWorkerExtension"  # Forge's collective_rpc methods
+log = logging.getLogger(__name__)
 
 
 def _on_cuda() -> bool:
@@ -121,7 +124,7 @@ class VLLMEngine(Engine):
             kwargs["worker_extension_cls"] = WORKER_EXTENSION
         kwargs.update(user_args)
         self._forge_extension = kwargs.get("worker_extension_cls") == WORKER_EXTENSION
-        self.reload_warnings_quieted = False  # the workers drop vLLM's warning for weightless layers (vllm_worker.py)
+        self.quieted_layers: list[str] | None = None  # whose reload warning the workers drop (vllm_worker.py)
         try:
             self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         except Exception as exc:  # vLLM raises many types at start-up
@@ -204,11 +207,21 @@ class VLLMEngine(Engine):
         if self.tied and "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
             tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
         save_file(tensors, str(self._weights_dir / "model.safetensors"))
-        if not self.reload_warnings_quieted and self._forge_extension:
-            self.reload_warnings_quieted = all(await self.llm.collective_rpc("forge_quiet_reload_warnings"))
+        if self.quieted_layers is None and self._forge_extension:
+            self.quieted_layers = await self._quiet_reload_warnings()
         await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir)})
         if not await self.llm.reset_prefix_cache():
             raise ForgeError("vLLM did not reset its prefix cache after the weight update")
+
+    async def _quiet_reload_warnings(self) -> list[str]:
+        """Has the workers drop vLLM's reload warning for their weightless layers; the layers' class names
+        ([] when a worker could not: a cosmetic step never stops a weight update)."""
+        try:
+            answers = await self.llm.collective_rpc("forge_quiet_reload_warnings")
+        except Exception as exc:  # vLLM raises what the worker raised
+            log.warning("vLLM's workers keep their reload warnings (%s: %s)", type(exc).__name__, exc)
+            return []
+        return sorted(set().union(*answers))
 
     async def close(self) -> None:
         self.llm.shutdown()

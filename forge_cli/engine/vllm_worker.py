@@ -3,10 +3,12 @@ into each worker, and the engine calls them with ``collective_rpc`` (whatever pr
 vLLM's engine core, forked or spawned, or a GPU worker of its own).
 
 One so far: at every in-place weight reload vLLM warns ``RotaryEmbedding: Failed to load weights`` for
-each rotary embedding, whose cos/sin cache is computed, never in a checkpoint, and which vLLM then
-puts back as it was — what is right. A run that pushes weights every step would print it hundreds of
-times; :class:`WeightlessLayerFilter` drops that line and only that line (another layer that fails to
-load still warns).
+each rotary embedding that holds no parameter — its cos/sin cache is computed, never in a checkpoint —
+and then puts back the cache it had, which is right. A run that pushes weights every step would print
+it hundreds of times. :func:`weightless_layers` finds those classes in the worker's own model (a
+rotary embedding with parameters, such as vLLM's ``FourierRotaryEmbedding`` with its coefficients, is
+not one of them) and :class:`WeightlessLayerFilter` drops the warning for them only: any other layer
+that fails to load still warns.
 
 Imported by vLLM in its worker processes: nothing heavy here.
 """
@@ -14,32 +16,49 @@ Imported by vLLM in its worker processes: nothing heavy here.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # where vLLM logs the line
 RELOAD_WARNING = "%s: Failed to load weights"  # vLLM's format string; its one argument, the layer's class name
-WEIGHTLESS_LAYERS = ("RotaryEmbedding",)  # class names ending so: layers with nothing to load
 
 
 class WeightlessLayerFilter(logging.Filter):
-    """Drops vLLM's reload warning for layers that have no weights to load (:data:`WEIGHTLESS_LAYERS`)."""
+    """Drops vLLM's reload warning for the layer classes ``layers`` (and keeps every other record)."""
+
+    def __init__(self, layers: frozenset[str]) -> None:
+        super().__init__()
+        self.layers = layers
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg != RELOAD_WARNING or not isinstance(record.args, tuple) or len(record.args) != 1:
             return True
-        return not str(record.args[0]).endswith(WEIGHTLESS_LAYERS)
+        return str(record.args[0]) not in self.layers
 
 
-def quiet_weightless_reload_warnings() -> bool:
-    """Installs :class:`WeightlessLayerFilter` on vLLM's reload logger in this process (once); True when
-    it is there."""
+def weightless_layers(model: Any) -> frozenset[str]:
+    """The class names of ``model``'s rotary embeddings none of whose layers holds a parameter of its own."""
+    weightless: set[str] = set()
+    weighted: set[str] = set()
+    for module in model.modules():
+        name = type(module).__name__
+        if "Rotary" in name:
+            (weighted if any(True for _ in module.parameters(recurse=False)) else weightless).add(name)
+    return frozenset(weightless - weighted)
+
+
+def quiet_weightless_reload_warnings(model: Any) -> list[str]:
+    """Installs :class:`WeightlessLayerFilter` for ``model``'s weightless layers on vLLM's reload logger
+    in this process (replacing one installed before); the class names it drops the warning for."""
+    layers = weightless_layers(model)
     logger = logging.getLogger(RELOAD_LOGGER)
-    if not any(isinstance(f, WeightlessLayerFilter) for f in logger.filters):
-        logger.addFilter(WeightlessLayerFilter())
-    return True
+    for old in [f for f in logger.filters if isinstance(f, WeightlessLayerFilter)]:
+        logger.removeFilter(old)
+    logger.addFilter(WeightlessLayerFilter(layers))
+    return sorted(layers)
 
 
 class ForgeWorkerExtension:
     """Mixed into vLLM's worker class (``worker_extension_cls``); each method is a ``collective_rpc`` target."""
 
-    def forge_quiet_reload_warnings(self) -> bool:
-        return quiet_weightless_reload_warnings()
+    def forge_quiet_reload_warnings(self) -> list[str]:
+        return quiet_weightless_reload_warnings(self.get_model())  # type: ignore[attr-defined]  # the worker's

@@ -14,7 +14,7 @@ The agent itself starts the servers over stdio, inside its sandbox, from its own
 - ``codex`` — ``[mcp_servers.NAME]`` tables (``command``, ``args``) in its ``config.toml``, marked
   ``required``: codex otherwise starts its turn without a server that is slow to come up (on a loaded
   machine its first requests, or all of them, went out without the server's tools); required, it waits up
-  to ``startup_timeout_sec`` and the run fails if the server cannot start;
+  to ``startup_timeout_sec``, and exits before its first model call if the server cannot start;
 - ``cn`` (Continue's CLI) — an ``mcpServers`` list (``name``, ``command``, ``args``) in its YAML config;
 - ``gptme`` — ``[[mcp.servers]]`` tables in the project config ``gptme.toml`` of its working folder;
 - ``claude-code`` — ``--mcp-config FILE --strict-mcp-config`` (only Forge's servers); it offers them as
@@ -34,7 +34,9 @@ dependencies *copied* from Forge's own environment (no download: the same files,
 here), and the server scripts beside it in ``.forge-mcp/tools``. It is made once, on the first launch
 that asks for MCP (under a file lock, so concurrent trajectories make it once), and again when the
 scripts or the SDK change. An MCP server that dies is the agent's business: it sees a tool error, or
-the tool disappears; the trajectory goes on like any other.
+the tool disappears; the trajectory goes on like any other. (One that never starts ends codex before
+its first model call: a failure the policy could not cause, which the rollout runs again afresh up to
+``rollout.infra_retries`` times.)
 """
 
 from __future__ import annotations
