@@ -31,11 +31,16 @@ class FourierRotaryEmbedding(RotaryEmbedding):  # as vLLM's fope.py: coefficient
         self.cos_coef = torch.nn.Parameter(torch.ones(2))
 
 
+class ApplyRotaryEmb(torch.nn.Module):  # as vLLM's: an op without tensors (nothing to reload, no warning)
+    pass
+
+
 class Attention(torch.nn.Module):
     def __init__(self, rotary: torch.nn.Module) -> None:
         super().__init__()
         self.qkv = torch.nn.Linear(4, 4)
         self.rotary_emb = rotary
+        self.apply_rotary = ApplyRotaryEmb()
 
 
 def test_vllm_logs_the_line_the_filter_knows():
@@ -55,7 +60,7 @@ def test_vllms_rotary_embeddings_with_coefficients_are_not_weightless():
     assert "nn.Parameter" in inspect.getsource(fope.FourierRotaryEmbedding)  # what makes it weighted
 
 
-def test_weightless_layers_are_the_rotary_embeddings_without_parameters_of_their_own():
+def test_weightless_layers_are_the_rotary_embeddings_with_buffers_and_without_parameters_of_their_own():
     model = torch.nn.ModuleList([Attention(RotaryEmbedding()), Attention(FourierRotaryEmbedding()), torch.nn.LayerNorm(4)])
     assert weightless_layers(model) == {"RotaryEmbedding"}
     mixed = torch.nn.ModuleList([RotaryEmbedding(), RotaryEmbedding()])

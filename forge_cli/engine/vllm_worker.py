@@ -36,13 +36,18 @@ class WeightlessLayerFilter(logging.Filter):
 
 
 def weightless_layers(model: Any) -> frozenset[str]:
-    """The class names of ``model``'s rotary embeddings none of whose layers holds a parameter of its own."""
+    """The class names of ``model``'s rotary embeddings that hold buffers (what vLLM tries to reload, and
+    warns about) and, in none of their layers, a parameter of their own."""
     weightless: set[str] = set()
     weighted: set[str] = set()
     for module in model.modules():
         name = type(module).__name__
-        if "Rotary" in name:
-            (weighted if any(True for _ in module.parameters(recurse=False)) else weightless).add(name)
+        if "Rotary" not in name:
+            continue
+        if any(True for _ in module.parameters(recurse=False)):
+            weighted.add(name)
+        elif any(True for _ in module.buffers(recurse=False)):
+            weightless.add(name)
     return frozenset(weightless - weighted)
 
 
