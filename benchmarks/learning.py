@@ -168,7 +168,10 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
               log=args.work / f"control-s{seed}.log")
     if (control / "metrics.jsonl").is_file():
         row.update(control_row(control, row["before"]))
-    grpo = train("grpo", "--steps", str(row["rl_steps"]), more={"train.loss.type": "grpo"}) if row.get("rl_steps") else None
+    # at equal steps: the main run's, with room on the clock (the embedded default's 15 minutes would
+    # otherwise stop a run a little slower than the main one short of them)
+    grpo = train("grpo", "--steps", str(row["rl_steps"]), "--minutes", str(3 * args.minutes),
+                 more={"train.loss.type": "grpo"}) if row.get("rl_steps") else None
     if grpo is not None and (grpo / "metrics.jsonl").is_file():
         g = rl_row(grpo)
         row.update(grpo_after=g["after"], grpo_gain=g["gain"], grpo_best=g["best"], grpo_steps=g["rl_steps"])
