@@ -24,7 +24,8 @@ each, sampled at the training temperature). The parts, each from the same shippe
   completion-time reward drops them too; here the habit costs only time. A *habit* policy is made first:
   `forge model warmstart` from the shipped weights for ``--habit-minutes`` on a teacher that first tries
   the calculator on 1+1 (`teacher_warmups`, ``--warmups``; no re-checks) at the shipped warm start's end
-  learning rate. From it: RL for ``--minutes`` with the repository's completion-time weight
+  learning rate, or ``--habit-model`` names one made beforehand (the shipped recipe from nothing with
+  `teacher_warmups` set, so the habit is learned with the copying). From it: RL for ``--minutes`` with the repository's completion-time weight
   (``speed``), the same with the weight 0 (``speed0``), and the SFT control on the habit teacher for
   as long as ``speed``'s RL ran (``speedcontrol``). It needs no main run. The row's ``speed_time_reduction`` is 1 − (seconds of the solved held-out
   trajectories with the weight) / (with 0); ``speed_calls_reduction`` the same of their tool calls.
@@ -198,6 +199,15 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
     return row
 
 
+def habit_of(settings: dict) -> dict:
+    """How a run's speed part made its habit policy (compared by --merge): trained for --habit-minutes
+    from the shipped weights on a teacher with --warmups, or a --habit-model made beforehand (then named
+    by its directory's name)."""
+    model = settings.get("habit_model")
+    return {"habit_minutes": None if model else settings.get("habit_minutes"), "warmups": settings.get("warmups"),
+            "habit_model": Path(model).name if model else None}
+
+
 def needs_main(parts: set[str]) -> bool:
     """Whether the parts to run are measured against a main run (all but ``speed``)."""
     return bool(parts - {"speed"})
@@ -208,7 +218,7 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
     reward, and the SFT control on the habit teacher; what of them is in --work."""
     from forge_cli.engine.default_model import shipped_warm_dir
 
-    habit, lr = args.work / f"habit-model-s{seed}", str(shipped_end_lr())
+    habit, lr = args.habit_model or args.work / f"habit-model-s{seed}", str(shipped_end_lr())
     teacher = {"train.warmstart.teacher_warmups": str(args.warmups), "train.warmstart.teacher_rechecks": "0",
                "train.warmstart.lr": lr, "train.warmstart.final_lr_fraction": "1.0"}
 
@@ -224,7 +234,8 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
               sets={**sets, "model.path": str(habit), **more}, log=args.work / f"{name}-s{seed}.log")
 
     if "speed" in parts:
-        warm("habit", shipped_warm_dir(), habit, args.habit_minutes)
+        if not args.habit_model:
+            warm("habit", shipped_warm_dir(), habit, args.habit_minutes)
         rl("speed", {})
         rl("speed0", {"rewards.weights.completion_time": "0"})
     out: dict = {}
@@ -267,6 +278,9 @@ def main() -> None:
     parser.add_argument("--habit-minutes", type=float, default=4.0, help=(
         "speed: how long the habit policy is warm-started on the teacher with warm-up calls"))
     parser.add_argument("--warmups", type=float, default=0.7, help="speed: the habit teacher's teacher_warmups")
+    parser.add_argument("--habit-model", type=Path, default=None, help=(
+        "speed: a habit policy made beforehand (e.g. the shipped recipe with teacher_warmups set, from "
+        "nothing) instead of --habit-minutes of training from the shipped weights"))
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="a forge.toml override for every run (forge --set), e.g. train.lr=2e-4")
     parser.add_argument("--merge", action="store_true", help=(
@@ -276,6 +290,8 @@ def main() -> None:
     parts = set(args.parts.split(",")) - {"none"}
     if parts - set(PARTS):
         raise SystemExit(f"unknown parts: {', '.join(sorted(parts - set(PARTS)))} (known: {', '.join(PARTS)})")
+    if args.habit_model and not (args.habit_model / "config.json").is_file():
+        raise SystemExit(f"--habit-model {args.habit_model}: not a model directory (no config.json)")
     (args.work / "runs").mkdir(parents=True, exist_ok=True)
     overrides = dict(item.split("=", 1) for item in args.sets)
     kept: dict = {}
@@ -285,10 +301,10 @@ def main() -> None:
             raise SystemExit(f"--merge: {args.out} was measured with --minutes {kept.get('minutes')} and "
                              f"--set {kept.get('overrides', {})}, not {args.minutes} and {overrides}")
         speed_kept = any("speed_before" in r for r in kept.get("seeds", []))
-        if speed_kept and (kept.get("habit_minutes"), kept.get("warmups")) != (args.habit_minutes, args.warmups):
-            raise SystemExit(f"--merge: {args.out}'s speed part was measured with --habit-minutes "
-                             f"{kept.get('habit_minutes')} and --warmups {kept.get('warmups')}, not "
-                             f"{args.habit_minutes} and {args.warmups}")
+        if speed_kept and habit_of(kept) != habit_of(vars(args)):
+            flags = lambda h: " ".join(f"--{k.replace('_', '-')} {v}" for k, v in h.items() if v is not None)
+            raise SystemExit(f"--merge: {args.out}'s speed part was measured with {flags(habit_of(kept))}, "
+                             f"not {flags(habit_of(vars(args)))}")
     kept_rows = {r["seed"]: r for r in kept.get("seeds", [])}
     missing = [seed for seed in args.seeds if needs_main(parts) and "main" not in parts and seed not in kept_rows
                and not (args.work / "runs" / f"main-s{seed}" / "metrics.jsonl").is_file()]
@@ -312,8 +328,7 @@ def main() -> None:
         return statistics.fmean(values) if values else None
 
     result = {"date": time.strftime("%Y-%m-%d"), "command": command, "commands": commands,
-              "minutes": args.minutes, "overrides": overrides, "habit_minutes": args.habit_minutes,
-              "warmups": args.warmups, "seeds": seeds,
+              "minutes": args.minutes, "overrides": overrides, **habit_of(vars(args)), "seeds": seeds,
               "mean_before": mean("before"), "mean_after": mean("after"), "mean_gain": mean("gain"),
               "sft_control_mean_gain": mean("control_gain"), "grpo_mean_gain": mean("grpo_gain"),
               "loaded_mean_gain": mean("loaded_gain"),

@@ -44,40 +44,50 @@ sys.path.insert(0, str(HERE.parent))
 from forge_cli.pool.store import DataPool
 from forge_cli.pool.types import NewCompletion  # noqa: E402
 
-PROMPT, OUTPUT, TOOL, TURNS = 8192, 256, 150, 8
+PROMPT, OUTPUT, TOOL, TURNS, GROUP = 8192, 256, 150, 8, 8
 
 
 def open_spec(spec):
     return DataPool.sqlite(spec[1]) if spec[0] == "sqlite" else DataPool.postgres(spec[1], spec[2])
 
 
-def made(seed: int, unrelated: bool = False) -> list[tuple[list[int], list[int], list[float]]]:
-    """A writer's TURNS calls of one trajectory — (prompt, output, logprobs) — made before the clock
-    starts (so that the figure is the pool's, not the random number generator's). As an agent sends
-    them: the first prompt is PROMPT ids, each later one the previous prompt and output and a
-    TOOL-id tool result (the same Python ints: as the gateway hands them on). ``unrelated``: every
-    prompt is PROMPT ids of its own, sharing nothing (the pool's worst case)."""
-    rng = random.Random(seed)
-
-    def ids(n: int) -> list[int]:
+def made(seed: int, positions: list[int], unrelated: bool = False, group: int = GROUP) -> list[list[tuple[list[int], list[int], list[float]]]]:
+    """The TURNS calls — (prompt, output, logprobs) — of the trajectories at ``positions`` of the
+    round's list, made before the clock starts (so that the figure is the pool's, not the random number
+    generator's). As an agent sends them: the first prompt is PROMPT ids, the same for the ``group``
+    trajectories of a group (their task: position // group) and another for each group; each later one
+    the previous prompt and output and a TOOL-id tool result (the same Python ints: as the gateway hands
+    them on). ``unrelated``: every prompt is PROMPT ids of its own, sharing nothing (the pool's worst case)."""
+    def ids(rng: random.Random, n: int) -> list[int]:
         return [rng.randrange(0, 150_000) for _ in range(n)]
 
-    calls, prompt = [], ids(PROMPT)
-    for _ in range(TURNS):
-        output = ids(OUTPUT)
-        calls.append((prompt, output, [-rng.random() for _ in range(OUTPUT)]))
-        prompt = ids(PROMPT) if unrelated else prompt + output + ids(TOOL)
-    return calls
+    tasks: dict[int, list[int]] = {}
+    out = []
+    for pos in positions:
+        rng = random.Random(f"{seed}-{pos}")
+        if unrelated:
+            prompt = ids(rng, PROMPT)
+        else:
+            if pos // group not in tasks:
+                tasks[pos // group] = ids(random.Random(f"{seed}-task-{pos // group}"), PROMPT)
+            prompt = tasks[pos // group]
+        calls = []
+        for _ in range(TURNS):
+            output = ids(rng, OUTPUT)
+            calls.append((prompt, output, [-rng.random() for _ in range(OUTPUT)]))
+            prompt = ids(rng, PROMPT) if unrelated else prompt + output + ids(rng, TOOL)
+        out.append(calls)
+    return out
 
 
-def write(spec, trajectory_ids, seed, unrelated=False) -> tuple[int, float, float, float]:
+def write(spec, trajectory_ids, positions, seed, unrelated=False, group=GROUP) -> tuple[int, float, float, float]:
     """(completions written, wall-clock start, end, this process's CPU seconds in between) — start
     after the pool is open."""
-    calls = made(seed, unrelated)
+    inputs = made(seed, positions, unrelated, group)
     pool = open_spec(spec)
     start, cpu = time.time(), time.process_time()
     n = 0
-    for tid in trajectory_ids:
+    for tid, calls in zip(trajectory_ids, inputs):
         pool.start_trajectory(tid)
         for turn, (prompt, output, logprobs) in enumerate(calls):
             pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output,
@@ -89,35 +99,36 @@ def write(spec, trajectory_ids, seed, unrelated=False) -> tuple[int, float, floa
     return n, start, end, cpu
 
 
-def write_threads(spec, trajectory_ids, threads: int, unrelated: bool = False) -> tuple[int, float, float, float]:
-    """(completions written, start, end, completions per commit): ``threads`` threads on one pool."""
+def write_threads(spec, trajectory_ids, threads: int, seed: int, unrelated: bool = False,
+                  group: int = GROUP) -> tuple[int, float, float, float]:
+    """(completions written, start, end, completions per commit): ``threads`` threads on one pool, a
+    group's members spread over them (as a gateway's sessions run them at once)."""
     import threading
 
     pool = open_spec(spec)
-    shares = [trajectory_ids[t::threads] for t in range(threads)]
+    positions = list(range(len(trajectory_ids)))
+    shares = [(trajectory_ids[t::threads], made(seed, positions[t::threads], unrelated, group)) for t in range(threads)]
     counts = [0] * threads
 
-    inputs = [made(100 + t, unrelated) for t in range(threads)]
-
     def run(t: int) -> None:
-        for tid in shares[t]:
+        for tid, calls in zip(*shares[t]):
             pool.start_trajectory(tid)
-            for turn, (prompt, output, logprobs) in enumerate(inputs[t]):
+            for turn, (prompt, output, logprobs) in enumerate(calls):
                 pool.append_completion(NewCompletion(tid, prompt_ids=prompt, output_ids=output,
                                                      output_logprobs=logprobs, policy_version=turn))
                 counts[t] += 1
             pool.finish_trajectory(tid, rewards={"outcome": 1.0})
 
     workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-    group = getattr(pool, "_group", None)  # a Forge before group commit: one commit a call
-    commits0, units0 = (group.commits, group.units) if group else (0, 0)
+    group_commit = getattr(pool, "_group", None)  # a Forge before group commit: one commit a call
+    commits0, units0 = (group_commit.commits, group_commit.units) if group_commit else (0, 0)
     start = time.time()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
     end = time.time()
-    per_commit = (group.units - units0) / max(group.commits - commits0, 1) if group else 1.0
+    per_commit = ((group_commit.units - units0) / max(group_commit.commits - commits0, 1)) if group_commit else 1.0
     pool.close()
     return sum(counts), start, end, per_commit
 
@@ -157,24 +168,27 @@ def store_bytes(pool: DataPool, spec) -> int:
     return int(size)
 
 
-def one_round(spec, completions: int, writers: int, threads: int, unrelated: bool = False) -> dict:
+def one_round(spec, completions: int, writers: int, threads: int, unrelated: bool = False, group: int = GROUP) -> dict:
     pool = open_spec(spec)
     n_traj = max(writers, threads, completions // TURNS)
-    groups = [pool.submit_group(f"task-{i}", 1, "bench") for i in range(3 * n_traj)]
-    tids = [g.trajectories[0].id for g in groups]
+    n_groups = -(-n_traj // group)
+    tids = [[t.id for g in (pool.submit_group(f"task-{part}-{i}", group, "bench") for i in range(n_groups))
+             for t in g.trajectories][:n_traj] for part in range(3)]
     # one writer
-    n1, start, end, cpu = write(spec, tids[:n_traj], 0, unrelated)
+    n1, start, end, cpu = write(spec, tids[0], list(range(n_traj)), 0, unrelated, group)
     single = n1 / (end - start)
     # several threads of one process, one pool
-    nt, start, end, per_commit = write_threads(spec, tids[2 * n_traj:], threads, unrelated)
+    nt, start, end, per_commit = write_threads(spec, tids[2], threads, 2, unrelated, group)
     threaded = nt / (end - start)
-    # several writer processes at once
-    shares = [tids[n_traj:2 * n_traj][w::writers] for w in range(writers)]
+    # several writer processes at once (each its share of the groups' members)
+    positions = list(range(n_traj))
     ctx = mp.get_context("spawn")
     with ctx.Pool(writers) as workers:
-        done = workers.starmap(write, [(spec, share, w + 1, unrelated) for w, share in enumerate(shares)])
+        done = workers.starmap(write, [(spec, tids[1][w::writers], positions[w::writers], 1, unrelated, group)
+                                       for w in range(writers)])
     # aggregate rate over the span in which the writers ran (process start-up excluded)
     parallel = sum(d[0] for d in done) / (max(d[2] for d in done) - min(d[1] for d in done))
+    tids = [tid for part in tids for tid in part]
     # read everything back
     t0 = time.perf_counter()
     read = sum(len(pool.trajectory(tid).completions) for tid in tids)

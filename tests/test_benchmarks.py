@@ -265,6 +265,12 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     other = subprocess.run([*fourth, "--parts", "none", "--merge", "--warmups", "0.5"], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
     assert other.returncode != 0 and "--warmups" in other.stderr  # speed rows of another habit are not averaged
+    made = subprocess.run([*fourth, "--parts", "none", "--merge", "--habit-model", "forge_cli/engine/warm_policy"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert made.returncode != 0 and "--habit-model warm_policy" in made.stderr  # nor one made beforehand
+    absent = subprocess.run([*fourth, "--parts", "speed", "--habit-model", str(tmp_path / "nothing")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert absent.returncode != 0 and "not a model directory" in absent.stderr and (runs / "speed-s3" / "metrics.jsonl").is_file()
 
 
 def test_prefix_tree_on_a_pool_recorded_by_the_recipe(tmp_path):

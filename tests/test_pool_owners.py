@@ -109,9 +109,9 @@ def test_a_pool_from_before_owners_is_migrated_on_open(pool_spec):
     pool = open_spec(pool_spec)
     ids = [t.id for t in pool.submit_group("t", 2, "react").trajectories]
     pool.start_trajectory(ids[0])
-    # make it a version-1 pool: no owner column, none of versions 3's, 4's and 6's completion columns, nor 5's infra
+    # make it a version-1 pool: no owner column, none of versions 3's, 4's, 6's and 7's completion columns, nor 5's infra
     v3 = ("agent", "reward", "reward_to_go", "advantage", "reward_components", "tool_calls", "history", "prompt_shared",
-          "prompt_base")
+          "prompt_base", "prompt_base_trajectory")
     _execute(pool, "ALTER TABLE trajectories DROP COLUMN owner", "ALTER TABLE trajectories DROP COLUMN infra",
              *(f"ALTER TABLE completions DROP COLUMN {c}" for c in v3),
              "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '1' WHERE key = 'schema_version'")

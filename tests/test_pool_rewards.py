@@ -17,6 +17,7 @@ from tests.conftest import open_spec
 V3_COLUMNS = ("agent", "reward", "reward_to_go", "advantage", "reward_components")
 V4_COLUMNS = ("tool_calls", "history")  # the gateway's parsed calls and prompt history (3 -> 4)
 V6_COLUMNS = ("prompt_shared", "prompt_base")  # a prompt stored as the completion it extends (5 -> 6)
+V7_COLUMNS = ("prompt_base_trajectory",)  # ... or as another trajectory's whole-stored one (6 -> 7)
 
 
 def _execute(pool, *statements: str) -> None:
@@ -51,7 +52,7 @@ def test_a_version_2_pool_is_migrated_on_open(pool_spec):
     pool.start_trajectory(tid)
     _complete(pool, tid)
     # make it a version-2 pool: completions without the version-3 columns
-    _execute(pool, *(f"ALTER TABLE completions DROP COLUMN {c}" for c in V3_COLUMNS + V4_COLUMNS + V6_COLUMNS),
+    _execute(pool, *(f"ALTER TABLE completions DROP COLUMN {c}" for c in V3_COLUMNS + V4_COLUMNS + V6_COLUMNS + V7_COLUMNS),
              "ALTER TABLE trajectories DROP COLUMN infra",
              "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     pool.close()

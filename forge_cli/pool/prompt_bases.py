@@ -8,6 +8,13 @@ rebuilds it (:mod:`forge_cli.pool.reads`). Writing a few hundred tokens instead 
 a call is what makes ingest fast; and what is stored is exactly what was sent, since the shared
 tokens are compared, never assumed.
 
+A trajectory's first prompt has no earlier call of its own, yet it is, as a rule, much of another
+trajectory's: a group's members get the same task, and an agent's long system prompt and tool listing
+start every task it runs. Such a prompt is stored as a *root* of another trajectory — a completion
+stored whole (no base of its own, so a read needs one hop) — that gives at least ``min_shared_root``
+ids (``prompt_base_trajectory`` names that trajectory). The pool deletes no completion, so a root is
+there for as long as what extends it.
+
 :class:`PromptBases` keeps, per trajectory this pool object wrote to, the full ids (prompt then
 output) of its last few completions — copied when the call began, so a caller that changes its lists
 later changes nothing here — each only once its row is committed: a base is always a durable row of
@@ -30,10 +37,12 @@ from forge_cli.token_ids import common_prefix
 
 class Base(NamedTuple):
     """A new prompt's first ``shared`` ids are those of the completion ``seq`` of its trajectory
-    (that completion's prompt, then its output)."""
+    (that completion's prompt, then its output), or of ``trajectory`` where that is another (a root:
+    a completion stored whole)."""
 
     seq: int
     shared: int
+    trajectory: str | None = None
 
 
 class InBatch(NamedTuple):
@@ -46,20 +55,26 @@ class InBatch(NamedTuple):
 
 class PromptBases:
     """The last ``per_trajectory`` completions' ids of each trajectory, ``max_tokens`` in all (the
-    least recently used trajectory forgotten first); thread-safe. A base is used only where it
-    gives at least ``min_shared`` ids (below that the row stays self-contained)."""
+    least recently used trajectory forgotten first), and the last ``roots`` completions stored whole
+    (of any trajectory); thread-safe. A base is used only where it gives at least ``min_shared`` ids
+    (below that the row stays self-contained), a root of another trajectory ``min_shared_root``."""
 
-    def __init__(self, max_tokens: int = 2_000_000, per_trajectory: int = 4, min_shared: int = 32) -> None:
+    def __init__(self, max_tokens: int = 2_000_000, per_trajectory: int = 4, min_shared: int = 32,
+                 roots: int = 16, min_shared_root: int = 256) -> None:
         self.max_tokens = max_tokens
         self.per_trajectory = per_trajectory
         self.min_shared = min_shared
+        self.roots = roots
+        self.min_shared_root = min_shared_root
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, list[tuple[int, list[int]]]] = OrderedDict()
         self._tokens = 0
+        self._roots: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
 
     @property
     def tokens(self) -> int:
-        """How many ids are held now."""
+        """How many ids are held now (those of the trajectories' last completions; the roots are at most
+        ``roots`` lists of at most ``max_tokens`` ids each besides)."""
         return self._tokens
 
     def find(self, trajectory_id: str, ids: list[int], n_prompt: int | None = None) -> Base | None:
@@ -68,12 +83,12 @@ class PromptBases:
         n = len(ids) if n_prompt is None else n_prompt
         with self._lock:
             entries = self._entries.get(trajectory_id)
-            if not entries:
-                return None
-            self._entries.move_to_end(trajectory_id)
-            entries = list(entries)
+            if entries:
+                self._entries.move_to_end(trajectory_id)
+                entries = list(entries)
+            roots = None if entries else list(self._roots.items())
         best: Base | None = None
-        for seq, full in reversed(entries):  # the latest first: as a rule the one the prompt extends
+        for seq, full in reversed(entries or ()):  # the latest first: as a rule the one the prompt extends
             if best is not None and len(full) <= best.shared:
                 continue  # it cannot give more
             shared = min(common_prefix(full, ids), n)
@@ -81,14 +96,29 @@ class PromptBases:
                 best = Base(seq, shared)
                 if shared == n:
                     break
+        # a trajectory's first call (or one after all it had was forgotten): another's root
+        for (tid, seq), full in reversed(roots or ()):
+            if best is not None and len(full) <= best.shared:
+                continue
+            shared = min(common_prefix(full, ids), n)
+            if shared >= (self.min_shared if tid == trajectory_id else self.min_shared_root) and (
+                    best is None or shared > best.shared):
+                best = Base(seq, shared, None if tid == trajectory_id else tid)
+                if shared == n:
+                    break
         return best
 
-    def add(self, trajectory_id: str, seq: int, full: list[int]) -> None:
+    def add(self, trajectory_id: str, seq: int, full: list[int], whole: bool = False) -> None:
         """Completion ``seq`` of ``trajectory_id`` is durable; ``full`` is its prompt then its output
-        (kept as given: the caller must not change it)."""
+        (kept as given: the caller must not change it); ``whole``: its prompt is stored whole, so it
+        may be a root of other trajectories' prompts."""
         if len(full) > self.max_tokens:
             return
         with self._lock:
+            if whole and len(full) >= self.min_shared_root and self.roots:
+                self._roots[trajectory_id, seq] = full
+                while len(self._roots) > self.roots:
+                    self._roots.popitem(last=False)
             entries = self._entries.setdefault(trajectory_id, [])
             self._entries.move_to_end(trajectory_id)
             entries.append((seq, full))
@@ -100,7 +130,8 @@ class PromptBases:
                 self._tokens -= sum(len(f) for _, f in oldest)
 
     def forget(self, trajectory_id: str) -> None:
-        """The trajectory has ended: no later completion will need its ids."""
+        """The trajectory has ended: no later completion of it will need its ids (its roots stay for
+        other trajectories')."""
         with self._lock:
             entries = self._entries.pop(trajectory_id, None)
             if entries:

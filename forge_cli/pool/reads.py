@@ -37,17 +37,21 @@ class PoolReads:
     def _read(self) -> AbstractContextManager[Cursor]:
         raise NotImplementedError
 
-    def _load_group(self, cur: Cursor, group_id: str) -> Group:
+    def _load_group(self, cur: Cursor, group_id: str, roots: dict | None = None) -> Group:
         row = cur.one(f"SELECT {GROUP_COLS} FROM groups WHERE id = ?", (group_id,))
         if row is None:
             raise ForgeError(f"unknown group {group_id!r}")
         tids = [r[0] for r in cur.all("SELECT id FROM trajectories WHERE group_id = ? ORDER BY member", (group_id,))]
+        roots = {} if roots is None else roots
         return Group(
             row[0], row[1], row[2], row[3], GroupStatus(row[4]), row[5], row[6], bool(row[7]), row[8], row[9],
-            trajectories=[self._load_trajectory(cur, tid) for tid in tids], rewards_pending=bool(row[10]),
+            trajectories=[self._load_trajectory(cur, tid, roots) for tid in tids], rewards_pending=bool(row[10]),
         )
 
-    def _load_trajectory(self, cur: Cursor, trajectory_id: str) -> Trajectory:
+    def _load_trajectory(self, cur: Cursor, trajectory_id: str, roots: dict | None = None) -> Trajectory:
+        """A trajectory, its completions' prompts rebuilt; ``roots``: the other trajectories' whole-stored
+        completions read so far in this snapshot (shared by the reads of a group, filled as needed)."""
+        roots = {} if roots is None else roots
         row = cur.one(f"SELECT {TRAJ_COLS} FROM trajectories WHERE id = ?", (trajectory_id,))
         if row is None:
             raise ForgeError(f"unknown trajectory {trajectory_id!r}")
@@ -59,7 +63,7 @@ class PoolReads:
             (trajectory_id,),
         ):
             c = Completion(
-                r[0], r[1], r[2], _prompt(by_seq, r), unpack_ints(r[4]), unpack_floats(r[5]), r[6],
+                r[0], r[1], r[2], _prompt(cur, by_seq, roots, r), unpack_ints(r[4]), unpack_floats(r[5]), r[6],
                 Sampling.from_dict(json.loads(r[7])),
                 r[8], r[9], r[10], r[11], json.loads(r[12]), json.loads(r[13]) if r[13] is not None else None, r[14],
                 r[17], r[18], r[19], json.loads(r[20]) if r[20] is not None else {},
@@ -95,7 +99,8 @@ class PoolReads:
             where = "WHERE " + " AND ".join(c for c, _ in conditions) if conditions else ""
             args = tuple(a for _, a in conditions)
             ids = [r[0] for r in cur.all(f"SELECT id FROM groups {where} ORDER BY queue_index", args)]
-            return [self._load_group(cur, gid) for gid in ids]
+            roots: dict = {}
+            return [self._load_group(cur, gid, roots) for gid in ids]
 
     def trajectory_status(self, trajectory_id: str) -> str | None:
         """A trajectory's status, or None if there is no such trajectory."""
@@ -177,23 +182,42 @@ class PoolReads:
         return count
 
 
-def _prompt(earlier: dict[int, Completion], row: Any) -> list[int]:
+def _prompt(cur: Cursor, earlier: dict[int, Completion], roots: dict[tuple[str, int], list[int]], row: Any) -> list[int]:
     """A completion row's prompt ids: those stored (``row[3]``), after the first ``prompt_shared``
-    (``row[21]``) ids of the earlier completion ``prompt_base`` (``row[22]``, a seq; already read)."""
+    (``row[21]``) ids of the completion ``prompt_base`` (``row[22]``, a seq) of the same trajectory
+    (already read: ``earlier``) or of ``prompt_base_trajectory`` (``row[23]``; a completion stored whole,
+    read here once a snapshot: ``roots``)."""
     ids = unpack_ints(row[3])
-    shared, base_seq, n_prompt = row[21], row[22], row[23]
+    shared, base_seq, base_trajectory, n_prompt = row[21], row[22], row[23], row[24]
     if base_seq is not None:
-        base = earlier.get(base_seq)
-        if base is None or shared > len(base.prompt_ids) + len(base.output_ids):
-            raise ForgeError(f"completion {row[0]}'s prompt extends completion {base_seq} of trajectory {row[1]}, "
-                             "which is not there (or too short): the pool is damaged")
-        head = base.prompt_ids[:shared]
+        if base_trajectory is None:
+            base = earlier.get(base_seq)
+            full = None if base is None else (base.prompt_ids, base.output_ids)
+        else:
+            full = _root(cur, roots, base_trajectory, base_seq)
+        if full is None or shared > len(full[0]) + len(full[1]):
+            raise ForgeError(f"completion {row[0]}'s prompt extends completion {base_seq} of trajectory "
+                             f"{base_trajectory or row[1]}, which is not there (or too short): the pool is damaged")
+        head = full[0][:shared]
         if shared > len(head):
-            head += base.output_ids[: shared - len(head)]
+            head += full[1][: shared - len(head)]
         ids = head + ids
     if len(ids) != n_prompt:
         raise ForgeError(f"completion {row[0]}'s prompt has {len(ids)} ids, not the {n_prompt} recorded: the pool is damaged")
     return ids
+
+
+def _root(cur: Cursor, roots: dict, trajectory_id: str, seq: int) -> tuple[list[int], list[int]] | None:
+    """The prompt and output ids of completion ``seq`` of ``trajectory_id``, a root (stored whole:
+    anything else is None, a damaged pool), read once per snapshot."""
+    key = (trajectory_id, seq)
+    if key not in roots:
+        row = cur.one("SELECT prompt_ids, output_ids, n_prompt, prompt_base FROM completions "
+                      "WHERE trajectory_id = ? AND seq = ?", key)
+        whole = row is not None and row[3] is None
+        prompt = unpack_ints(row[0]) if whole else []
+        roots[key] = (prompt, unpack_ints(row[1])) if whole and len(prompt) == row[2] else None
+    return roots[key]
 
 
 def _json_default(value: Any) -> Any:

@@ -379,14 +379,17 @@ class DataPool(PoolReads):
         def work(cur: Cursor) -> list[int]:  # the least under the pool's lock: the rows, not the records
             seqs: list[int] = []
             for c, row, base in zip(completions, rows, bases):
-                base_seq = None if base is None else seqs[base.index] if isinstance(base, InBatch) else base.seq
-                seqs.append(self._insert_completion(cur, c, row, base_seq))
+                if isinstance(base, InBatch):
+                    seqs.append(self._insert_completion(cur, c, row, seqs[base.index], None))
+                else:
+                    base_seq, base_trajectory = (None, None) if base is None else (base.seq, base.trajectory)
+                    seqs.append(self._insert_completion(cur, c, row, base_seq, base_trajectory))
             return seqs
 
         seqs = self._group.run(work)
         made = []
-        for c, stored, seq, (ids, _) in zip(completions, rows, seqs, sent):  # durable now: later prompts may extend them
-            self._bases.add(c.trajectory_id, seq, ids)
+        for c, stored, seq, (ids, _), base in zip(completions, rows, seqs, sent, bases):  # durable now: later prompts may extend them
+            self._bases.add(c.trajectory_id, seq, ids, whole=base is None)
             made.append(Completion(  # the caller's id lists, as they were given (the pool keeps no reference)
                 stored.id, c.trajectory_id, seq, _as_list(c.prompt_ids), _as_list(c.output_ids),
                 unpack_floats(stored.output_logprobs), c.policy_version, c.sampling, c.finish_reason, stored.started_at,
@@ -397,9 +400,10 @@ class DataPool(PoolReads):
 
     def _base_of(self, c: NewCompletion, sent: tuple[list[int], int], before: list[Any],
                  before_sent: list[tuple[list[int], int]]) -> Base | InBatch | None:
-        """The earlier completion of ``c``'s trajectory its prompt (the first ``sent[1]`` of ``sent[0]``)
-        extends longest: a durable one (:class:`PromptBases`) or one of ``before``, the same call's
-        earlier completions (an :class:`InBatch`); None for a prompt stored whole."""
+        """The earlier completion its prompt (the first ``sent[1]`` of ``sent[0]``) extends longest: a
+        durable one of ``c``'s trajectory or, for its first, another's root (:class:`PromptBases`), or
+        one of ``before``, the same call's earlier completions (an :class:`InBatch`); None for a prompt
+        stored whole."""
         ids, n_prompt = sent
         try:
             best: Base | InBatch | None = self._bases.find(c.trajectory_id, ids, n_prompt)
@@ -413,8 +417,10 @@ class DataPool(PoolReads):
         return best
 
     @staticmethod
-    def _insert_completion(cur: Cursor, c: NewCompletion, stored: CompletionRow, base_seq: int | None) -> int:
-        """Insert the row as the trajectory's next completion; its seq."""
+    def _insert_completion(cur: Cursor, c: NewCompletion, stored: CompletionRow, base_seq: int | None,
+                           base_trajectory: str | None) -> int:
+        """Insert the row as the trajectory's next completion (its prompt's base: completion ``base_seq``
+        of ``base_trajectory``, None for its own trajectory); its seq."""
         row = cur.one(
             "UPDATE trajectories SET n_completions = n_completions + 1 WHERE id = ? AND status = ? "
             "RETURNING n_completions - 1",
@@ -428,8 +434,8 @@ class DataPool(PoolReads):
         seq = int(row[0])
         cur.execute(
             f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output, {COMPLETION_PROMPT_COLS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            stored.values(seq, base_seq),
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            stored.values(seq, base_seq, base_trajectory),
         )
         return seq
 
@@ -582,7 +588,8 @@ class DataPool(PoolReads):
                     "UPDATE groups SET status = ?, consumed_at = ?, consumed_step = ? WHERE id = ?",
                     (GroupStatus.CONSUMED.value, now, trainer_version, gid),
                 )
-            groups = [self._load_group(cur, gid) for gid in decision.take]
+            roots: dict = {}
+            groups = [self._load_group(cur, gid, roots) for gid in decision.take]
         ages = [trainer_version - c.policy_version for g in groups for t in g.trajectories for c in t.completions]
         return Batch(groups, trainer_version, ages, decision.head_before if decision.head_before is not None else -1, window, decision.timed_out)
 
