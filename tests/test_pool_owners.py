@@ -111,7 +111,7 @@ def test_a_pool_from_before_owners_is_migrated_on_open(pool_spec):
     pool.start_trajectory(ids[0])
     # make it a version-1 pool: no owner column, none of versions 3's, 4's, 6's and 7's completion columns, nor 5's infra
     v3 = ("agent", "reward", "reward_to_go", "advantage", "reward_components", "tool_calls", "history", "prompt_shared",
-          "prompt_base", "prompt_base_trajectory")
+          "prompt_base", "prompt_root_trajectory", "prompt_root_seq")
     _execute(pool, "ALTER TABLE trajectories DROP COLUMN owner", "ALTER TABLE trajectories DROP COLUMN infra",
              *(f"ALTER TABLE completions DROP COLUMN {c}" for c in v3),
              "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '1' WHERE key = 'schema_version'")

@@ -25,9 +25,10 @@ def _append(pool, tid, prompt, output, n=1):
 
 
 def _bases_of(pool):
+    """(trajectory, seq) → (prompt_shared, prompt_base, prompt_root_trajectory, prompt_root_seq)."""
     with pool._read() as cur:
-        return {(tid, seq): (shared, base, base_tid) for tid, seq, shared, base, base_tid in cur.all(
-            "SELECT trajectory_id, seq, prompt_shared, prompt_base, prompt_base_trajectory FROM completions")}
+        return {(r[0], r[1]): tuple(r[2:]) for r in cur.all(
+            "SELECT trajectory_id, seq, prompt_shared, prompt_base, prompt_root_trajectory, prompt_root_seq FROM completions")}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -83,9 +84,11 @@ def test_every_read_is_what_was_appended(pool_spec, seed, groups, members, roots
                 for g in batch.groups for t in g.trajectories} == sent
         fresh_reader.close()
         stored = _bases_of(writers[0])
-        for (tid, seq), (shared, base, base_tid) in ((k, v) for k, v in stored.items() if k[0] in sent):
-            if base_tid is not None:  # another trajectory's root: stored whole, and shares enough
-                assert base_tid != tid and stored[base_tid, base][1] is None and shared >= min_shared_root
+        for (tid, seq), (shared, base, root, root_seq) in ((k, v) for k, v in stored.items() if k[0] in sent):
+            if root is not None:  # another trajectory's root: stored whole, and it gives enough
+                prompt = sent[tid][seq][0]
+                assert root != tid and base is None and stored[root, root_seq][1:3] == (None, None)
+                assert shared >= max(min_shared_root, len(prompt) / 2)
         if roots == 0:
             assert all(stored[key][2] is None for key in stored if key[0] in sent)
     finally:
@@ -102,8 +105,8 @@ def test_a_groups_task_prompt_is_stored_once(pool):
         _append(pool, t.id, task, [rng.randrange(150_000) for _ in range(256)])
     stored = _bases_of(pool)
     first = group.trajectories[0].id
-    assert stored[first, 0] == (0, None, None)  # the first member's prompt is stored whole ...
-    assert all(stored[t.id, 0] == (8192, 0, first) for t in group.trajectories[1:])  # ... the others' as it
+    assert stored[first, 0] == (0, None, None, None)  # the first member's prompt is stored whole ...
+    assert all(stored[t.id, 0] == (8192, None, first, 0) for t in group.trajectories[1:])  # ... the others' as it
     assert all(c.prompt_ids == task for t in pool.group(group.id).trajectories for c in t.completions)
     one_prompt = 4 * (8192 + 8 * 2 * 256) / (8 * (8192 + 256))  # the prompt once, 8 outputs and their logprobs
     assert pool.stats()["bytes_per_token"] == pytest.approx(one_prompt, abs=0.001)
@@ -146,17 +149,108 @@ def test_a_damaged_root_is_an_error_not_a_wrong_prompt(pool):
         pool.start_trajectory(tid)
     _append(pool, a, list(range(400)), [1])
     _append(pool, b, list(range(400)), [2])
-    assert _bases_of(pool)[b, 0] == (400, 0, a)
+    assert _bases_of(pool)[b, 0] == (400, None, a, 0)
     with pool._tx() as cur:  # a root that is not stored whole after all
         cur.execute("UPDATE completions SET prompt_base = 0 WHERE trajectory_id = ? AND seq = 0", (a,))
     with pytest.raises(ForgeError, match=f"extends completion 0 of trajectory {a}, which is not there .* damaged"):
         pool.trajectory(b)
-    with pool._tx() as cur:
-        cur.execute("UPDATE completions SET prompt_base = NULL, prompt_base_trajectory = 'nowhere' "
-                    "WHERE trajectory_id = ? AND seq = 0", (b,))
+    with pool._tx() as cur:  # what a reader of schema 6 sees: no base, so a row read whole, and too short
+        cur.execute("UPDATE completions SET prompt_root_trajectory = NULL WHERE trajectory_id = ? AND seq = 0", (b,))
     with pytest.raises(ForgeError, match="prompt has 0 ids, not the 400 recorded"):
-        pool.trajectory(b)  # a base trajectory without a base seq: the row is read as stored whole
+        pool.trajectory(b)
     with pool._tx() as cur:
-        cur.execute("UPDATE completions SET prompt_base = 0 WHERE trajectory_id = ? AND seq = 0", (b,))
+        cur.execute("UPDATE completions SET prompt_root_trajectory = 'nowhere' WHERE trajectory_id = ? AND seq = 0", (b,))
     with pytest.raises(ForgeError, match="extends completion 0 of trajectory nowhere"):
         pool.trajectory(b)
+
+
+def test_each_groups_task_is_stored_whole_once_beside_a_shared_system_prompt(pool):
+    """A root that gives less than half a prompt (only the agent's system prompt) is not used: the prompt is
+    stored whole and is the root of its group's other members."""
+    rng = random.Random(1)
+    system = [rng.randrange(150_000) for _ in range(300)]
+    for g in range(3):
+        group = pool.submit_group(f"t{g}", 4, "react")
+        task = system + [rng.randrange(150_000) for _ in range(4000)]
+        for t in group.trajectories:
+            pool.start_trajectory(t.id)
+            _append(pool, t.id, task, [rng.randrange(150_000)])
+        stored = [_bases_of(pool)[t.id, 0] for t in group.trajectories]
+        assert stored[0] == (0, None, None, None)
+        assert all(row == (4300, None, group.trajectories[0].id, 0) for row in stored[1:])
+        assert all(c.prompt_ids == task for t in pool.group(group.id).trajectories for c in t.completions)
+
+
+def test_concurrent_first_calls_and_a_refused_unit(pool):
+    """Eight members' first calls at once (as a gateway's sessions start), group commit, and a call refused
+    in the same commit: every read is what was sent, and what was refused is no root."""
+    import threading
+
+    rng = random.Random(2)
+    task = [rng.randrange(150_000) for _ in range(2000)]
+    group = pool.submit_group("t", 8, "react")
+    done = pool.submit_group("u", 1, "react").trajectories[0].id
+    pool.start_trajectory(done)
+    pool.finish_trajectory(done, rewards={"outcome": 0.0})
+    for t in group.trajectories:
+        pool.start_trajectory(t.id)
+    barrier, errors = threading.Barrier(9), []
+
+    def member(tid, k):
+        barrier.wait()
+        _append(pool, tid, task, [k])
+        _append(pool, tid, task + [k] + [k, k], [k])
+
+    def refused():
+        barrier.wait()
+        try:
+            _append(pool, done, [7] * 2000, [1])
+        except ForgeError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=member, args=(t.id, k)) for k, t in enumerate(group.trajectories)]
+    threads.append(threading.Thread(target=refused))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive()
+    assert len(errors) == 1 and "not running" in str(errors[0])
+    read = {t.id: [(c.prompt_ids, c.output_ids) for c in t.completions] for t in pool.group(group.id).trajectories}
+    assert read == {t.id: [(task, [k]), (task + [k, k, k], [k])] for k, t in enumerate(group.trajectories)}
+    assert pool._bases.find("later", [7] * 2000) is None  # the refused call's ids were never a root
+    later = pool.submit_group("t", 1, "react").trajectories[0].id
+    pool.start_trajectory(later)
+    _append(pool, later, task, [9])  # a later member finds one of theirs
+    (shared, base, root, root_seq), = [v for (tid, _), v in _bases_of(pool).items() if tid == later]
+    assert shared == 2000 and root in read and root_seq == 0 and base is None
+    assert [c.prompt_ids for c in pool.trajectory(later).completions] == [task]
+
+
+def test_a_schema_6_pool_with_deltas_takes_roots_after_its_migration(pool_spec):
+    pool = open_spec(pool_spec)
+    group = pool.submit_group("t", 2, "react")
+    a, b = (t.id for t in group.trajectories)
+    pool.start_trajectory(a)
+    first = list(range(500))
+    _append(pool, a, first, [1])
+    _append(pool, a, first + [1, 2], [3])  # a delta of its own trajectory, as schema 6 stores it
+    with pool._tx() as cur:
+        for column in ("prompt_root_trajectory", "prompt_root_seq"):
+            cur.execute(f"ALTER TABLE completions DROP COLUMN {column}")
+        cur.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    pool.close()
+    pool = open_spec(pool_spec)  # migrated on open
+    try:
+        pool.start_trajectory(b)
+        _append(pool, b, first, [4])  # this pool object never wrote a's call: stored whole, a root
+        c = pool.submit_group("t", 1, "react").trajectories[0].id
+        pool.start_trajectory(c)
+        _append(pool, c, first + [4, 5], [6])
+        stored = _bases_of(pool)
+        assert stored[a, 1] == (501, 0, None, None) and stored[b, 0] == (0, None, None, None)
+        assert stored[c, 0] == (501, None, b, 0)
+        assert [x.prompt_ids for x in pool.trajectory(a).completions] == [first, first + [1, 2]]
+        assert [x.prompt_ids for x in pool.trajectory(c).completions] == [first + [4, 5]]
+    finally:
+        pool.close()

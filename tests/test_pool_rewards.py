@@ -17,7 +17,7 @@ from tests.conftest import open_spec
 V3_COLUMNS = ("agent", "reward", "reward_to_go", "advantage", "reward_components")
 V4_COLUMNS = ("tool_calls", "history")  # the gateway's parsed calls and prompt history (3 -> 4)
 V6_COLUMNS = ("prompt_shared", "prompt_base")  # a prompt stored as the completion it extends (5 -> 6)
-V7_COLUMNS = ("prompt_base_trajectory",)  # ... or as another trajectory's whole-stored one (6 -> 7)
+V7_COLUMNS = ("prompt_root_trajectory", "prompt_root_seq")  # ... or as another trajectory's whole-stored one (6 -> 7)
 
 
 def _execute(pool, *statements: str) -> None:

@@ -103,11 +103,11 @@ class CompletionRow(NamedTuple):
     n_output: int
     prompt_shared: int
 
-    def values(self, seq: int, prompt_base: int | None, prompt_base_trajectory: str | None = None) -> tuple:
-        """The INSERT's values, ``seq`` and the base's (the completion whose ids the prompt's first
-        ``prompt_shared`` are, None when that is 0; of another trajectory, or None for its own) in
-        their columns."""
-        return (self.id, self.trajectory_id, seq, *self[2:], prompt_base, prompt_base_trajectory)
+    def values(self, seq: int, prompt_base: int | None, root: tuple[str, int] | None = None) -> tuple:
+        """The INSERT's values, ``seq`` and the base's in their columns: the completion of the same
+        trajectory whose ids the prompt's first ``prompt_shared`` are (``prompt_base``, its seq), or
+        the root's (``root``: another trajectory's id and seq); neither when that is 0."""
+        return (self.id, self.trajectory_id, seq, *self[2:], prompt_base, *(root or (None, None)))
 
 
 def sent_ids(c: Any) -> tuple[list[int], int]:

@@ -8,22 +8,27 @@ rebuilds it (:mod:`forge_cli.pool.reads`). Writing a few hundred tokens instead 
 a call is what makes ingest fast; and what is stored is exactly what was sent, since the shared
 tokens are compared, never assumed.
 
-A trajectory's first prompt has no earlier call of its own, yet it is, as a rule, much of another
+A trajectory's first prompt has no earlier call of its own, yet it is often much of another
 trajectory's: a group's members get the same task, and an agent's long system prompt and tool listing
-start every task it runs. Such a prompt is stored as a *root* of another trajectory — a completion
-stored whole (no base of its own, so a read needs one hop) — that gives at least ``min_shared_root``
-ids (``prompt_base_trajectory`` names that trajectory). The pool deletes no completion, so a root is
-there for as long as what extends it.
+start every task it runs. Such a prompt may be stored as a *root* — one of the last ``roots``
+completions stored whole, of any trajectory (``prompt_root_trajectory``, ``prompt_root_seq``) — where
+the root gives at least ``min_shared_root`` ids and at least half the prompt; a prompt a root covers
+less is stored whole and becomes a root itself, so each group's task is stored whole once and roots
+stay fresh. A root is stored whole, so a read makes one hop; the pool deletes no completion, so a
+root is there for as long as what extends it. Only durable rows are roots: the members of a group
+whose first calls are recorded at the same moment (as a gateway's sessions start) find none of each
+other's and are each stored whole.
 
 :class:`PromptBases` keeps, per trajectory this pool object wrote to, the full ids (prompt then
 output) of its last few completions — copied when the call began, so a caller that changes its lists
-later changes nothing here — each only once its row is committed: a base is always a durable row of
-the same trajectory with a smaller ``seq``. A trajectory that ends through this pool object is
-forgotten; any other, least recently used first, past the token bound. What it has forgotten (a
-trajectory it never wrote to, one evicted) is stored whole, which is always correct.
+later changes nothing here — each only once its row is committed: a base is always a durable row,
+of the same trajectory with a smaller ``seq`` or a root. A trajectory that ends through this pool
+object is forgotten (its roots stay); any other, least recently used first, past the token bound.
+What it has forgotten, and what it never wrote, is stored whole or on a root, which is always correct.
 
 The shared ids are compared by value (``==``): an id sent as ``5.0`` or ``True`` where the earlier call
-had ``5`` or ``1`` is the same id, stored as that call's int. The ids after them are checked as any.
+(or a root of another trajectory) had ``5`` or ``1`` is the same id, stored as that call's int. The ids
+after them are checked as any.
 """
 
 from __future__ import annotations
@@ -56,8 +61,9 @@ class InBatch(NamedTuple):
 class PromptBases:
     """The last ``per_trajectory`` completions' ids of each trajectory, ``max_tokens`` in all (the
     least recently used trajectory forgotten first), and the last ``roots`` completions stored whole
-    (of any trajectory); thread-safe. A base is used only where it gives at least ``min_shared`` ids
-    (below that the row stays self-contained), a root of another trajectory ``min_shared_root``."""
+    (of any trajectory, ``max_tokens`` in all besides); thread-safe. A base is used only where it gives
+    at least ``min_shared`` ids (below that the row stays self-contained), a root of another trajectory
+    where it gives ``min_shared_root`` and half the prompt."""
 
     def __init__(self, max_tokens: int = 2_000_000, per_trajectory: int = 4, min_shared: int = 32,
                  roots: int = 16, min_shared_root: int = 256) -> None:
@@ -70,16 +76,22 @@ class PromptBases:
         self._entries: OrderedDict[str, list[tuple[int, list[int]]]] = OrderedDict()
         self._tokens = 0
         self._roots: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
+        self._root_tokens = 0
 
     @property
     def tokens(self) -> int:
-        """How many ids are held now (those of the trajectories' last completions; the roots are at most
-        ``roots`` lists of at most ``max_tokens`` ids each besides)."""
+        """How many ids are held now for the trajectories' last completions (the roots: at most as many
+        again, ``root_tokens``; a list held by both is one list)."""
         return self._tokens
 
+    @property
+    def root_tokens(self) -> int:
+        return self._root_tokens
+
     def find(self, trajectory_id: str, ids: list[int], n_prompt: int | None = None) -> Base | None:
-        """The earlier completion of ``trajectory_id`` whose ids begin the prompt longest, or None: the
-        prompt is ``ids[:n_prompt]`` (all of ``ids`` by default; the rest may be the call's output)."""
+        """The earlier completion of ``trajectory_id`` whose ids begin the prompt longest — or, where the
+        trajectory has none here, the root that does — or None: the prompt is ``ids[:n_prompt]`` (all of
+        ``ids`` by default; the rest may be the call's output)."""
         n = len(ids) if n_prompt is None else n_prompt
         with self._lock:
             entries = self._entries.get(trajectory_id)
@@ -101,8 +113,8 @@ class PromptBases:
             if best is not None and len(full) <= best.shared:
                 continue
             shared = min(common_prefix(full, ids), n)
-            if shared >= (self.min_shared if tid == trajectory_id else self.min_shared_root) and (
-                    best is None or shared > best.shared):
+            enough = self.min_shared if tid == trajectory_id else max(self.min_shared_root, (n + 1) // 2)
+            if shared >= enough and (best is None or shared > best.shared):
                 best = Base(seq, shared, None if tid == trajectory_id else tid)
                 if shared == n:
                     break
@@ -117,8 +129,9 @@ class PromptBases:
         with self._lock:
             if whole and len(full) >= self.min_shared_root and self.roots:
                 self._roots[trajectory_id, seq] = full
-                while len(self._roots) > self.roots:
-                    self._roots.popitem(last=False)
+                self._root_tokens += len(full)
+                while len(self._roots) > self.roots or self._root_tokens > self.max_tokens:
+                    self._root_tokens -= len(self._roots.popitem(last=False)[1])
             entries = self._entries.setdefault(trajectory_id, [])
             self._entries.move_to_end(trajectory_id)
             entries.append((seq, full))

@@ -72,6 +72,8 @@ class PoolReads:
             )
             completions.append(c)
             by_seq[c.seq] = c
+            if r[22] is None and r[23] is None:  # stored whole: a root other trajectories' prompts may name
+                roots[trajectory_id, c.seq] = (c.prompt_ids, c.output_ids)
         events = [
             Event(kind=r[1], at=r[0], data=json.loads(r[2]))
             for r in cur.all("SELECT at, kind, data FROM events WHERE trajectory_id = ? ORDER BY id", (trajectory_id,))
@@ -182,22 +184,25 @@ class PoolReads:
         return count
 
 
-def _prompt(cur: Cursor, earlier: dict[int, Completion], roots: dict[tuple[str, int], list[int]], row: Any) -> list[int]:
+def _prompt(cur: Cursor, earlier: dict[int, Completion], roots: dict[tuple[str, int], Any], row: Any) -> list[int]:
     """A completion row's prompt ids: those stored (``row[3]``), after the first ``prompt_shared``
     (``row[21]``) ids of the completion ``prompt_base`` (``row[22]``, a seq) of the same trajectory
-    (already read: ``earlier``) or of ``prompt_base_trajectory`` (``row[23]``; a completion stored whole,
-    read here once a snapshot: ``roots``)."""
+    (already read: ``earlier``) or of the root ``prompt_root_trajectory``, ``prompt_root_seq``
+    (``row[23]``, ``row[24]``: another trajectory's completion stored whole, read once a snapshot:
+    ``roots``)."""
     ids = unpack_ints(row[3])
-    shared, base_seq, base_trajectory, n_prompt = row[21], row[22], row[23], row[24]
-    if base_seq is not None:
-        if base_trajectory is None:
+    shared, base_seq, root_trajectory, root_seq, n_prompt = row[21], row[22], row[23], row[24], row[25]
+    if base_seq is not None or root_trajectory is not None:
+        if root_trajectory is None:
             base = earlier.get(base_seq)
             full = None if base is None else (base.prompt_ids, base.output_ids)
         else:
-            full = _root(cur, roots, base_trajectory, base_seq)
+            full = _root(cur, roots, root_trajectory, root_seq)
         if full is None or shared > len(full[0]) + len(full[1]):
-            raise ForgeError(f"completion {row[0]}'s prompt extends completion {base_seq} of trajectory "
-                             f"{base_trajectory or row[1]}, which is not there (or too short): the pool is damaged")
+            where = f"completion {base_seq} of trajectory {row[1]}" if root_trajectory is None else \
+                f"completion {root_seq} of trajectory {root_trajectory}"
+            raise ForgeError(f"completion {row[0]}'s prompt extends {where}, which is not there (or too short, "
+                             "or not stored whole): the pool is damaged")
         head = full[0][:shared]
         if shared > len(head):
             head += full[1][: shared - len(head)]
@@ -207,14 +212,14 @@ def _prompt(cur: Cursor, earlier: dict[int, Completion], roots: dict[tuple[str, 
     return ids
 
 
-def _root(cur: Cursor, roots: dict, trajectory_id: str, seq: int) -> tuple[list[int], list[int]] | None:
+def _root(cur: Cursor, roots: dict, trajectory_id: str, seq: Any) -> tuple[list[int], list[int]] | None:
     """The prompt and output ids of completion ``seq`` of ``trajectory_id``, a root (stored whole:
     anything else is None, a damaged pool), read once per snapshot."""
     key = (trajectory_id, seq)
     if key not in roots:
-        row = cur.one("SELECT prompt_ids, output_ids, n_prompt, prompt_base FROM completions "
+        row = cur.one("SELECT prompt_ids, output_ids, n_prompt, prompt_base, prompt_root_trajectory FROM completions "
                       "WHERE trajectory_id = ? AND seq = ?", key)
-        whole = row is not None and row[3] is None
+        whole = row is not None and row[3] is None and row[4] is None
         prompt = unpack_ints(row[0]) if whole else []
         roots[key] = (prompt, unpack_ints(row[1])) if whole and len(prompt) == row[2] else None
     return roots[key]

@@ -4,7 +4,7 @@ The statements are written once, with ``?`` placeholders and ``{blob}``/``{real}
 type names that each dialect fills in. Token ids and logprobs are stored as packed
 little-endian int32 / float32 bytes, never as JSON text; a prompt that extends an earlier completion
 of its trajectory as that completion's ``seq`` and the ids after it, and one that begins as another
-trajectory's whole-stored completion as that trajectory, seq and the ids after it
+trajectory's whole-stored completion (a root) as that trajectory and seq and the ids after it
 (:mod:`forge_cli.pool.prompt_bases`).
 
 A pool written by an older schema is brought up to date when it is opened: ``MIGRATIONS[v]``
@@ -82,7 +82,8 @@ CREATE TABLE IF NOT EXISTS completions (
     reward_components TEXT,
     prompt_shared INTEGER NOT NULL DEFAULT 0,
     prompt_base INTEGER,
-    prompt_base_trajectory TEXT,
+    prompt_root_trajectory TEXT,
+    prompt_root_seq INTEGER,
     UNIQUE (trajectory_id, seq)
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -135,10 +136,14 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE completions ADD COLUMN prompt_shared INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE completions ADD COLUMN prompt_base INTEGER",
     ],
-    # 6 → 7: a prompt's base may be a completion of another trajectory (prompt_base_trajectory, that
-    # trajectory's id; NULL: the completion's own), one stored whole: a group's shared task prompt, an
-    # agent's system prompt, stored once. Rows written before keep NULL (their own trajectory's).
-    6: ["ALTER TABLE completions ADD COLUMN prompt_base_trajectory TEXT"],
+    # 6 → 7: a prompt's first prompt_shared ids may be a root's: a completion of another trajectory stored
+    # whole (prompt_root_trajectory, prompt_root_seq; prompt_base then NULL, so that a reader of schema 6
+    # finds the row short and says the pool is damaged instead of rebuilding it from its own trajectory).
+    # A group's task prompt, an agent's system prompt, stored once. Rows written before: NULL, NULL.
+    6: [
+        "ALTER TABLE completions ADD COLUMN prompt_root_trajectory TEXT",
+        "ALTER TABLE completions ADD COLUMN prompt_root_seq INTEGER",
+    ],
 }
 
 # the columns a record is read (and, for groups and completions, written) with
@@ -148,9 +153,10 @@ COMPLETION_COLS = (
 )
 # the per-completion reward columns, read after COMPLETION_COLS
 COMPLETION_REWARD_COLS = "reward, reward_to_go, advantage, reward_components"
-# where a stored prompt's leading ids come from: how many, which completion (its seq; NULL: the prompt
-# is stored whole) of which trajectory (NULL: its own); written after n_prompt, n_output, read last
-COMPLETION_PROMPT_COLS = "prompt_shared, prompt_base, prompt_base_trajectory"
+# where a stored prompt's leading ids come from: how many, which completion of its trajectory (its seq),
+# or which root (a whole-stored completion of another trajectory: its id and seq); both NULL: stored
+# whole; written after n_prompt, n_output, read last
+COMPLETION_PROMPT_COLS = "prompt_shared, prompt_base, prompt_root_trajectory, prompt_root_seq"
 TRAJ_COLS = "id, group_id, task_id, scaffold, queue_index, status, reward, started_at, finished_at, error, owner, infra"
 GROUP_COLS = (
     "id, queue_index, task_id, n, status, submitted_at, timeout_s, timed_out, consumed_at, consumed_step, rewards_pending"

@@ -381,9 +381,10 @@ class DataPool(PoolReads):
             for c, row, base in zip(completions, rows, bases):
                 if isinstance(base, InBatch):
                     seqs.append(self._insert_completion(cur, c, row, seqs[base.index], None))
+                elif base is not None and base.trajectory is not None:  # another trajectory's root
+                    seqs.append(self._insert_completion(cur, c, row, None, (base.trajectory, base.seq)))
                 else:
-                    base_seq, base_trajectory = (None, None) if base is None else (base.seq, base.trajectory)
-                    seqs.append(self._insert_completion(cur, c, row, base_seq, base_trajectory))
+                    seqs.append(self._insert_completion(cur, c, row, None if base is None else base.seq, None))
             return seqs
 
         seqs = self._group.run(work)
@@ -418,9 +419,9 @@ class DataPool(PoolReads):
 
     @staticmethod
     def _insert_completion(cur: Cursor, c: NewCompletion, stored: CompletionRow, base_seq: int | None,
-                           base_trajectory: str | None) -> int:
+                           root: tuple[str, int] | None) -> int:
         """Insert the row as the trajectory's next completion (its prompt's base: completion ``base_seq``
-        of ``base_trajectory``, None for its own trajectory); its seq."""
+        of its trajectory, or ``root``, another trajectory's id and seq); its seq."""
         row = cur.one(
             "UPDATE trajectories SET n_completions = n_completions + 1 WHERE id = ? AND status = ? "
             "RETURNING n_completions - 1",
@@ -434,8 +435,8 @@ class DataPool(PoolReads):
         seq = int(row[0])
         cur.execute(
             f"INSERT INTO completions ({COMPLETION_COLS}, n_prompt, n_output, {COMPLETION_PROMPT_COLS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            stored.values(seq, base_seq, base_trajectory),
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            stored.values(seq, base_seq, root),
         )
         return seq
 
