@@ -409,6 +409,8 @@ def test_each_agent_gets_the_servers_in_its_own_configuration(tmp_path):
         listed = json.loads(launch.files[CONFIG_FILE])["mcpServers"]
         assert [listed["files"]["command"], *listed["files"]["args"]] == servers["files"]
     assert rendered("claude-code").command[-1] == "--strict-mcp-config"
+    waits = {k: v for k, v in rendered("claude-code").env.items() if k.startswith("MCP_CONNECT")}
+    assert waits == {"MCP_CONNECTION_NONBLOCKING": "0", "MCP_CONNECT_TIMEOUT_MS": "120000"}  # claude-code waits for them
     with pytest.raises(ForgeError, match="the agent 'aider' cannot use MCP servers"):
         configure("aider", Launch([], {}, {}), servers, tmp_path)
 

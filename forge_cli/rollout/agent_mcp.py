@@ -18,7 +18,9 @@ The agent itself starts the servers over stdio, inside its sandbox, from its own
 - ``cn`` (Continue's CLI) — an ``mcpServers`` list (``name``, ``command``, ``args``) in its YAML config;
 - ``gptme`` — ``[[mcp.servers]]`` tables in the project config ``gptme.toml`` of its working folder;
 - ``claude-code`` — ``--mcp-config FILE --strict-mcp-config`` (only Forge's servers); it offers them as
-  ``mcp__SERVER__TOOL``;
+  ``mcp__SERVER__TOOL``; ``MCP_CONNECTION_NONBLOCKING=0`` and ``MCP_CONNECT_TIMEOUT_MS``, since it otherwise
+  sends its first request without a server not yet up (2.1.x connects them in the background, and waits
+  5 s at most when told to wait);
 - ``openai-agents`` and ``smolagents`` — their runners' ``--mcp-config FILE`` (the same ``mcpServers``
   JSON as claude-code's): the servers' tools replace the built-in shell;
 - any other agent whose launch declares how it takes them (``[launch.mcp]``,
@@ -122,7 +124,12 @@ def _servers_file(servers: Mapping[str, list[str]]) -> str:
 
 
 def _claude_code(launch: Launch, servers: Mapping[str, list[str]], workdir: Path) -> Launch:
-    env = {**launch.env, "MCP_TIMEOUT": str(STARTUP_TIMEOUT_S * 1000), "MCP_TOOL_TIMEOUT": str(TOOL_TIMEOUT_S * 1000)}
+    # claude-code (2.1.x) connects its servers in the background and, even told to wait for them
+    # (MCP_CONNECTION_NONBLOCKING=0), goes on after MCP_CONNECT_TIMEOUT_MS (5 s): on a loaded machine its first
+    # request went out without the tools of a server not up yet; so it waits as long as the others do
+    startup_ms = str(STARTUP_TIMEOUT_S * 1000)
+    env = {**launch.env, "MCP_TIMEOUT": startup_ms, "MCP_TOOL_TIMEOUT": str(TOOL_TIMEOUT_S * 1000),
+           "MCP_CONNECTION_NONBLOCKING": "0", "MCP_CONNECT_TIMEOUT_MS": startup_ms}
     return Launch([*launch.command, "--mcp-config", str(workdir / CONFIG_FILE), "--strict-mcp-config"], env,
                   {**launch.files, CONFIG_FILE: _servers_file(servers)})
 
