@@ -25,8 +25,8 @@ each, sampled at the training temperature). The parts, each from the same shippe
   `forge model warmstart` from the shipped weights for ``--habit-minutes`` on a teacher that first tries
   the calculator on 1+1 (`teacher_warmups`, ``--warmups``; no re-checks) at the shipped warm start's end
   learning rate, or ``--habit-model`` names one made beforehand (the shipped recipe from nothing with
-  `teacher_warmups` set, so the habit is learned with the copying). From it: RL for ``--minutes`` with the repository's completion-time weight
-  (``speed``), the same with the weight 0 (``speed0``), and the SFT control on the habit teacher for
+  `teacher_warmups` set, so the habit is learned with the copying). From it: RL for ``--minutes`` with the
+  repository's completion-time weight or ``--speed-weight`` (``speed``), the same with the weight 0 (``speed0``), and the SFT control on the habit teacher for
   as long as ``speed``'s RL ran (``speedcontrol``). It needs no main run. The row's ``speed_time_reduction`` is 1 − (seconds of the solved held-out
   trajectories with the weight) / (with 0); ``speed_calls_reduction`` the same of their tool calls.
 
@@ -205,7 +205,7 @@ def habit_of(settings: dict) -> dict:
     by its directory's name)."""
     model = settings.get("habit_model")
     return {"habit_minutes": None if model else settings.get("habit_minutes"), "warmups": settings.get("warmups"),
-            "habit_model": Path(model).name if model else None}
+            "habit_model": Path(model).name if model else None, "speed_weight": settings.get("speed_weight")}
 
 
 def needs_main(parts: set[str]) -> bool:
@@ -236,7 +236,7 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
     if "speed" in parts:
         if not args.habit_model:
             warm("habit", shipped_warm_dir(), habit, args.habit_minutes)
-        rl("speed", {})
+        rl("speed", {} if args.speed_weight is None else {"rewards.weights.completion_time": str(args.speed_weight)})
         rl("speed0", {"rewards.weights.completion_time": "0"})
     out: dict = {}
     if (runs / f"speed-s{seed}" / "metrics.jsonl").is_file():
@@ -278,6 +278,8 @@ def main() -> None:
     parser.add_argument("--habit-minutes", type=float, default=4.0, help=(
         "speed: how long the habit policy is warm-started on the teacher with warm-up calls"))
     parser.add_argument("--warmups", type=float, default=0.7, help="speed: the habit teacher's teacher_warmups")
+    parser.add_argument("--speed-weight", type=float, default=None, help=(
+        "speed: the completion-time weight of the speed run (default: the repository's)"))
     parser.add_argument("--habit-model", type=Path, default=None, help=(
         "speed: a habit policy made beforehand (e.g. the shipped recipe with teacher_warmups set, from "
         "nothing) instead of --habit-minutes of training from the shipped weights"))

@@ -1,7 +1,8 @@
 """Data-pool ingest: completions/s written and read, SQLite vs PostgreSQL, with 8k-token prompts.
 
 Each round writes ``--completions`` completions through ``DataPool.append_completion``, 8 turns a
-trajectory as an agent makes them: a first prompt of 8,192 ids, then each prompt the one before,
+trajectory as an agent makes them, in groups of 8 trajectories (an RL group: their first prompt, the
+task, is the same; each group's another): a first prompt of 8,192 ids, then each prompt the one before,
 its 256-id output and a 150-id tool result (8,192–11,000 ids; the pool stores each later prompt as
 the call it extends plus its new ids); ``--unrelated`` also measures prompts of 8,192 ids each that
 share nothing (all stored whole). One durable transaction each (SQLite WAL with

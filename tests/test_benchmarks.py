@@ -268,6 +268,9 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     made = subprocess.run([*fourth, "--parts", "none", "--merge", "--habit-model", "forge_cli/engine/warm_policy"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert made.returncode != 0 and "--habit-model warm_policy" in made.stderr  # nor one made beforehand
+    weighed = subprocess.run([*fourth, "--parts", "none", "--merge", "--speed-weight", "1.0"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert weighed.returncode != 0 and "--speed-weight 1.0" in weighed.stderr  # nor another weight's
     absent = subprocess.run([*fourth, "--parts", "speed", "--habit-model", str(tmp_path / "nothing")], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert absent.returncode != 0 and "not a model directory" in absent.stderr and (runs / "speed-s3" / "metrics.jsonl").is_file()
