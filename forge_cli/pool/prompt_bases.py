@@ -81,12 +81,8 @@ class PromptBases:
     @property
     def tokens(self) -> int:
         """How many ids are held now for the trajectories' last completions (the roots: at most as many
-        again, ``root_tokens``; a list held by both is one list)."""
+        again; a list held by both is one list)."""
         return self._tokens
-
-    @property
-    def root_tokens(self) -> int:
-        return self._root_tokens
 
     def find(self, trajectory_id: str, ids: list[int], n_prompt: int | None = None) -> Base | None:
         """The earlier completion of ``trajectory_id`` whose ids begin the prompt longest — or, where the
@@ -99,23 +95,21 @@ class PromptBases:
                 self._entries.move_to_end(trajectory_id)
                 entries = list(entries)
             roots = None if entries else list(self._roots.items())
+        # the trajectory's own calls, the latest first (as a rule the one the prompt extends); where it has
+        # none here (its first call, or all it had was forgotten), the roots — another's only for enough ids
+        if entries:
+            candidates = [(seq, full, None, self.min_shared) for seq, full in reversed(entries)]
+        else:
+            root_min = max(self.min_shared_root, (n + 1) // 2)
+            candidates = [(seq, full, None, self.min_shared) if tid == trajectory_id else (seq, full, tid, root_min)
+                          for (tid, seq), full in reversed(roots or ())]
         best: Base | None = None
-        for seq, full in reversed(entries or ()):  # the latest first: as a rule the one the prompt extends
+        for seq, full, tid, enough in candidates:
             if best is not None and len(full) <= best.shared:
                 continue  # it cannot give more
             shared = min(common_prefix(full, ids), n)
-            if shared >= self.min_shared and (best is None or shared > best.shared):
-                best = Base(seq, shared)
-                if shared == n:
-                    break
-        # a trajectory's first call (or one after all it had was forgotten): another's root
-        for (tid, seq), full in reversed(roots or ()):
-            if best is not None and len(full) <= best.shared:
-                continue
-            shared = min(common_prefix(full, ids), n)
-            enough = self.min_shared if tid == trajectory_id else max(self.min_shared_root, (n + 1) // 2)
             if shared >= enough and (best is None or shared > best.shared):
-                best = Base(seq, shared, None if tid == trajectory_id else tid)
+                best = Base(seq, shared, tid)
                 if shared == n:
                     break
         return best
