@@ -20,7 +20,9 @@ pool (what recording with every answer durable before it is sent costs at least)
 
 Every level sends exactly ``--requests`` requests, spread over its sessions; each ends answered
 (200), refused (another status, counted by status with its reason) or failed (no response, counted
-by the client's error). Exits 1 when any request was not answered. Writes
+by the client's error); beside each level's figures, the CPU time the server process (all its threads)
+and the load generator used a call while the clock ran — steadier than the rates on a noisy machine,
+and what says which of the two bounds the rate. Exits 1 when any request was not answered. Writes
 benchmarks/results/gateway_overhead.json (or ``--out``).
 """
 
@@ -71,6 +73,7 @@ def serve(port: int, model: Path, pool_path: Path, max_len: int = 8192, tool_par
     from transformers import AutoTokenizer
 
     from forge_cli.config import load_config
+    from forge_cli.gateway import event_loop
     from forge_cli.gateway.server import serve_gateway
 
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -86,7 +89,7 @@ def serve(port: int, model: Path, pool_path: Path, max_len: int = 8192, tool_par
         async with serve_gateway(config, "overhead", engine=engine):
             await stop.wait()
 
-    asyncio.run(main())
+    event_loop.run(main())  # as `forge gateway serve` runs it
 
 
 def serve_floor(port: int, pool_path: Path, durable: bool) -> None:
@@ -170,19 +173,22 @@ class Tally:
         self.failed[key] = self.failed.get(key, 0) + 1
         self.reasons.setdefault(key, str(error)[:200])
 
-    async def run(self, concurrency: int, total: int, session) -> dict:
+    async def run(self, concurrency: int, total: int, session, server_cpu=None) -> dict:
         """``session(tally, i, n)`` sends ``n`` requests as session ``i``: first one uncounted call of
         every session (its first call opens its trajectory in the pool: the steady state is measured,
-        not 64 sessions opening at once), then ``total`` spread over ``concurrency`` sessions at once."""
+        not 64 sessions opening at once), then ``total`` spread over ``concurrency`` sessions at once.
+        ``server_cpu``: a function giving the server process's CPU seconds so far (then the result
+        says how much it and this client used while the clock ran)."""
         await asyncio.gather(*(session(Tally(), i, 1) for i in range(concurrency)))
-        t0 = time.perf_counter()
+        cpu0, client0, t0 = server_cpu() if server_cpu else 0.0, time.process_time(), time.perf_counter()
         await asyncio.gather(*(session(self, i, n) for i, n in enumerate(shares(total, concurrency))))
         wall = time.perf_counter() - t0
         return {"sent": self.sent, "latencies": self.latencies, "requests_per_s": len(self.latencies) / wall,
-                "refused": self.refused, "failed": self.failed, "reasons": self.reasons}
+                "refused": self.refused, "failed": self.failed, "reasons": self.reasons,
+                "server_cpu_s": (server_cpu() - cpu0) if server_cpu else None, "client_cpu_s": time.process_time() - client0}
 
 
-async def load(url: str, concurrency: int, total: int, transport=None) -> dict:
+async def load(url: str, concurrency: int, total: int, transport=None, server_cpu=None) -> dict:
     """Send exactly ``total`` requests from ``concurrency`` sessions with httpx (:class:`Tally` says
     what became of each). ``transport``: an httpx transport to use instead of the network (tests)."""
     import httpx
@@ -204,7 +210,7 @@ async def load(url: str, concurrency: int, total: int, transport=None) -> dict:
                 else:
                     tally.refuse(r.status_code, r.text)
 
-        return await Tally().run(concurrency, total, session)
+        return await Tally().run(concurrency, total, session, server_cpu)
 
 
 async def raw_exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[int, bytes]:
@@ -216,7 +222,7 @@ async def raw_exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     return int(head.split(b" ", 2)[1]), await reader.readexactly(length)
 
 
-async def load_raw(host: str, port: int, concurrency: int, total: int) -> dict:
+async def load_raw(host: str, port: int, concurrency: int, total: int, server_cpu=None) -> dict:
     """What :func:`load` does with a client that costs the shared cores far less than httpx: one
     keep-alive HTTP/1.1 connection per session, the request's bytes built once, the answer read by
     its Content-Length."""
@@ -246,7 +252,13 @@ async def load_raw(host: str, port: int, concurrency: int, total: int) -> dict:
         if writer is not None:
             writer.close()
 
-    return await Tally().run(concurrency, total, session)
+    return await Tally().run(concurrency, total, session, server_cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def direct(model: Path, n: int = 2000) -> list[float]:
@@ -295,10 +307,11 @@ def measure_server(kind: str, model: Path, pool: Path, args: argparse.Namespace,
     rows = []
     try:
         for client, level in [(c, lv) for c in args.client for lv in args.levels]:
+            server_cpu = lambda: cpu_seconds(server.pid)  # noqa: E731
             if client == "raw":
-                res = asyncio.run(load_raw("127.0.0.1", port, level, args.requests))
+                res = asyncio.run(load_raw("127.0.0.1", port, level, args.requests, server_cpu))
             else:
-                res = asyncio.run(load(f"http://127.0.0.1:{port}", level, args.requests))
+                res = asyncio.run(load(f"http://127.0.0.1:{port}", level, args.requests, server_cpu=server_cpu))
             lat = res["latencies"]
             row = {"server": kind, "client": client, "concurrency": level, "sent": res["sent"], "answered": len(lat),
                    "refused": res["refused"], "failed": res["failed"], "reasons": res["reasons"]}
@@ -306,7 +319,9 @@ def measure_server(kind: str, model: Path, pool: Path, args: argparse.Namespace,
                 row.update({"p50_ms": round(1000 * statistics.median(lat), 2), "p99_ms": round(1000 * percentile(lat, 0.99), 2),
                             "added_p50_ms": round(1000 * (statistics.median(lat) - statistics.median(base)), 2),
                             "added_p99_ms": round(1000 * (percentile(lat, 0.99) - percentile(base, 0.99)), 2),
-                            "requests_per_s": round(res["requests_per_s"], 1)})
+                            "requests_per_s": round(res["requests_per_s"], 1),
+                            "server_cpu_ms_per_call": round(1000 * res["server_cpu_s"] / len(lat), 3),
+                            "client_cpu_ms_per_call": round(1000 * res["client_cpu_s"] / len(lat), 3)})
             rows.append(row)
     finally:
         server.terminate()
@@ -349,11 +364,12 @@ def main() -> None:
             rows += measure_server(server_kind, model, Path(tmp) / f"{server_kind}.sqlite", args, base)
     print(f"direct engine call: p50 {1000 * direct_p50:.3f} ms, p99 {1000 * percentile(base, 0.99):.3f} ms")
     print(f"{'server':>14}{'client':>7}{'sessions':>9}{'sent':>6}{'answered':>9}{'p50 ms':>9}{'p99 ms':>9}{'added p50':>11}"
-          f"{'added p99':>11}{'req/s':>8}")
+          f"{'added p99':>11}{'req/s':>8}{'server CPU ms':>14}{'client CPU ms':>14}")
     for r in rows:
         if r["answered"]:
             print(f"{r['server']:>14}{r['client']:>7}{r['concurrency']:>9}{r['sent']:>6}{r['answered']:>9}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
-                  f"{r['added_p50_ms']:>11.2f}{r['added_p99_ms']:>11.2f}{r['requests_per_s']:>8.1f}")
+                  f"{r['added_p50_ms']:>11.2f}{r['added_p99_ms']:>11.2f}{r['requests_per_s']:>8.1f}"
+                  f"{r['server_cpu_ms_per_call']:>14.3f}{r['client_cpu_ms_per_call']:>14.3f}")
         else:
             print(f"{r['server']:>14}{r['client']:>7}{r['concurrency']:>9}{r['sent']:>6}{0:>9}  (none answered)")
         for kind in ("refused", "failed"):

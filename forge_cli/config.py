@@ -40,7 +40,8 @@ else:  # pragma: no cover
 CONFIG_FILENAME = "forge.toml"
 ENV_PREFIX = "FORGE_"
 # FORGE_* variables that are settings of the process, not config keys.
-NON_CONFIG_ENV = {"FORGE_HOME", "FORGE_LOAD_PLUGINS", "FORGE_VENV", "FORGE_ACCEL", "FORGE_CONFIG", "FORGE_ADMIN_KEY"}
+NON_CONFIG_ENV = {"FORGE_HOME", "FORGE_LOAD_PLUGINS", "FORGE_VENV", "FORGE_ACCEL", "FORGE_CONFIG", "FORGE_ADMIN_KEY",
+                  "FORGE_EVENT_LOOP"}
 
 
 class ForgeConfig(Section):

@@ -137,6 +137,9 @@ def test_gateway_overhead_benchmark_runs(tmp_path):
         (server, client, level, 30, 30, {}, {}) for server in ("gateway", "floor", "floor-durable")
         for client in ("raw", "httpx") for level in (1, 7)]
     assert all(r["p50_ms"] > 0 for r in rows)
+    # each side's CPU a call while the clock ran (the server's from /proc, in clock ticks: 30 calls may show 0)
+    assert all(r["server_cpu_ms_per_call"] >= 0 and r["client_cpu_ms_per_call"] > 0 for r in rows)
+    assert sum(r["server_cpu_ms_per_call"] for r in rows if r["server"] == "gateway") > 0
 
 
 def test_gateway_long_prompts_benchmark_runs(tmp_path):

@@ -12,6 +12,7 @@ import typer
 from forge_cli.commands._common import config_with, engine_flags
 from forge_cli.configs.gateway import SERVE_PORT
 from forge_cli.console import console, err_console
+from forge_cli.gateway import event_loop
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +43,7 @@ def register(app: typer.Typer) -> None:
                               ("model.reasoning_parser", "--reasoning-parser", reasoning_parser),
                               ("model.replicas", "--replicas", replicas), ("gateway.socket", "--socket", unix_socket)])
         try:
-            asyncio.run(_serve_until_stopped(config, run))
+            event_loop.run(_serve_until_stopped(config, run))
         except (KeyboardInterrupt, asyncio.CancelledError):
             err_console.print("gateway stopped")
 

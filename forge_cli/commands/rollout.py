@@ -14,6 +14,7 @@ from rich.table import Table
 
 from forge_cli.commands._common import config_with, engine_flags, scaffold_flags
 from forge_cli.console import console, err_console
+from forge_cli.gateway import event_loop
 from forge_cli.rollout.driver import rollout
 from forge_cli.rollout.records import request_from_config
 from forge_cli.rollout.stream import parse_mix
@@ -56,7 +57,7 @@ def register(app: typer.Typer) -> None:
                               ("rollout.ray_address", "--ray-address", ray_address), *engine_flags(model, engine, policy)])
         request = request_from_config(config, gateway_url=gateway, admin_key=admin_key)
         try:
-            summary = asyncio.run(_with_display(config, request, run))
+            summary = event_loop.run(_with_display(config, request, run))
         except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM
             err_console.print("rollout interrupted: its unfinished trajectories were failed (interrupted)")
             raise typer.Exit(130) from None

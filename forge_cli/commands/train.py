@@ -14,6 +14,7 @@ from rich.live import Live
 from forge_cli.commands._common import config_with, scaffold_flags
 from forge_cli.console import console, err_console
 from forge_cli.errors import ForgeError
+from forge_cli.gateway import event_loop
 from forge_cli.rollout.stream import parse_mix
 from forge_cli.train.display import TrainDisplay
 from forge_cli.train.distributed import world
@@ -54,7 +55,7 @@ def register(app: typer.Typer) -> None:
         prepared = prepare_run(config, run=run, resume=resume, minutes=minutes) if rank == 0 else None
         live = console.is_terminal if live is None else live  # `make train > log`: lines into the log
         try:
-            result = asyncio.run(_with_display(prepared, steps=steps, live=live and rank == 0))
+            result = event_loop.run(_with_display(prepared, steps=steps, live=live and rank == 0))
         except (KeyboardInterrupt, asyncio.CancelledError):
             name = prepared.run if prepared is not None and prepared.run else "RUN"
             err_console.print(f"training stopped after checkpointing its last step, if it had taken one "
