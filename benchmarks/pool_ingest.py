@@ -9,7 +9,8 @@ share nothing (all stored whole). One durable transaction each (SQLite WAL with
 ``synchronous=FULL``; PostgreSQL with its default synchronous commit) — first from one process,
 then from ``--writers`` processes at once, then from ``--threads`` threads of one process on one pool,
 as the gateway's worker threads record (their commits shared: group commit, so each call still
-returns only once its row is durable); then reads every trajectory back. Storage is reported
+returns only once its row is durable; the process's CPU time over that span says whether one core's
+Python bounds it); then reads every trajectory back. Storage is reported
 as token-array bytes per token (packed int32/float32) and as the whole store's bytes per token,
 against JSON text for the same ids.
 
@@ -101,9 +102,10 @@ def write(spec, trajectory_ids, positions, seed, unrelated=False, group=GROUP) -
 
 
 def write_threads(spec, trajectory_ids, threads: int, seed: int, unrelated: bool = False,
-                  group: int = GROUP) -> tuple[int, float, float, float]:
-    """(completions written, start, end, completions per commit): ``threads`` threads on one pool, a
-    group's members spread over them (as a gateway's sessions run them at once)."""
+                  group: int = GROUP) -> tuple[int, float, float, float, float]:
+    """(completions written, start, end, completions per commit, this process's CPU seconds in between):
+    ``threads`` threads on one pool, a group's members spread over them (as a gateway's sessions run them
+    at once)."""
     import threading
 
     pool = open_spec(spec)
@@ -123,15 +125,15 @@ def write_threads(spec, trajectory_ids, threads: int, seed: int, unrelated: bool
     workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     group_commit = getattr(pool, "_group", None)  # a Forge before group commit: one commit a call
     commits0, units0 = (group_commit.commits, group_commit.units) if group_commit else (0, 0)
-    start = time.time()
+    start, cpu = time.time(), time.process_time()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    end = time.time()
+    end, cpu = time.time(), time.process_time() - cpu
     per_commit = ((group_commit.units - units0) / max(group_commit.commits - commits0, 1)) if group_commit else 1.0
     pool.close()
-    return sum(counts), start, end, per_commit
+    return sum(counts), start, end, per_commit, cpu
 
 
 def sqlite_floor(path: Path, rows: int, per_commit: int) -> dict:
@@ -179,7 +181,7 @@ def one_round(spec, completions: int, writers: int, threads: int, unrelated: boo
     n1, start, end, cpu = write(spec, tids[0], list(range(n_traj)), 0, unrelated, group)
     single = n1 / (end - start)
     # several threads of one process, one pool
-    nt, start, end, per_commit = write_threads(spec, tids[2], threads, 2, unrelated, group)
+    nt, start, end, per_commit, threads_cpu = write_threads(spec, tids[2], threads, 2, unrelated, group)
     threaded = nt / (end - start)
     # several writer processes at once (each its share of the groups' members)
     positions = list(range(n_traj))
@@ -204,6 +206,8 @@ def one_round(spec, completions: int, writers: int, threads: int, unrelated: boo
         f"write_{writers}": parallel,
         f"write_{threads}_threads": threaded,
         "completions_per_commit": per_commit,
+        f"cpu_ms_per_completion_{threads}_threads": 1000 * threads_cpu / nt,
+        f"cores_{threads}_threads": threads_cpu / (end - start),  # the process's CPU over the wall time: ~1 is one core's Python
         "read": read_rate,
         "token_bytes_per_token": stats["bytes_per_token"],
         "store_bytes_per_token": total / tokens,
@@ -270,7 +274,9 @@ def main() -> None:
     floor_rows = [{"rows_per_commit": k, "rows_per_s": round(statistics.median(f["rows_per_s"] for f in v), 1),
                    "cpu_ms_per_row": round(statistics.median(f["cpu_ms_per_row"] for f in v), 3)} for k, v in sorted(floors.items())]
     for row in rows:
-        print(f"{row['backend']}, {row['prompts']} prompts: one writer's CPU {row['cpu_ms_per_completion_1']:.3f} ms a completion")
+        print(f"{row['backend']}, {row['prompts']} prompts: one writer's CPU {row['cpu_ms_per_completion_1']:.3f} ms a completion; "
+              f"{args.threads} threads' {row[f'cpu_ms_per_completion_{args.threads}_threads']:.3f} ms a completion, "
+              f"{row[f'cores_{args.threads}_threads']:.2f} cores busy")
     for f in floor_rows:
         print(f"floor (bare SQLite table, rows packed in advance), {f['rows_per_commit']} a commit: "
               f"{f['rows_per_s']:.1f} rows/s, CPU {f['cpu_ms_per_row']:.3f} ms a row")
