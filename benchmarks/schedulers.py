@@ -21,7 +21,8 @@ measured here: with the scripted policy every task is solved (success is 1 under
 and on this machine the tiny model does not learn kv-search in minutes (benchmarks/RESULTS.md,
 "Learning"). The schedulers' effect on learning needs a learning policy (a GPU run).
 
-    python benchmarks/schedulers.py [--minutes 3] [--schedulers windowed_fifo fifo greedy bounded_staleness]
+    python benchmarks/schedulers.py [--minutes 3] [--schedulers windowed_fifo fifo greedy bounded_staleness staleness_cap]
+                                    [--max-staleness 2]
 
 Writes benchmarks/results/schedulers.json.
 """
@@ -43,15 +44,25 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-SCHEDULERS = ["windowed_fifo", "fifo", "greedy", "bounded_staleness"]
+SCHEDULERS = ["windowed_fifo", "fifo", "greedy", "bounded_staleness", "staleness_cap"]
+
+
+def in_flight(scheduler: str, args: argparse.Namespace) -> int:
+    """``pool.max_active_groups`` of a run: ``--active``, but for ``staleness_cap``, which holds its cap
+    with at most (S + 1)·P in flight (``bounded_staleness`` admits no more than that either)."""
+    if scheduler == "staleness_cap":
+        return min(args.active, (args.max_staleness + 1) * args.groups_per_step)
+    return args.active
 
 
 def settings(model: Path, runs: Path, scheduler: str, args: argparse.Namespace) -> dict[str, Any]:
-    return {"model.path": str(model), "model.engine.type": "scripted",
+    caps = {"bounded_staleness": {"pool.scheduler.max_head_offpolicyness": args.max_staleness},
+            "staleness_cap": {"pool.scheduler.max_staleness": args.max_staleness}}.get(scheduler, {})
+    return {**caps, "model.path": str(model), "model.engine.type": "scripted",
             "model.engine.policy": "forge_cli.tasks.demo_policies:kv_search",
             "model.engine.decode_s_per_token": args.decode_s_per_token, "gateway.port": 0, "gateway.socket": "",
             "run.dir": str(runs), "rollout.scaffold": "tool-call", "rollout.task": "kv-search",
-            "rollout.concurrency": args.concurrency, "pool.max_active_groups": args.active,
+            "rollout.concurrency": args.concurrency, "pool.max_active_groups": in_flight(scheduler, args),
             "pool.scheduler.type": scheduler, "train.groups_per_step": args.groups_per_step,
             "train.group_size": args.group_size, "train.engine": "torch", "train.eval_every": 0,
             "train.warmstart.when": "never", "train.checkpoint_every": 0}
@@ -105,7 +116,10 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=3.0, help="wall time of each scheduler's run")
     parser.add_argument("--groups-per-step", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--active", type=int, default=12, help="pool.max_active_groups: groups in flight")
+    parser.add_argument("--active", type=int, default=12, help=(
+        "pool.max_active_groups: groups in flight (staleness_cap: at most (S + 1)·P)"))
+    parser.add_argument("--max-staleness", type=int, default=2, help=(
+        "S of the two caps: bounded_staleness's max_head_offpolicyness, staleness_cap's max_staleness"))
     parser.add_argument("--concurrency", type=int, default=16, help="trajectories run at once")
     parser.add_argument("--decode-s-per-token", type=float, default=0.2, help=(
         "emulated decode time of each output token (the scripted engine's decode_s_per_token): without it the "

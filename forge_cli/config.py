@@ -25,7 +25,7 @@ from pydantic import Field, PrivateAttr, ValidationError
 from forge_cli.configs.common import Section, describe_error, union_paths
 from forge_cli.configs.gateway import GatewayConfig
 from forge_cli.configs.model import ModelConfig
-from forge_cli.configs.pool import PoolConfig
+from forge_cli.configs.pool import PoolConfig, staleness_cap_error
 from forge_cli.configs.rewards import RewardsConfig
 from forge_cli.configs.rollout import RolloutConfig
 from forge_cli.configs.run import RunConfig
@@ -247,6 +247,8 @@ def load_config(
         config = ForgeConfig.model_validate(merged)
     except ValidationError as exc:
         raise ForgeError(describe_config_error(exc, origin_of)) from None
+    if (error := staleness_cap_error(config.pool, config.train.groups_per_step)) is not None:  # two sections' keys
+        raise ForgeError(error)
     config._origin_of = origin_of
     return config
 

@@ -140,7 +140,8 @@ def test_every_union_section_is_its_own_name_table():
         assert cfg.type == name and loss_function(cfg) is getattr(loss, {"grpo": "ppo_clip"}.get(name, name))
     for name in SCHEDULER_CONFIGS:
         pool = load_config(env={}, overrides={"pool.scheduler": name, "pool.max_active_groups": 10}).pool
-        assert Scheduler.from_config(pool, 2).window == {"fifo": 1, "greedy": None, "windowed_fifo": 3, "bounded_staleness": None}[name]
+        assert Scheduler.from_config(pool, 5).window == {"fifo": 1, "greedy": None, "windowed_fifo": 3, "bounded_staleness": None,
+                                                         "staleness_cap": None}[name]
     for name in TRAIN_ENGINE_CONFIGS:
         assert load_config(env={}, overrides={"train.engine": name}).train.engine.type == name
     engine = load_config(env={}, overrides={"train.engine.type": "deepspeed", "train.engine.zero_stage": 3}).train.engine

@@ -114,7 +114,8 @@ def test_a_pool_from_before_owners_is_migrated_on_open(pool_spec):
           "prompt_base", "prompt_root_trajectory", "prompt_root_seq")
     _execute(pool, "ALTER TABLE trajectories DROP COLUMN owner", "ALTER TABLE trajectories DROP COLUMN infra",
              *(f"ALTER TABLE completions DROP COLUMN {c}" for c in v3),
-             "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+             "ALTER TABLE groups DROP COLUMN rewards_pending", "ALTER TABLE groups DROP COLUMN submitted_version",
+             "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     pool.close()
     old = open_spec(pool_spec)
     with old._read() as cur:

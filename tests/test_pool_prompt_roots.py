@@ -238,6 +238,7 @@ def test_a_schema_6_pool_with_deltas_takes_roots_after_its_migration(pool_spec):
     with pool._tx() as cur:
         for column in ("prompt_root_trajectory", "prompt_root_seq"):
             cur.execute(f"ALTER TABLE completions DROP COLUMN {column}")
+        cur.execute("ALTER TABLE groups DROP COLUMN submitted_version")  # schema 8's
         cur.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     pool.close()
     pool = open_spec(pool_spec)  # migrated on open

@@ -54,7 +54,8 @@ def test_a_version_2_pool_is_migrated_on_open(pool_spec):
     # make it a version-2 pool: completions without the version-3 columns
     _execute(pool, *(f"ALTER TABLE completions DROP COLUMN {c}" for c in V3_COLUMNS + V4_COLUMNS + V6_COLUMNS + V7_COLUMNS),
              "ALTER TABLE trajectories DROP COLUMN infra",
-             "ALTER TABLE groups DROP COLUMN rewards_pending", "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+             "ALTER TABLE groups DROP COLUMN rewards_pending", "ALTER TABLE groups DROP COLUMN submitted_version",
+             "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     pool.close()
     old = open_spec(pool_spec)
     try:

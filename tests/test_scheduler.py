@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_cli.configs.pool import (SCHEDULER_CONFIGS, BoundedStalenessSchedulerConfig, FIFOSchedulerConfig, GreedySchedulerConfig,
-                                    WindowedFIFOSchedulerConfig)
+                                    StalenessCapSchedulerConfig, WindowedFIFOSchedulerConfig)
 from forge_cli.pool.scheduler import Decision, QueueEntry, admission_bound, select, select_capped, staleness_limit, window_size
 
 
@@ -19,7 +19,8 @@ def test_window_size():
     assert window_size(WindowedFIFOSchedulerConfig(window_fraction=0.3), 16) == 5  # ceil(4.8)
     assert window_size(WindowedFIFOSchedulerConfig(window_fraction=0.01), 16) == 1
     assert window_size(BoundedStalenessSchedulerConfig(), 16) is None
-    assert set(SCHEDULER_CONFIGS) == {"windowed_fifo", "fifo", "greedy", "bounded_staleness"}
+    assert window_size(StalenessCapSchedulerConfig(), 16) is None
+    assert set(SCHEDULER_CONFIGS) == {"windowed_fifo", "fifo", "greedy", "bounded_staleness", "staleness_cap"}
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):

@@ -45,7 +45,37 @@ class BoundedStalenessSchedulerConfig(Section):
         "S: every sample is trained at most S versions after the version that sampled it (0: synchronous)."))
 
 
-_MEMBERS = (WindowedFIFOSchedulerConfig, FIFOSchedulerConfig, GreedySchedulerConfig, BoundedStalenessSchedulerConfig)
+class StalenessCapSchedulerConfig(Section):
+    """Greedy takes (W = ∞) with a staleness cap on the takes: all ``max_active_groups`` stay in flight, and
+    each step takes the groups whose deadline (the version they were submitted at + ``max_staleness``) has
+    come, waiting for them if they are unfinished, then the oldest complete ones
+    (:func:`forge_cli.pool.scheduler.select_capped`). The hard cap to choose: at the same bound it keeps
+    more of greedy's throughput than ``bounded_staleness``, which holds admission back instead, and than
+    the window (benchmarks/RESULTS.md, "Scheduler simulation"). Needs ``max_active_groups ≤ (max_staleness
+    + 1) · groups_per_step``."""
+
+    type: Literal["staleness_cap"] = "staleness_cap"
+    max_staleness: int = Field(2, ge=0, description=(
+        "S: every group is trained at most S versions after the version it was submitted at; needs "
+        "pool.max_active_groups <= (S + 1) x train.groups_per_step."))
+
+
+def staleness_cap_error(pool: "PoolConfig", groups_per_step: int) -> str | None:
+    """Why ``pool``'s ``staleness_cap`` cannot hold with ``groups_per_step`` groups a step (more groups could
+    come due in one step than a step takes); None when it can, or when the scheduler has no such cap."""
+    scheduler = pool.scheduler
+    if not isinstance(scheduler, StalenessCapSchedulerConfig):
+        return None
+    most = (scheduler.max_staleness + 1) * groups_per_step
+    if pool.max_active_groups <= most:
+        return None
+    return (f"pool.scheduler.max_staleness = {scheduler.max_staleness} cannot hold with pool.max_active_groups = "
+            f"{pool.max_active_groups} and train.groups_per_step = {groups_per_step}: it needs max_active_groups "
+            f"<= (max_staleness + 1) x groups_per_step = {most}")
+
+
+_MEMBERS = (WindowedFIFOSchedulerConfig, FIFOSchedulerConfig, GreedySchedulerConfig, BoundedStalenessSchedulerConfig,
+            StalenessCapSchedulerConfig)
 SchedulerConfig = tagged_union(*_MEMBERS)
 SCHEDULER_CONFIGS: dict[str, type[Section]] = name_table(*_MEMBERS)
 
@@ -56,7 +86,8 @@ class PoolConfig(Section):
     url: str = Field("sqlite", description='"sqlite" (a file in the run folder) or "postgresql://…".')
     scheduler: SchedulerConfig = Field(default_factory=WindowedFIFOSchedulerConfig, description=(
         'Which finished groups the trainer may take: [pool.scheduler] with type = "windowed_fifo" (and window_fraction) '
-        '| "fifo" (W = 1) | "greedy" (W = ∞).'))
+        '| "fifo" (W = 1) | "greedy" (W = ∞) | "bounded_staleness" (and max_head_offpolicyness) | "staleness_cap" '
+        '(and max_staleness).'))
     max_active_groups: int = Field(16, gt=0, description="N: groups submitted and not yet consumed.")
     group_timeout_s: float = Field(1800.0, gt=0, description="A head group older than this is marked timed out.")
     on_timeout: Literal["drop", "train"] = Field(

@@ -7,9 +7,9 @@ window moves only when the head is consumed. ``W = 1`` is strict FIFO, ``W = ∞
 
 ``bounded_staleness`` is greedy with a staleness cap ``S`` (AReaL's ``max_head_offpolicyness``):
 it takes any complete group, and admission — not a drop — keeps every sample within ``S`` versions
-(:func:`staleness_limit`). :func:`select_capped` is the same cap acting on the takes instead, with
-all ``N`` groups kept in flight (the rule ``benchmarks/scheduler_sim.py`` compares like for like; no
-``[pool.scheduler]`` type applies it yet: the pool's take would need each group's submission version).
+(:func:`staleness_limit`). ``staleness_cap`` is the same cap acting on the takes instead
+(:func:`select_capped`), with all ``N`` groups kept in flight, by the version each group was submitted
+at (the pool records it); ``benchmarks/scheduler_sim.py`` compares the two like for like.
 
 A head that has outlived its time budget is marked timed out so one dead agent cannot stall
 training: ``on_timeout = "drop"`` removes it from the queue untrained, ``"train"`` closes its
@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from forge_cli.configs.pool import WindowedFIFOSchedulerConfig
+from forge_cli.configs.pool import WindowedFIFOSchedulerConfig, staleness_cap_error
+from forge_cli.errors import ForgeError
 
 OnTimeout = Literal["drop", "train"]
 
@@ -78,11 +79,12 @@ def staleness_limit(cap: int, groups_per_step: int, version: int, head_version: 
 @dataclass(frozen=True)
 class SchedulerRule:
     """What one ``[pool.scheduler]`` type does: its window ``W`` (None: ∞) for ``N`` active groups,
-    and its admission bound (None: ``N``; else from ``(N, P, version, head_version)``, which
-    reads the version at which the queue's head was submitted)."""
+    its admission bound (None: ``N``; else from ``(N, P, version, head_version)``, which
+    reads the version at which the queue's head was submitted), and its cap on the takes (None: none)."""
 
     window: Callable[[Any, int], int | None]
     max_in_flight: Callable[[Any, int, int, int, int | None], int] | None = None
+    cap: Callable[[Any], int] | None = None  # a staleness cap on the takes (select_capped), instead of the window
 
 
 # ``pool.scheduler``: each scheduler's name (forge_cli.configs.pool) -> its rule
@@ -93,6 +95,7 @@ SCHEDULERS: dict[str, SchedulerRule] = {
     "bounded_staleness": SchedulerRule(
         window=lambda c, n: None,
         max_in_flight=lambda c, n, p, version, head: min(n, staleness_limit(c.max_head_offpolicyness, p, version, head))),
+    "staleness_cap": SchedulerRule(window=lambda c, n: None, cap=lambda c: c.max_staleness),
 }
 
 
@@ -238,6 +241,18 @@ def select_capped(
         return Decision(take=chosen if len(chosen) == groups_per_step else [], timed_out=timed_out, head_before=head_before)
 
 
+def select_overdue(active: list[QueueEntry], groups_per_step: int) -> Decision:
+    """What a step takes when more groups are due than one step can take (:func:`select_capped` raises):
+    the complete groups with the earliest deadlines (the oldest submission versions), oldest first among
+    equals, exactly ``groups_per_step`` or none. It happens only to a pool whose in-flight groups outnumber
+    the bound the cap was set for, as a resumed run's are when the steps after its checkpoint give their
+    groups back; the next steps drain them (their ages show in each batch's ``ages``)."""
+    ready = sorted((e for e in active if e.complete), key=lambda e: (e.version, e.queue_index))
+    head = min((e.queue_index for e in active), default=None)
+    take = [e.group_id for e in ready[:groups_per_step]] if len(ready) >= groups_per_step else []
+    return Decision(take=take, timed_out=[], head_before=head)
+
+
 @dataclass(frozen=True)
 class Scheduler:
     """The scheduler a run's ``[pool]`` config chooses, applied to a pool.
@@ -256,6 +271,10 @@ class Scheduler:
 
     @classmethod
     def from_config(cls, pool: Any, groups_per_step: int) -> Scheduler:
+        """The scheduler of a ``[pool]`` config; ForgeError for a staleness cap that cannot hold with
+        ``max_active_groups`` in flight (more groups could come due in one step than a step takes)."""
+        if (error := staleness_cap_error(pool, groups_per_step)) is not None:
+            raise ForgeError(error)
         return cls(
             name=pool.scheduler.type,
             window=window_size(pool.scheduler, pool.max_active_groups),
@@ -283,12 +302,13 @@ class Scheduler:
         budget (may raise PoolFull)."""
         return pool.submit_group(
             task_id, n, scaffold, max_active=self.max_in_flight(version, head_version), timeout_s=self.group_timeout_s,
-            rewards_pending=rewards_pending,
+            rewards_pending=rewards_pending, version=version,
         )
 
     def take(self, pool: Any, trainer_version: int) -> Any:
         """One train step's batch, or an empty batch if fewer than ``groups_per_step`` are ready."""
+        cap = SCHEDULERS[self.name].cap
         return pool.take_batch(
             self.groups_per_step, trainer_version, window=self.window, on_timeout=self.on_timeout,
-            min_groups=self.groups_per_step,
+            min_groups=self.groups_per_step, cap=None if cap is None else cap(self.policy),
         )

@@ -18,7 +18,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS groups (
     timed_out INTEGER NOT NULL DEFAULT 0,
     consumed_at {real},
     consumed_step BIGINT,
-    rewards_pending INTEGER NOT NULL DEFAULT 0
+    rewards_pending INTEGER NOT NULL DEFAULT 0,
+    submitted_version BIGINT
 );
 CREATE INDEX IF NOT EXISTS groups_status ON groups (status, queue_index);
 CREATE TABLE IF NOT EXISTS trajectories (
@@ -144,6 +145,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE completions ADD COLUMN prompt_root_trajectory TEXT",
         "ALTER TABLE completions ADD COLUMN prompt_root_seq INTEGER",
     ],
+    # 7 → 8: the policy version a group was submitted at (the rollout engine's), which the staleness_cap
+    # scheduler takes it by (forge_cli.pool.scheduler.select_capped). Groups written before: NULL (taken
+    # as submitted at the version of the take that first sees them).
+    7: ["ALTER TABLE groups ADD COLUMN submitted_version BIGINT"],
 }
 
 # the columns a record is read (and, for groups and completions, written) with

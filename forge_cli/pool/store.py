@@ -213,6 +213,7 @@ class DataPool(PoolReads):
         group_id: str | None = None,
         rewards_pending: bool = False,
         evaluation: bool = False,
+        version: int | None = None,
     ) -> Group:
         """Append a group of ``n`` queued trajectories to the generation queue.
 
@@ -229,6 +230,10 @@ class DataPool(PoolReads):
         ``evaluation``: a held-out evaluation's group. It is recorded like any other but stays out
         of the generation queue (a negative queue index from its own counter, status
         ``evaluation``): no scheduler takes it, it never blocks the head, admission ignores it.
+
+        ``version``: the policy version the rollout engine serves as the group is submitted (its
+        samples are that version's or newer); default: the last one published (:meth:`publish_version`).
+        The ``staleness_cap`` scheduler takes each group within its cap of it.
         """
         if not isinstance(n, int) or n < 1:
             raise ForgeError(f"a group needs n >= 1 trajectories, got {n!r}")
@@ -236,6 +241,8 @@ class DataPool(PoolReads):
             raise ForgeError("a group needs a task_id and a scaffold")
         if timeout_s is not None and not timeout_s > 0:
             raise ForgeError(f"timeout_s must be > 0, got {timeout_s!r}")
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 0):
+            raise ForgeError(f"version must be an integer >= 0, got {version!r}")
         group_id = group_id or uuid.uuid4().hex
         now = self.clock()
         with self._tx(queue_lock=True) as cur:
@@ -253,9 +260,11 @@ class DataPool(PoolReads):
                 index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
                 cur.execute("UPDATE meta SET value = ? WHERE key = 'next_queue_index'", (str(index + 1),))
             status = GroupStatus.EVALUATION if evaluation else GroupStatus.ACTIVE
+            if version is None:
+                version = int(cur.one("SELECT value FROM meta WHERE key = 'trainer_version'")[0])
             cur.execute(
-                f"INSERT INTO groups ({GROUP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, ?)",
-                (group_id, index, task_id, n, status.value, now, timeout_s, int(bool(rewards_pending))),
+                f"INSERT INTO groups ({GROUP_COLS}, submitted_version) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, ?, ?)",
+                (group_id, index, task_id, n, status.value, now, timeout_s, int(bool(rewards_pending)), version),
             )
             trajectories = []
             for member in range(n):
@@ -552,12 +561,15 @@ class DataPool(PoolReads):
         window: int | None,
         on_timeout: sched.OnTimeout = "drop",
         min_groups: int = 1,
+        cap: int | None = None,
     ) -> Batch:
         """Take up to ``max_groups`` complete groups under the window rule and mark them consumed.
 
         Heads past their time budget are marked timed out first (see :mod:`.scheduler`). With
         ``min_groups`` it takes all or nothing. The whole decision is one transaction, so
-        concurrent takers never get the same group.
+        concurrent takers never get the same group. ``cap``: instead of the window, greedy takes that
+        train every group within ``cap`` versions of the version it was submitted at
+        (:func:`~forge_cli.pool.scheduler.select_capped`: exactly ``max_groups`` or none).
         """
         if max_groups < 1:
             raise ForgeError(f"max_groups must be >= 1, got {max_groups}")
@@ -565,14 +577,23 @@ class DataPool(PoolReads):
         with self._tx(queue_lock=True) as cur:
             rows = cur.all(
                 "SELECT g.id, g.queue_index, g.submitted_at, g.timeout_s, "
-                "SUM(CASE WHEN t.status IN (?, ?, ?) THEN 0 ELSE 1 END), g.rewards_pending "
+                "SUM(CASE WHEN t.status IN (?, ?, ?) THEN 0 ELSE 1 END), g.rewards_pending, g.submitted_version "
                 "FROM groups g JOIN trajectories t ON t.group_id = g.id WHERE g.status = ? "
-                "GROUP BY g.id, g.queue_index, g.submitted_at, g.timeout_s, g.rewards_pending ORDER BY g.queue_index",
+                "GROUP BY g.id, g.queue_index, g.submitted_at, g.timeout_s, g.rewards_pending, g.submitted_version "
+                "ORDER BY g.queue_index",
                 (*TERMINAL, GroupStatus.ACTIVE.value),
             )
-            # complete: every member terminal and, if the driver said so, the per-completion rewards written
-            active = [sched.QueueEntry(r[1], r[0], int(r[4]) == 0 and not r[5], r[2], r[3]) for r in rows]
-            decision = sched.select(active, max_groups, window, now, on_timeout, min_groups)
+            # complete: every member terminal and, if the driver said so, the per-completion rewards written;
+            # a group from before schema 8 (no version) counts as submitted at this take's version
+            active = [sched.QueueEntry(r[1], r[0], int(r[4]) == 0 and not r[5], r[2], r[3],
+                                       trainer_version if r[6] is None else int(r[6])) for r in rows]
+            if cap is None:
+                decision = sched.select(active, max_groups, window, now, on_timeout, min_groups)
+            else:
+                try:
+                    decision = sched.select_capped(active, max_groups, trainer_version, cap, now, on_timeout)
+                except ValueError:  # more due than a step takes (a resumed run's given-back groups): the most overdue
+                    decision = sched.select_overdue(active, max_groups)
             for gid in decision.timed_out:
                 cur.execute(
                     "UPDATE trajectories SET status = ?, finished_at = ?, error = ? WHERE group_id = ? AND status IN (?, ?)",
