@@ -478,8 +478,12 @@ def test_select_capped_examples():
     # a cap far above every age is greedy with min_groups
     mixed = [e(i, i % 3 != 0, i // 2) for i in range(9)]
     assert select_capped(mixed, 4, 4, 100, now=0).take == select(mixed, 4, None, 0, min_groups=4).take
-    with pytest.raises(ValueError, match="cannot hold"):  # 3 groups due at once, 2 a step: N > (S + 1)·P
-        select_capped([e(i, True, 0) for i in range(3)], 2, version=1, cap=1, now=0)
+    # 3 groups due at once, 2 a step (N > (S + 1)·P, or a resumed run's backlog): the earliest deadlines first,
+    # still waiting for an unfinished due one rather than overtaking it
+    backlog = [e(0, True, 1), e(1, True, 0), e(2, True, 0), e(3, True, 1)]
+    assert select_capped(backlog, 2, version=1, cap=1, now=0).take == ["g1", "g2"]
+    backlog[2] = e(2, False, 0)
+    assert select_capped(backlog, 2, version=1, cap=1, now=0).take == []
     with pytest.raises(ValueError, match="submission version"):
         select_capped([QueueEntry(0, "g0", True, 0.0)], 1, 0, 1, now=0)
 

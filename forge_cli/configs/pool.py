@@ -55,7 +55,7 @@ class StalenessCapSchedulerConfig(Section):
     + 1) · groups_per_step``."""
 
     type: Literal["staleness_cap"] = "staleness_cap"
-    max_staleness: int = Field(2, ge=0, description=(
+    max_staleness: int = Field(3, ge=0, description=(
         "S: every group is trained at most S versions after the version it was submitted at; needs "
         "pool.max_active_groups <= (S + 1) x train.groups_per_step."))
 
@@ -69,9 +69,11 @@ def staleness_cap_error(pool: "PoolConfig", groups_per_step: int) -> str | None:
     most = (scheduler.max_staleness + 1) * groups_per_step
     if pool.max_active_groups <= most:
         return None
+    least = -(-pool.max_active_groups // groups_per_step) - 1
     return (f"pool.scheduler.max_staleness = {scheduler.max_staleness} cannot hold with pool.max_active_groups = "
             f"{pool.max_active_groups} and train.groups_per_step = {groups_per_step}: it needs max_active_groups "
-            f"<= (max_staleness + 1) x groups_per_step = {most}")
+            f"<= (max_staleness + 1) x groups_per_step = {most}; set max_staleness to {least} or more, or "
+            f"max_active_groups to {most} or less")
 
 
 _MEMBERS = (WindowedFIFOSchedulerConfig, FIFOSchedulerConfig, GreedySchedulerConfig, BoundedStalenessSchedulerConfig,

@@ -187,8 +187,10 @@ def select_capped(
     time budget times out (dropped, or closed and taken with ``"train"``), as does an unfinished head
     past its budget, the one timeout :func:`select` knows. With ``N`` groups in flight (the pool's
     count) and ``N ≤ (cap + 1) · groups_per_step`` the demand never exceeds one step, so no group is
-    trained more than ``cap`` versions after its submission (property-tested); a smaller cap cannot
-    hold with ``N`` in flight, and raises ValueError.
+    trained more than ``cap`` versions after its submission (property-tested). Where more are due than
+    one step takes (a smaller cap with ``N`` in flight, or a resumed run's given-back groups), the step
+    takes the ``groups_per_step`` with the earliest deadlines — still waiting for an unfinished one, still
+    timing them out — and those over the cap are trained as soon as the backlog lets them.
     """
     if cap < 0 or groups_per_step < 1:
         raise ValueError("cap must be >= 0 and groups_per_step >= 1")
@@ -218,9 +220,8 @@ def select_capped(
         for j, e in enumerate(queue):
             if j + 1 < len(queue) and queue[j + 1].version == e.version:
                 continue  # not the last group due at its deadline
-            need = j + 1 - (e.version + cap - version) * groups_per_step  # of queue[:j + 1], this step
-            if need > groups_per_step:
-                raise ValueError(f"the cap {cap} cannot hold: {need} groups are due within one step")
+            # of queue[:j + 1], this step; more than a step takes: a backlog, the earliest deadlines first
+            need = min(j + 1 - (e.version + cap - version) * groups_per_step, groups_per_step)
             if need <= len(chosen):
                 continue
             for f in queue[: j + 1]:
@@ -228,7 +229,8 @@ def select_capped(
                     chosen.append(f.group_id)
             if len(chosen) < need:
                 blocked = [f for f in queue[: j + 1] if not f.complete]
-                break
+                if blocked:
+                    break  # (none unfinished: a backlog's clamped need with every due group chosen — go on)
         if blocked:
             expired = [f for f in blocked if f.expired(now)]
             if not expired:
@@ -239,18 +241,6 @@ def select_capped(
             if len(chosen) < groups_per_step and f.complete and f.group_id not in chosen:
                 chosen.append(f.group_id)
         return Decision(take=chosen if len(chosen) == groups_per_step else [], timed_out=timed_out, head_before=head_before)
-
-
-def select_overdue(active: list[QueueEntry], groups_per_step: int) -> Decision:
-    """What a step takes when more groups are due than one step can take (:func:`select_capped` raises):
-    the complete groups with the earliest deadlines (the oldest submission versions), oldest first among
-    equals, exactly ``groups_per_step`` or none. It happens only to a pool whose in-flight groups outnumber
-    the bound the cap was set for, as a resumed run's are when the steps after its checkpoint give their
-    groups back; the next steps drain them (their ages show in each batch's ``ages``)."""
-    ready = sorted((e for e in active if e.complete), key=lambda e: (e.version, e.queue_index))
-    head = min((e.queue_index for e in active), default=None)
-    take = [e.group_id for e in ready[:groups_per_step]] if len(ready) >= groups_per_step else []
-    return Decision(take=take, timed_out=[], head_before=head)
 
 
 @dataclass(frozen=True)

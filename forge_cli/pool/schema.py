@@ -146,9 +146,11 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE completions ADD COLUMN prompt_root_seq INTEGER",
     ],
     # 7 → 8: the policy version a group was submitted at (the rollout engine's), which the staleness_cap
-    # scheduler takes it by (forge_cli.pool.scheduler.select_capped). Groups written before: NULL (taken
-    # as submitted at the version of the take that first sees them).
-    7: ["ALTER TABLE groups ADD COLUMN submitted_version BIGINT"],
+    # scheduler takes it by (forge_cli.pool.scheduler.select_capped). Groups written before: the version
+    # published when the pool is migrated.
+    7: ["ALTER TABLE groups ADD COLUMN submitted_version BIGINT",
+        "UPDATE groups SET submitted_version = (SELECT CAST(value AS BIGINT) FROM meta WHERE key = 'trainer_version') "
+        "WHERE submitted_version IS NULL"],
 }
 
 # the columns a record is read (and, for groups and completions, written) with

@@ -232,8 +232,9 @@ class DataPool(PoolReads):
         ``evaluation``): no scheduler takes it, it never blocks the head, admission ignores it.
 
         ``version``: the policy version the rollout engine serves as the group is submitted (its
-        samples are that version's or newer); default: the last one published (:meth:`publish_version`).
-        The ``staleness_cap`` scheduler takes each group within its cap of it.
+        samples are that version's or newer); recorded as at least the last one published
+        (:meth:`publish_version`), which is also the default. The ``staleness_cap`` scheduler takes each
+        group within its cap of it.
         """
         if not isinstance(n, int) or n < 1:
             raise ForgeError(f"a group needs n >= 1 trajectories, got {n!r}")
@@ -260,8 +261,10 @@ class DataPool(PoolReads):
                 index = int(cur.one("SELECT value FROM meta WHERE key = 'next_queue_index'")[0])
                 cur.execute("UPDATE meta SET value = ? WHERE key = 'next_queue_index'", (str(index + 1),))
             status = GroupStatus.EVALUATION if evaluation else GroupStatus.ACTIVE
-            if version is None:
-                version = int(cur.one("SELECT value FROM meta WHERE key = 'trainer_version'")[0])
+            # never below the published version: a caller that read the engine's version just before a publish
+            # would otherwise record the group as older than admission (which stopped counting that step) thinks
+            published = int(cur.one("SELECT value FROM meta WHERE key = 'trainer_version'")[0])
+            version = published if version is None else max(version, published)
             cur.execute(
                 f"INSERT INTO groups ({GROUP_COLS}, submitted_version) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, ?, ?)",
                 (group_id, index, task_id, n, status.value, now, timeout_s, int(bool(rewards_pending)), version),
@@ -583,17 +586,12 @@ class DataPool(PoolReads):
                 "ORDER BY g.queue_index",
                 (*TERMINAL, GroupStatus.ACTIVE.value),
             )
-            # complete: every member terminal and, if the driver said so, the per-completion rewards written;
-            # a group from before schema 8 (no version) counts as submitted at this take's version
-            active = [sched.QueueEntry(r[1], r[0], int(r[4]) == 0 and not r[5], r[2], r[3],
-                                       trainer_version if r[6] is None else int(r[6])) for r in rows]
+            # complete: every member terminal and, if the driver said so, the per-completion rewards written
+            active = [sched.QueueEntry(r[1], r[0], int(r[4]) == 0 and not r[5], r[2], r[3], int(r[6])) for r in rows]
             if cap is None:
                 decision = sched.select(active, max_groups, window, now, on_timeout, min_groups)
             else:
-                try:
-                    decision = sched.select_capped(active, max_groups, trainer_version, cap, now, on_timeout)
-                except ValueError:  # more due than a step takes (a resumed run's given-back groups): the most overdue
-                    decision = sched.select_overdue(active, max_groups)
+                decision = sched.select_capped(active, max_groups, trainer_version, cap, now, on_timeout)
             for gid in decision.timed_out:
                 cur.execute(
                     "UPDATE trajectories SET status = ?, finished_at = ?, error = ? WHERE group_id = ? AND status IN (?, ?)",
