@@ -348,3 +348,57 @@ def test_the_consumer_submits_under_the_staleness_cap(configure, monkeypatch):
     _, groups, trajectories = consume_nothing(config, request, monkeypatch, settled)
     assert len(groups) == 4
     assert all(t.status == "completed" for t in trajectories)
+
+
+def test_the_consumer_reads_the_served_version_from_the_pool(configure, monkeypatch):
+    """bounded_staleness's admission needs the version the engine serves and the head's submission version:
+    the driver reads the one the trainer published into the pool (a gateway, in this process or not, does not
+    hand it the engine). S = 1, P = 2: 4 groups at version 0; once the trainer takes 2 and publishes 1, the
+    head is 1 version old and nothing more is admitted; once it takes the other 2 and publishes 2, 4 more are,
+    recorded at version 2."""
+    from forge_cli.gateway.server import serve_gateway
+    from forge_cli.pool.scheduler import Scheduler
+    from forge_cli.pool.store import PoolFull
+
+    config = configure(**{"pool.scheduler.type": "bounded_staleness", "pool.scheduler.max_head_offpolicyness": 1,
+                          "train.groups_per_step": 2, "pool.max_active_groups": 16})
+    request = RolloutRequest(scaffold="one-call", suite="alpha", groups=None, n=1, concurrency=8)
+    refused: list[str] = []
+    real = Scheduler.submit
+
+    def submit(self, pool, task_id, *args, **kwargs):
+        try:
+            return real(self, pool, task_id, *args, **kwargs)
+        except PoolFull:
+            refused.append(task_id)
+            raise
+
+    monkeypatch.setattr(Scheduler, "submit", submit)
+    scheduler = Scheduler.from_config(config.pool, 2)
+
+    def finished(pool, count):
+        groups = pool.groups()
+        return len(groups) >= count and all(t.status.terminal for g in groups for t in g.trajectories)
+
+    async def main():
+        async with serve_gateway(config, "r") as gw:
+            task = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True))
+            try:
+                await until(lambda: finished(gw.pool, 4) and refused, what="4 groups at version 0, the 5th refused")
+                assert [g.queue_index for g in (await asyncio.to_thread(scheduler.take, gw.pool, 0)).groups] == [0, 1]
+                gw.pool.publish_version(1)
+                seen = len(refused)
+                await until(lambda: len(refused) > seen + 2, what="submissions refused at version 1")
+                assert len(gw.pool.groups()) == 4  # the head (version 0) is 1 old: (1 + 1 - 1)·2 = 2 in flight, held
+                assert [g.queue_index for g in (await asyncio.to_thread(scheduler.take, gw.pool, 1)).groups] == [2, 3]
+                gw.pool.publish_version(2)
+                await until(lambda: finished(gw.pool, 8), what="4 more groups at version 2")
+                assert len(gw.pool.groups()) == 8
+                with gw.pool._read() as cur:
+                    versions = [v for (v,) in cur.all("SELECT submitted_version FROM groups ORDER BY queue_index")]
+                assert versions == [0, 0, 0, 0, 2, 2, 2, 2]
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())

@@ -120,6 +120,12 @@ class PoolReads:
         with self._read() as cur:
             return cur.one("SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id,)) is not None
 
+    def published_version(self) -> int:
+        """The policy version last published (:meth:`~forge_cli.pool.store.DataPool.publish_version`): the one
+        the rollout engine serves, 0 before any."""
+        with self._read() as cur:
+            return int(cur.one("SELECT value FROM meta WHERE key = 'trainer_version'")[0])
+
     def stats(self, window: int | None = None) -> dict[str, Any]:
         """Counts by status, the queue head and window, off-policy ages, storage per token."""
         with self._read() as cur:

@@ -116,8 +116,9 @@ class _Rollout:
         # itself, and the pool counts them: the scheduler's bound, a staleness cap's too)
         self.admitted = asyncio.Semaphore(config.pool.max_active_groups) if not consumer else None
         self.scheduler = Scheduler.from_config(config.pool, config.train.groups_per_step)
-        engine = getattr(gw, "engine", None)
-        self.version: Callable[[], int] = lambda: int(getattr(engine, "version", 0))
+        # the version the rollout engine serves, as the trainer publishes it into the pool after each weight push
+        # (a gateway in this process or another: neither hands the driver its engine)
+        self.version: Callable[[], int] = self.pool.published_version
         self.start_version = self.version()  # groups already in the pool count as submitted now
         self.submitted_at: dict[int, int] = {}  # queue index -> the engine's version when it was submitted
         self.difficulty: dict[str, str] = progress.difficulty  # task id -> difficulty, for the summary
