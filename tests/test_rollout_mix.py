@@ -279,13 +279,10 @@ class CountingStream(TaskStream):
         return super().__next__()
 
 
-def consume_nothing(config, request, monkeypatch, settled):
-    """An unbounded consumer-mode rollout that nobody takes from, cancelled once ``settled(pool, refused)``
-    holds (``refused``: how many submissions the pool's bound has refused so far); the pool's groups and
-    trajectories, read back."""
-    from forge_cli.gateway.server import serve_gateway
-    from forge_cli.pool.store import PoolFull
+def count_refusals(monkeypatch) -> list[str]:
+    """The task ids whose submission the pool's admission bound refused (PoolFull), as they happen."""
     from forge_cli.pool.scheduler import Scheduler
+    from forge_cli.pool.store import PoolFull
 
     refused: list[str] = []
     real = Scheduler.submit
@@ -298,6 +295,16 @@ def consume_nothing(config, request, monkeypatch, settled):
             raise
 
     monkeypatch.setattr(Scheduler, "submit", submit)
+    return refused
+
+
+def consume_nothing(config, request, monkeypatch, settled):
+    """An unbounded consumer-mode rollout that nobody takes from, cancelled once ``settled(pool, refused)``
+    holds (``refused``: how many submissions the pool's bound has refused so far); the pool's groups and
+    trajectories, read back."""
+    from forge_cli.gateway.server import serve_gateway
+
+    refused = count_refusals(monkeypatch)
 
     async def main():
         async with serve_gateway(config, "r") as gw:
@@ -358,22 +365,11 @@ def test_the_consumer_reads_the_served_version_from_the_pool(configure, monkeypa
     recorded at version 2."""
     from forge_cli.gateway.server import serve_gateway
     from forge_cli.pool.scheduler import Scheduler
-    from forge_cli.pool.store import PoolFull
 
     config = configure(**{"pool.scheduler.type": "bounded_staleness", "pool.scheduler.max_head_offpolicyness": 1,
                           "train.groups_per_step": 2, "pool.max_active_groups": 16})
     request = RolloutRequest(scaffold="one-call", suite="alpha", groups=None, n=1, concurrency=8)
-    refused: list[str] = []
-    real = Scheduler.submit
-
-    def submit(self, pool, task_id, *args, **kwargs):
-        try:
-            return real(self, pool, task_id, *args, **kwargs)
-        except PoolFull:
-            refused.append(task_id)
-            raise
-
-    monkeypatch.setattr(Scheduler, "submit", submit)
+    refused = count_refusals(monkeypatch)
     scheduler = Scheduler.from_config(config.pool, 2)
 
     def finished(pool, count):
