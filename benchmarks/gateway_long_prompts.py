@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import sys
@@ -38,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from gateway_overhead import percentile, raw_exchange, start_server  # noqa: E402
+from gateway_overhead import cpu_seconds, percentile, raw_exchange, start_server  # noqa: E402
 
 WORDS = ("the file path argument returns string command shell output read write edit search pattern directory "
          "tool call user must should never always when error result list line number content replace create "
@@ -54,12 +53,6 @@ def text_of(tokenizer, tokens: int, seed: str) -> str:
         text = " ".join(words)
         if len(tokenizer.encode(text, add_special_tokens=False)) >= tokens:
             return text
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> float:

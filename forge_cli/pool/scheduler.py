@@ -258,6 +258,7 @@ class Scheduler:
     group_timeout_s: float
     max_active_groups: int
     policy: Any = field(default_factory=WindowedFIFOSchedulerConfig)  # the [pool.scheduler] member
+    cap: int | None = None  # a staleness cap on the takes (select_capped) instead of the window
 
     @classmethod
     def from_config(cls, pool: Any, groups_per_step: int) -> Scheduler:
@@ -265,6 +266,7 @@ class Scheduler:
         ``max_active_groups`` in flight (more groups could come due in one step than a step takes)."""
         if (error := staleness_cap_error(pool, groups_per_step)) is not None:
             raise ForgeError(error)
+        cap = SCHEDULERS[pool.scheduler.type].cap
         return cls(
             name=pool.scheduler.type,
             window=window_size(pool.scheduler, pool.max_active_groups),
@@ -273,6 +275,7 @@ class Scheduler:
             group_timeout_s=pool.group_timeout_s,
             max_active_groups=pool.max_active_groups,
             policy=pool.scheduler,
+            cap=None if cap is None else cap(pool.scheduler),
         )
 
     def max_in_flight(self, version: int, head_version: int | None) -> int:
@@ -297,8 +300,7 @@ class Scheduler:
 
     def take(self, pool: Any, trainer_version: int) -> Any:
         """One train step's batch, or an empty batch if fewer than ``groups_per_step`` are ready."""
-        cap = SCHEDULERS[self.name].cap
         return pool.take_batch(
             self.groups_per_step, trainer_version, window=self.window, on_timeout=self.on_timeout,
-            min_groups=self.groups_per_step, cap=None if cap is None else cap(self.policy),
+            min_groups=self.groups_per_step, cap=self.cap,
         )
