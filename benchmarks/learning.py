@@ -28,7 +28,10 @@ each, sampled at the training temperature). The parts, each from the same shippe
   `teacher_warmups` set, so the habit is learned with the copying). From it: RL for ``--minutes`` with the
   repository's completion-time weight or ``--speed-weight`` (``speed``), the same with the weight 0 (``speed0``), and the SFT control on the habit teacher for
   as long as ``speed``'s RL ran (``speedcontrol``). It needs no main run. The row's ``speed_time_reduction`` is 1 − (seconds of the solved held-out
-  trajectories with the weight) / (with 0); ``speed_calls_reduction`` the same of their tool calls.
+  trajectories with the weight) / (with 0); ``speed_calls_reduction`` the same of their tool calls;
+  ``speed_train_time_reduction`` and ``speed_train_completions_reduction`` the same of the solved
+  trajectories each run sampled for training in its last quarter (hundreds, where a held-out evaluation
+  solves a score: the steadier figure), ``speed_train_first`` / ``_last`` their counts and means.
 
 `--parts` says what to run; each seed's row is read from whichever of its runs are in --work
 (`--parts none` only aggregates); `--merge` keeps the seeds already in the JSON that this call does
@@ -104,6 +107,30 @@ def rl_row(run_dir: Path) -> dict:
            "samples_per_hour": 3600 * sum(s.trajectories for s in steps) / rl_s if rl_s else None}
     row["gain"] = row["after"] - row["before"] if None not in (row["after"], row["before"]) else None
     return row
+
+
+def solved_while_training(run_dir: Path, quarter: int) -> dict:
+    """The solved trajectories a run sampled for training in one quarter of its groups (in queue order;
+    0 the first, 3 the last): how many, their mean completions and mean seconds (the completion-time
+    reward's own duration). Hundreds of trajectories, where a held-out evaluation solves a score."""
+    from forge_cli.pool.store import DataPool
+    from forge_cli.rewards.components import duration
+
+    if not (run_dir / "pool.sqlite").is_file():
+        return {"solved": 0, "completions": None, "seconds": None}
+    pool = DataPool.sqlite(run_dir / "pool.sqlite", create=False)
+    try:
+        groups = sorted(pool.groups(), key=lambda g: g.queue_index)
+    finally:
+        pool.close()
+    k = len(groups) // 4
+    chosen = groups[quarter * k:(quarter + 1) * k] if quarter < 3 else groups[3 * k:]
+    solved = [t for g in chosen for t in g.trajectories
+              if t.status == "completed" and t.rewards.get("outcome", 0.0) >= 1.0]
+    seconds = [d for d in (duration(t) for t in solved) if d is not None]
+    return {"solved": len(solved),
+            "completions": statistics.fmean(len(t.completions) for t in solved) if solved else None,
+            "seconds": statistics.fmean(seconds) if seconds else None}
 
 
 def control_row(run_dir: Path, before: float | None) -> dict:
@@ -233,6 +260,10 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
         forge(home, runs, "train", "--no-live", "--run", f"{name}-s{seed}", "--minutes", str(args.minutes),
               sets={**sets, "model.path": str(habit), **more}, log=args.work / f"{name}-s{seed}.log")
 
+    def trained(name: str, run_dir: Path) -> dict:  # the training side's solved trajectories, first and last quarter
+        return {f"{name}_train_first": solved_while_training(run_dir, 0),
+                f"{name}_train_last": solved_while_training(run_dir, 3)}
+
     if "speed" in parts:
         if not args.habit_model:
             warm("habit", shipped_warm_dir(), habit, args.habit_minutes)
@@ -244,17 +275,21 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
         out = {"speed_before": r["before"], "speed_after": r["after"], "speed_rl_s": r["rl_s"],
                "speed_before_solved_seconds": r["before_solved_seconds"],
                "speed_before_solved_tool_calls": r["before_solved_tool_calls"],
-               "speed_solved_seconds": r["solved_seconds"], "speed_solved_tool_calls": r["solved_tool_calls"]}
+               "speed_solved_seconds": r["solved_seconds"], "speed_solved_tool_calls": r["solved_tool_calls"],
+               **trained("speed", runs / f"speed-s{seed}")}
         if "speed" in parts and r["rl_s"]:
             warm("speedcontrol", habit, args.work / f"speedcontrol-model-s{seed}", r["rl_s"] / 60)
     if out and (runs / f"speed0-s{seed}" / "metrics.jsonl").is_file():
         r0 = rl_row(runs / f"speed0-s{seed}")
         out.update(speed0_after=r0["after"], speed0_solved_seconds=r0["solved_seconds"],
-                   speed0_solved_tool_calls=r0["solved_tool_calls"],
+                   speed0_solved_tool_calls=r0["solved_tool_calls"], **trained("speed0", runs / f"speed0-s{seed}"),
                    speed_time_reduction=reduction(out["speed_solved_seconds"], r0["solved_seconds"]),
                    speed_calls_reduction=reduction(out["speed_solved_tool_calls"], r0["solved_tool_calls"]),
                    speed_success_change=(out["speed_after"] - r0["after"]
                                          if None not in (out["speed_after"], r0["after"]) else None))
+        fast, slow = out["speed_train_last"], out["speed0_train_last"]
+        out.update(speed_train_time_reduction=reduction(fast["seconds"], slow["seconds"]),
+                   speed_train_completions_reduction=reduction(fast["completions"], slow["completions"]))
     if out and (runs / f"speedcontrol-s{seed}" / "metrics.jsonl").is_file():
         c = control_row(runs / f"speedcontrol-s{seed}", out["speed_before"])
         out.update(speedcontrol_after=c["control_after"], speedcontrol_solved_seconds=c["control_solved_seconds"],
@@ -302,7 +337,11 @@ def main() -> None:
         if kept.get("minutes") != args.minutes or kept.get("overrides", {}) != overrides:
             raise SystemExit(f"--merge: {args.out} was measured with --minutes {kept.get('minutes')} and "
                              f"--set {kept.get('overrides', {})}, not {args.minutes} and {overrides}")
-        speed_kept = any("speed_before" in r for r in kept.get("seeds", []))
+        # the speed rows this call keeps (not those it measures again) must share its habit: none is averaged
+        # with another habit's, and a call that measures every kept one again may change it
+        again = {seed for seed in args.seeds
+                 if "speed" in parts or (args.work / "runs" / f"speed-s{seed}" / "metrics.jsonl").is_file()}
+        speed_kept = any("speed_before" in r for r in kept.get("seeds", []) if r["seed"] not in again)
         if speed_kept and habit_of(kept) != habit_of(vars(args)):
             flags = lambda h: " ".join(f"--{k.replace('_', '-')} {v}" for k, v in h.items() if v is not None)
             raise SystemExit(f"--merge: {args.out}'s speed part was measured with {flags(habit_of(kept))}, "
@@ -340,6 +379,8 @@ def main() -> None:
               "completion_time_reduction_vs_control": mean("completion_time_reduction_vs_control"),
               "speed_time_reduction": mean("speed_time_reduction"), "speed_calls_reduction": mean("speed_calls_reduction"),
               "speed_success_change": mean("speed_success_change"),
+              "speed_train_time_reduction": mean("speed_train_time_reduction"),
+              "speed_train_completions_reduction": mean("speed_train_completions_reduction"),
               "speed_time_reduction_vs_control": mean("speed_time_reduction_vs_control")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
@@ -353,7 +394,9 @@ def main() -> None:
           f"GRPO {pct(result['grpo_mean_gain'])}, loaded {pct(result['loaded_mean_gain'])} points; completion time "
           f"-{pct(result['completion_time_reduction'])} % against weight 0; speed task: time "
           f"-{pct(result['speed_time_reduction'])} %, calls -{pct(result['speed_calls_reduction'])} % against weight 0, "
-          f"time -{pct(result['speed_time_reduction_vs_control'])} % against its SFT control -> {args.out}")
+          f"time -{pct(result['speed_time_reduction_vs_control'])} % against its SFT control; while training "
+          f"(last quarter): time -{pct(result['speed_train_time_reduction'])} %, completions "
+          f"-{pct(result['speed_train_completions_reduction'])} % against weight 0 -> {args.out}")
 
 
 if __name__ == "__main__":

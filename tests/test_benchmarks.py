@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -180,10 +181,31 @@ def test_drift_benchmark_agents_keep_their_sampled_ids_on_qwen3(tmp_path):
         assert families[name]["new_question"] in ("exact", "reused")
 
 
+def pool_of(run_dir: Path, groups: list) -> None:
+    """A run's pool with these groups in queue order, each trajectory ``(solved, completions, seconds)``
+    (the pool's clock moves by the seconds while it runs)."""
+    from forge_cli.pool.store import DataPool
+    from forge_cli.pool.types import NewCompletion
+
+    now = [1000.0]
+    pool = DataPool.sqlite(run_dir / "pool.sqlite", clock=lambda: now[0])
+    for members in groups:
+        group = pool.submit_group("calc-1-t", len(members), "tool-call-unlisted")
+        for t, (solved, completions, seconds) in zip(group.trajectories, members):
+            pool.start_trajectory(t.id)
+            for k in range(completions):
+                pool.append_completion(NewCompletion(t.id, [1, 2 + k], [3], [-0.5], policy_version=0,
+                                                     started_at=now[0], finished_at=now[0]))
+            now[0] += seconds
+            pool.finish_trajectory(t.id, rewards={"outcome": 1.0 if solved else 0.0})
+    pool.close()
+
+
 def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     """``benchmarks/learning.py --parts none`` on runs written here: before = the step-0 evaluation,
     after = the last; the control's = its last warm-start evaluation; the completion-time reduction
-    = 1 − (solved seconds with the reward) / (solved seconds without), per seed, then the mean."""
+    = 1 − (solved seconds with the reward) / (solved seconds without), per seed, then the mean; the
+    speed part's training side = the solved trajectories of the first and last quarter of the pool's groups."""
     from forge_cli.records.metrics import EvalMetrics, StepMetrics, WarmstartMetrics
 
     runs = tmp_path / "runs"
@@ -206,6 +228,12 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
                                           solved_seconds=1.8 if s % 5 == 0 else None) for s in range(1, 21)])
     write("speed-s0", rl(0.25, 0.5, 1.0, 1.0))  # the completion-time task: RL from the habit policy ...
     write("speed0-s0", rl(0.25, 0.375, 2.0, 2.5))  # ... without the completion-time reward ...
+    # what each sampled for training, four groups a quarter: (solved, completions, seconds) per trajectory
+    quarters = {"speed-s0": [[(True, 3, 2.0), (False, 2, 1.0)], [(True, 3, 2.5)], [(True, 2, 1.0)],
+                             [(True, 2, 1.0), (True, 3, 1.5), (False, 1, 0.5)]],
+                "speed0-s0": [[(True, 3, 2.0)], [(False, 3, 2.0)], [(True, 3, 2.0)], [(True, 3, 2.0), (True, 2, 2.5)]]}
+    for name, groups in quarters.items():
+        pool_of(runs / name, [g for g in groups for _ in range(4)])
     write("speedcontrol-s0", [WarmstartMetrics(step=s, heldout_success=0.25 if s == 20 else None,  # ... its SFT control
                                                solved_seconds=2.5 if s == 20 else None) for s in range(1, 21)])
     out = tmp_path / "learning.json"
@@ -227,6 +255,11 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert result["speed_time_reduction"] == pytest.approx(0.5) and result["speed_calls_reduction"] == pytest.approx(0.6)
     assert result["speed_success_change"] == pytest.approx(0.125)
     assert result["speed_time_reduction_vs_control"] == pytest.approx(1 - 1.0 / 2.5)
+    assert row["speed_train_first"] == {"solved": 4, "completions": 3.0, "seconds": pytest.approx(2.0)}
+    assert row["speed_train_last"] == {"solved": 8, "completions": 2.5, "seconds": pytest.approx(1.25)}
+    assert row["speed0_train_last"] == {"solved": 8, "completions": 2.5, "seconds": pytest.approx(2.25)}
+    assert result["speed_train_time_reduction"] == pytest.approx(1 - 1.25 / 2.25)
+    assert result["speed_train_completions_reduction"] == pytest.approx(0.0)
     # a second sitting measures seed 1 and keeps seed 0: the means are over both
     runs = tmp_path / "later" / "runs"
     write("main-s1", rl(0.25, 0.375, 1.2, 1.25))
@@ -274,6 +307,14 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     weighed = subprocess.run([*fourth, "--parts", "none", "--merge", "--speed-weight", "1.0"], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert weighed.returncode != 0 and "--speed-weight 1.0" in weighed.stderr  # nor another weight's
+    write("speed-s0", rl(0.25, 0.5, 1.2, 1.0))  # ... but measuring every kept speed row again may change the habit
+    write("speed0-s0", rl(0.25, 0.5, 2.0, 2.0))
+    redone = subprocess.run([*fourth[:3], "0", "3", *fourth[4:], "--parts", "none", "--merge", "--speed-weight", "1.0"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert redone.returncode == 0, redone.stderr[-3000:]
+    changed = json.loads(out.read_text())
+    assert changed["speed_weight"] == 1.0 and changed["seeds"][0]["speed_time_reduction"] == pytest.approx(0.4)
+    assert changed["seeds"][0]["after"] == row["after"]  # the main run's figures kept
     absent = subprocess.run([*fourth, "--parts", "speed", "--habit-model", str(tmp_path / "nothing")], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert absent.returncode != 0 and "not a model directory" in absent.stderr and (runs / "speed-s3" / "metrics.jsonl").is_file()
