@@ -110,9 +110,10 @@ def rl_row(run_dir: Path) -> dict:
 
 
 def solved_while_training(run_dir: Path, quarter: int) -> dict:
-    """The solved trajectories a run sampled for training in one quarter of its groups (in queue order;
-    0 the first, 3 the last): how many, their mean completions and mean seconds (the completion-time
-    reward's own duration). Hundreds of trajectories, where a held-out evaluation solves a score."""
+    """The solved trajectories a run sampled for training in one quarter of its training groups (in queue
+    order; 0 the first, 3 the last; the held-out evaluations' groups, which the pool keeps below index 0,
+    left out): how many, their mean completions and mean seconds (the completion-time reward's own
+    duration). Hundreds of trajectories, where a held-out evaluation solves a score."""
     from forge_cli.pool.store import DataPool
     from forge_cli.rewards.components import duration
 
@@ -120,7 +121,7 @@ def solved_while_training(run_dir: Path, quarter: int) -> dict:
         return {"solved": 0, "completions": None, "seconds": None}
     pool = DataPool.sqlite(run_dir / "pool.sqlite", create=False)
     try:
-        groups = sorted(pool.groups(), key=lambda g: g.queue_index)
+        groups = pool.groups(after_index=-1)  # in queue order, without the evaluations' groups
     finally:
         pool.close()
     k = len(groups) // 4

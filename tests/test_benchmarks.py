@@ -183,14 +183,14 @@ def test_drift_benchmark_agents_keep_their_sampled_ids_on_qwen3(tmp_path):
 
 def pool_of(run_dir: Path, groups: list) -> None:
     """A run's pool with these groups in queue order, each trajectory ``(solved, completions, seconds)``
-    (the pool's clock moves by the seconds while it runs)."""
+    (the pool's clock moves by the seconds while it runs), and a held-out evaluation's group as well."""
     from forge_cli.pool.store import DataPool
     from forge_cli.pool.types import NewCompletion
 
     now = [1000.0]
     pool = DataPool.sqlite(run_dir / "pool.sqlite", clock=lambda: now[0])
-    for members in groups:
-        group = pool.submit_group("calc-1-t", len(members), "tool-call-unlisted")
+    for i, members in enumerate([[(True, 9, 9.0)], *groups]):  # first a held-out evaluation's group: not training
+        group = pool.submit_group("calc-1-t", len(members), "tool-call-unlisted", evaluation=i == 0)
         for t, (solved, completions, seconds) in zip(group.trajectories, members):
             pool.start_trajectory(t.id)
             for k in range(completions):
