@@ -31,7 +31,18 @@ each, sampled at the training temperature). The parts, each from the same shippe
   trajectories with the weight) / (with 0); ``speed_calls_reduction`` the same of their tool calls;
   ``speed_train_time_reduction`` and ``speed_train_completions_reduction`` the same of the solved
   trajectories each run sampled for training in its last quarter (hundreds, where a held-out evaluation
-  solves a score: the steadier figure), ``speed_train_first`` / ``_last`` their counts and means.
+  solves a score: the steadier figure), ``speed_train_first`` / ``_last`` their counts and means;
+  ``speed_train_warmups_reduction`` the same of their warm-up calls, and ``speed_train_time_headroom`` the
+  most the reward can take: 1 − (weight 0's last-quarter seconds without its warm-up turns) / (with them);
+  ``speed_train_paced_time_reduction`` the time reduction at each run's own pace (the machine's speed
+  drifts between runs): 1 − r / r₀, r a run's last-quarter seconds over the same trajectories' seconds
+  without their warm-up turns;
+- ``speedeval``: the speed part's three final policies (the RL runs' last checkpoints, the SFT control's
+  model) side by side, as the brief measures speed: ``--eval-rounds`` rounds, each a `forge rollout` of
+  every policy in turn on the same held-out tasks (``--eval-tasks`` × ``--eval-samples``), the order
+  turning each round, no training beside them; ``speedeval_time_reduction`` is the median over the rounds
+  of 1 − (the solved trajectories' mean seconds with the weight) / (with 0), ``…_vs_control`` the same
+  against the SFT control, ``speedeval_completions_reduction`` the same of their completions.
 
 `--parts` says what to run; each seed's row is read from whichever of its runs are in --work
 (`--parts none` only aggregates); `--merge` keeps the seeds already in the JSON that this call does
@@ -42,6 +53,7 @@ main run's figures from there (``--seeds 1 --parts control --merge``: the contro
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -55,7 +67,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PARTS = ("main", "control", "grpo", "loaded", "time0", "speed")
+PARTS = ("main", "control", "grpo", "loaded", "time0", "speed", "speedeval")
 
 
 def forge(home: Path, runs: Path, *args: str, sets: dict[str, str] | None = None, log: Path) -> float:
@@ -109,16 +121,51 @@ def rl_row(run_dir: Path) -> dict:
     return row
 
 
+def warmup_turns(completions: list) -> list[int]:
+    """Which of a trajectory's completions (in order) call the calculator on the habit teacher's warm-up
+    expression (``teacher_warmups``), a result the task never uses."""
+    from forge_cli.tasks.demo_policies import WARMUP_EXPRESSION
+
+    def warm(call: dict) -> bool:
+        args = call.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return False
+        return isinstance(args, dict) and str(args.get("expression", "")).replace(" ", "") == WARMUP_EXPRESSION
+
+    return [i for i, c in enumerate(completions) if any(warm(call) for call in c.tool_calls or [])]
+
+
+def without_warmups(trajectory: Any, seconds: float) -> float:
+    """``seconds`` less the spans of the trajectory's warm-up turns, each from its request to the next
+    one's (its generation, its tool call, its waits): what it would have taken without them."""
+    cs = sorted(trajectory.completions, key=lambda c: c.seq)
+    return seconds - sum((cs[i + 1].started_at if i + 1 < len(cs) else cs[i].finished_at) - cs[i].started_at
+                         for i in warmup_turns(cs))
+
+
+def paced(trained: dict) -> float | None:
+    """A quarter's mean seconds over the same trajectories' seconds without their warm-up turns: the
+    time the habit costs, at the run's own pace (the machine's speed, which drifts by tens of percent
+    between runs here, cancels out)."""
+    seconds, without = trained.get("seconds"), trained.get("seconds_without_warmups")
+    return seconds / without if seconds is not None and without else None
+
+
 def solved_while_training(run_dir: Path, quarter: int) -> dict:
     """The solved trajectories a run sampled for training in one quarter of its training groups (in queue
     order; 0 the first, 3 the last; the held-out evaluations' groups, which the pool keeps below index 0,
     left out): how many, their mean completions and mean seconds (the completion-time reward's own
-    duration). Hundreds of trajectories, where a held-out evaluation solves a score."""
+    duration), their mean warm-up calls and their mean seconds without the warm-up turns (what the
+    completion-time reward can at most take). Hundreds of trajectories, where a held-out evaluation
+    solves a score."""
     from forge_cli.pool.store import DataPool
     from forge_cli.rewards.components import duration
 
     if not (run_dir / "pool.sqlite").is_file():
-        return {"solved": 0, "completions": None, "seconds": None}
+        return {"solved": 0, "completions": None, "seconds": None, "warmups": None, "seconds_without_warmups": None}
     pool = DataPool.sqlite(run_dir / "pool.sqlite", create=False)
     try:
         groups = pool.groups(after_index=-1)  # in queue order, without the evaluations' groups
@@ -128,10 +175,11 @@ def solved_while_training(run_dir: Path, quarter: int) -> dict:
     chosen = groups[quarter * k:(quarter + 1) * k] if quarter < 3 else groups[3 * k:]
     solved = [t for g in chosen for t in g.trajectories
               if t.status == "completed" and t.rewards.get("outcome", 0.0) >= 1.0]
-    seconds = [d for d in (duration(t) for t in solved) if d is not None]
-    return {"solved": len(solved),
-            "completions": statistics.fmean(len(t.completions) for t in solved) if solved else None,
-            "seconds": statistics.fmean(seconds) if seconds else None}
+    timed = [(t, d) for t, d in ((t, duration(t)) for t in solved) if d is not None]
+    mean = lambda xs: statistics.fmean(xs) if xs else None
+    return {"solved": len(solved), "completions": mean([len(t.completions) for t in solved]),
+            "seconds": mean([d for _, d in timed]), "warmups": mean([len(warmup_turns(t.completions)) for t in solved]),
+            "seconds_without_warmups": mean([without_warmups(t, d) for t, d in timed])}
 
 
 def control_row(run_dir: Path, before: float | None) -> dict:
@@ -180,7 +228,7 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
                      **{k: v for k, v in (kept or {}).items() if k.startswith("speed")}}  # (the speed part is apart)
     elif kept is not None:  # the main run of an earlier sitting: the other parts are measured against it
         row = dict(kept)
-    elif any((runs / f"{part}-s{seed}" / "metrics.jsonl").is_file() for part in PARTS if part != "speed"):
+    elif any((runs / f"{part}-s{seed}" / "metrics.jsonl").is_file() for part in PARTS if not part.startswith("speed")):
         raise SystemExit(f"seed {seed}: no main run in {runs} and none in --out to --merge with: its other parts "
                          "are measured against one (run --parts main)")
     else:  # only the speed part, which needs none (a part to run that does was refused before anything ran)
@@ -222,8 +270,11 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
     if row.get("control_solved_seconds") is not None:
         row["completion_time_reduction_vs_control"] = reduction(row["solved_seconds"], row["control_solved_seconds"])
     speed = speed_row(seed, args, parts, home, runs, sets)
+    if "speedeval" in parts and not speed:
+        raise SystemExit(f"seed {seed}: --parts speedeval needs the speed part's runs in {runs} (run --parts speed first)")
     if speed:  # the speed runs in --work replace whatever an earlier sitting's said
-        row = {**{k: v for k, v in row.items() if not k.startswith("speed")}, **speed}
+        row = {**{k: v for k, v in row.items() if not k.startswith("speed")}, **speed,
+               **speedeval_row(seed, args, parts, home, runs, sets)}
     return row
 
 
@@ -237,8 +288,8 @@ def habit_of(settings: dict) -> dict:
 
 
 def needs_main(parts: set[str]) -> bool:
-    """Whether the parts to run are measured against a main run (all but ``speed``)."""
-    return bool(parts - {"speed"})
+    """Whether the parts to run are measured against a main run (all but ``speed`` and ``speedeval``)."""
+    return bool(parts - {"speed", "speedeval"})
 
 
 def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, runs: Path, sets: dict[str, str]) -> dict:
@@ -290,7 +341,11 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
                                          if None not in (out["speed_after"], r0["after"]) else None))
         fast, slow = out["speed_train_last"], out["speed0_train_last"]
         out.update(speed_train_time_reduction=reduction(fast["seconds"], slow["seconds"]),
-                   speed_train_completions_reduction=reduction(fast["completions"], slow["completions"]))
+                   speed_train_completions_reduction=reduction(fast["completions"], slow["completions"]),
+                   # the most the reward can take: weight 0's solved trajectories without their warm-up turns
+                   speed_train_time_headroom=reduction(slow.get("seconds_without_warmups"), slow["seconds"]),
+                   speed_train_warmups_reduction=reduction(fast.get("warmups"), slow.get("warmups")),
+                   speed_train_paced_time_reduction=reduction(paced(fast), paced(slow)))
     if out and (runs / f"speedcontrol-s{seed}" / "metrics.jsonl").is_file():
         c = control_row(runs / f"speedcontrol-s{seed}", out["speed_before"])
         out.update(speedcontrol_after=c["control_after"], speedcontrol_solved_seconds=c["control_solved_seconds"],
@@ -299,8 +354,92 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
     return out
 
 
+SPEED_POLICIES = ("speed", "speed0", "speedcontrol")
+
+
+def final_policy(name: str, seed: int, work: Path) -> Path | None:
+    """The policy a speed-part run ended with: an RL run's last checkpoint, the SFT control's saved model."""
+    if name == "speedcontrol":
+        folder = work / f"speedcontrol-model-s{seed}"
+        return folder if (folder / "config.json").is_file() else None
+    pointer = work / "runs" / f"{name}-s{seed}" / "checkpoints" / "latest"
+    return pointer.parent / pointer.read_text().strip() / "model" if pointer.is_file() else None
+
+
+def solved_in(run_dir: Path) -> dict:
+    """A `forge rollout`'s trajectories: its success rate, and its solved ones' mean seconds and completions."""
+    from forge_cli.pool.store import DataPool
+    from forge_cli.rewards.components import duration
+
+    pool = DataPool.sqlite(run_dir / "pool.sqlite", create=False)
+    try:
+        trajectories = [t for g in pool.groups() for t in g.trajectories]
+    finally:
+        pool.close()
+    solved = [t for t in trajectories if t.status == "completed" and t.rewards.get("outcome", 0.0) >= 1.0]
+    seconds = [d for d in (duration(t) for t in solved) if d is not None]
+    return {"trajectories": len(trajectories), "solved": len(solved),
+            "success": len(solved) / len(trajectories) if trajectories else None,
+            "seconds": statistics.fmean(seconds) if seconds else None,
+            "completions": statistics.fmean(len(t.completions) for t in solved) if solved else None}
+
+
+def speedeval_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, runs: Path, sets: dict[str, str]) -> dict:
+    """The speed part's policies measured side by side: ``--eval-rounds`` rounds, each a `forge rollout` of
+    every final policy in turn (the order turning round by round) on the same held-out tasks, so the
+    machine's drifting speed weighs on each alike; per round the ratios of their solved trajectories'
+    seconds and completions, and their medians over the rounds. What of it is in --work."""
+    policies = {name: final_policy(name, seed, args.work) for name in SPEED_POLICIES}
+    policies = {name: path for name, path in policies.items() if path is not None}
+    name_of = lambda policy, k: f"speedeval-{policy}-r{k}-s{seed}"
+    if "speedeval" in parts:
+        if not {"speed", "speed0"} <= set(policies):
+            raise SystemExit(f"seed {seed}: --parts speedeval needs the speed part's final policies in {args.work} "
+                             f"(found {', '.join(policies) or 'none'}; run --parts speed first)")
+        for old in runs.glob(f"speedeval-*-s{seed}"):  # an earlier call's rounds (of other policies, perhaps)
+            shutil.rmtree(old)
+        order = list(policies)
+        for k in range(args.eval_rounds):
+            for policy in order[k % len(order):] + order[:k % len(order)]:
+                forge(home, runs, "rollout", "--split", "heldout", "--groups", str(args.eval_tasks), "--n",
+                      str(args.eval_samples), "--model", str(policies[policy]), "--run", name_of(policy, k),
+                      sets=sets, log=args.work / f"{name_of(policy, k)}.log")
+    rounds = []
+    for k in itertools.count():  # whatever rounds are in --work
+        measured = {p: solved_in(runs / name_of(p, k)) for p in SPEED_POLICIES if (runs / name_of(p, k) / "pool.sqlite").is_file()}
+        if not measured:
+            break
+        rounds.append(measured)
+    if not rounds or not all({"speed", "speed0"} <= set(r) for r in rounds):
+        return {}
+
+    def median_cut(key: str, other: str) -> float | None:
+        cuts = [reduction(r["speed"][key], r[other][key]) for r in rounds if other in r]
+        cuts = [c for c in cuts if c is not None]
+        return statistics.median(cuts) if cuts else None
+
+    return {"speedeval_rounds": rounds,
+            "speedeval_time_reduction": median_cut("seconds", "speed0"),
+            "speedeval_completions_reduction": median_cut("completions", "speed0"),
+            "speedeval_time_reduction_vs_control": median_cut("seconds", "speedcontrol"),
+            "speedeval_completions_reduction_vs_control": median_cut("completions", "speedcontrol"),
+            "speedeval_success_change": statistics.fmean(r["speed"]["success"] - r["speed0"]["success"] for r in rounds),
+            "speedeval_success_change_vs_control": (
+                statistics.fmean(r["speed"]["success"] - r["speedcontrol"]["success"] for r in rounds)
+                if all("speedcontrol" in r for r in rounds) else None)}
+
+
 def pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
+
+
+def change(reduction: float | None) -> str:
+    """A reduction as the signed change it is: 0.25 → "-25.0", -0.08 → "+8.0"."""
+    return "—" if reduction is None else f"{-100 * reduction:+.1f}"
+
+
+def fmt(x: float | None, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
 
 
 def main() -> None:
@@ -319,6 +458,10 @@ def main() -> None:
     parser.add_argument("--habit-model", type=Path, default=None, help=(
         "speed: a habit policy made beforehand (e.g. the shipped recipe with teacher_warmups set, from "
         "nothing) instead of --habit-minutes of training from the shipped weights"))
+    parser.add_argument("--eval-rounds", type=int, default=3, help=(
+        "speedeval: rounds of the side-by-side held-out evaluation of the speed part's final policies"))
+    parser.add_argument("--eval-tasks", type=int, default=32, help="speedeval: held-out tasks a round")
+    parser.add_argument("--eval-samples", type=int, default=8, help="speedeval: trajectories a task a round")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="a forge.toml override for every run (forge --set), e.g. train.lr=2e-4")
     parser.add_argument("--merge", action="store_true", help=(
@@ -382,6 +525,15 @@ def main() -> None:
               "speed_success_change": mean("speed_success_change"),
               "speed_train_time_reduction": mean("speed_train_time_reduction"),
               "speed_train_completions_reduction": mean("speed_train_completions_reduction"),
+              "speed_train_time_headroom": mean("speed_train_time_headroom"),
+              "speed_train_warmups_reduction": mean("speed_train_warmups_reduction"),
+              "speed_train_paced_time_reduction": mean("speed_train_paced_time_reduction"),
+              "speedeval_time_reduction": mean("speedeval_time_reduction"),
+              "speedeval_completions_reduction": mean("speedeval_completions_reduction"),
+              "speedeval_time_reduction_vs_control": mean("speedeval_time_reduction_vs_control"),
+              "speedeval_completions_reduction_vs_control": mean("speedeval_completions_reduction_vs_control"),
+              "speedeval_success_change": mean("speedeval_success_change"),
+              "speedeval_success_change_vs_control": mean("speedeval_success_change_vs_control"),
               "speed_time_reduction_vs_control": mean("speed_time_reduction_vs_control")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
@@ -391,14 +543,33 @@ def main() -> None:
         print(f"{r['seed']:>4} {pct(r.get('before')):>7} {pct(r.get('after')):>7} {pct(r.get('gain')):>6} {pct(r.get('control_gain')):>8} "
               f"{pct(r.get('grpo_gain')):>6} {pct(r.get('loaded_gain')):>7} {pct(r.get('time0_gain')):>6} "
               f"{pct(r.get('completion_time_reduction')):>9} {pct(r.get('tool_calls_reduction')):>6} {r.get('rl_steps', '—'):>8}")
+    cut = lambda key: change(result[key])
     print(f"mean gain {pct(result['mean_gain'])}, SFT control {pct(result['sft_control_mean_gain'])}, "
           f"GRPO {pct(result['grpo_mean_gain'])}, loaded {pct(result['loaded_mean_gain'])} points; completion time "
-          f"-{pct(result['completion_time_reduction'])} % against weight 0; speed task: time "
-          f"-{pct(result['speed_time_reduction'])} %, calls -{pct(result['speed_calls_reduction'])} % against weight 0, "
-          f"time -{pct(result['speed_time_reduction_vs_control'])} % against its SFT control; while training "
-          f"(last quarter): time -{pct(result['speed_train_time_reduction'])} %, completions "
-          f"-{pct(result['speed_train_completions_reduction'])} % against weight 0 -> {args.out}")
-
+          f"{cut('completion_time_reduction')} % against weight 0")
+    speed = [r for r in seeds if r.get("speed_train_last")]
+    if speed:
+        print(f"\nspeed part (weight {result['speed_weight']}; solved training trajectories, last quarter: "
+              "completions, warm-ups, seconds with the weight / at 0)")
+        print(f"{'seed':>4} {'held-out':>13} {'completions':>11} {'warm-ups':>9} {'seconds':>11} {'time':>6} "
+              f"{'paced':>6} {'at most':>7} {'calls':>6} {'vs SFT':>6}")
+        for r in speed:
+            w, z = r["speed_train_last"], r.get("speed0_train_last") or {}
+            pair = lambda key, f: f"{fmt(w.get(key), f)}/{fmt(z.get(key), f)}"
+            print(f"{r['seed']:>4} {pct(r.get('speed_after')):>6}/{pct(r.get('speed0_after')):<6} "
+                  f"{pair('completions', '.2f'):>11} {pair('warmups', '.2f'):>9} {pair('seconds', '.2f'):>11} "
+                  f"{change(r.get('speed_train_time_reduction')):>6} {change(r.get('speed_train_paced_time_reduction')):>6} "
+                  f"{change(r.get('speed_train_time_headroom')):>7} {change(r.get('speed_calls_reduction')):>6} "
+                  f"{change(r.get('speed_time_reduction_vs_control')):>6}")
+    print(f"speed task, against weight 0: held-out time {cut('speed_time_reduction')} %, calls "
+          f"{cut('speed_calls_reduction')} %; time {cut('speed_time_reduction_vs_control')} % against its SFT control; "
+          f"while training (last quarter): time {cut('speed_train_time_reduction')} % (at each run's own pace "
+          f"{cut('speed_train_paced_time_reduction')} %; at most {cut('speed_train_time_headroom')} %: weight 0 without "
+          f"its warm-up turns), completions {cut('speed_train_completions_reduction')} %, warm-ups "
+          f"{cut('speed_train_warmups_reduction')} %; side by side (the final policies, medians over rounds): time "
+          f"{cut('speedeval_time_reduction')} %, completions {cut('speedeval_completions_reduction')} % against weight 0, "
+          f"time {cut('speedeval_time_reduction_vs_control')} %, completions "
+          f"{cut('speedeval_completions_reduction_vs_control')} % against the SFT control -> {args.out}")
 
 if __name__ == "__main__":
     main()

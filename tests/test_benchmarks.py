@@ -183,7 +183,9 @@ def test_drift_benchmark_agents_keep_their_sampled_ids_on_qwen3(tmp_path):
 
 def pool_of(run_dir: Path, groups: list) -> None:
     """A run's pool with these groups in queue order, each trajectory ``(solved, completions, seconds)``
-    (the pool's clock moves by the seconds while it runs), and a held-out evaluation's group as well."""
+    or ``(solved, completions, seconds, warmups)`` (its first ``warmups`` completions call the
+    calculator on the habit teacher's warm-up expression, the others on a task's; the pool's clock moves
+    by the seconds while it runs, one equal turn a completion), and a held-out evaluation's group as well."""
     from forge_cli.pool.store import DataPool
     from forge_cli.pool.types import NewCompletion
 
@@ -191,14 +193,33 @@ def pool_of(run_dir: Path, groups: list) -> None:
     pool = DataPool.sqlite(run_dir / "pool.sqlite", clock=lambda: now[0])
     for i, members in enumerate([[(True, 9, 9.0)], *groups]):  # first a held-out evaluation's group: not training
         group = pool.submit_group("calc-1-t", len(members), "tool-call-unlisted", evaluation=i == 0)
-        for t, (solved, completions, seconds) in zip(group.trajectories, members):
+        for t, (solved, completions, seconds, *warmups) in zip(group.trajectories, members):
             pool.start_trajectory(t.id)
+            start, turn = now[0], seconds / completions
             for k in range(completions):
+                expression = "1 + 1" if k < sum(warmups) else "12 + 34"
                 pool.append_completion(NewCompletion(t.id, [1, 2 + k], [3], [-0.5], policy_version=0,
-                                                     started_at=now[0], finished_at=now[0]))
-            now[0] += seconds
+                                                     started_at=start + k * turn, finished_at=start + (k + 0.5) * turn,
+                                                     tool_calls=[{"name": "calculator", "arguments": {"expression": expression}}]))
+            now[0] = start + seconds
             pool.finish_trajectory(t.id, rewards={"outcome": 1.0 if solved else 0.0})
     pool.close()
+
+
+def write_metrics(runs: Path, name: str, lines: list) -> None:
+    """A run folder ``runs/name`` with these metrics lines."""
+    (runs / name).mkdir(parents=True)
+    (runs / name / "config.json").write_text("{}")
+    (runs / name / "metrics.jsonl").write_text("".join(json.dumps(x.line()) + "\n" for x in lines))
+
+
+def rl_metrics(before: float, after: float, seconds: float, calls: float) -> list:
+    """A `forge train` run's metrics: held-out before, ten steps of 6 s, held-out after."""
+    from forge_cli.records.metrics import EvalMetrics, StepMetrics
+
+    return [EvalMetrics(step=0, success=before, solved_seconds=2.0, solved_tool_calls=2.0),
+            *[StepMetrics(step=s, time_s=6.0 * s, trajectories=32) for s in range(1, 11)],
+            EvalMetrics(step=10, success=after, solved_seconds=seconds, solved_tool_calls=calls)]
 
 
 def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
@@ -206,32 +227,23 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     after = the last; the control's = its last warm-start evaluation; the completion-time reduction
     = 1 − (solved seconds with the reward) / (solved seconds without), per seed, then the mean; the
     speed part's training side = the solved trajectories of the first and last quarter of the pool's groups."""
-    from forge_cli.records.metrics import EvalMetrics, StepMetrics, WarmstartMetrics
+    from forge_cli.records.metrics import WarmstartMetrics
 
     runs = tmp_path / "runs"
+    write = lambda name, lines: write_metrics(runs, name, lines)
 
-    def write(name: str, lines: list) -> None:
-        (runs / name).mkdir(parents=True)
-        (runs / name / "config.json").write_text("{}")
-        (runs / name / "metrics.jsonl").write_text("".join(json.dumps(x.line()) + "\n" for x in lines))
-
-    def rl(before: float, after: float, seconds: float, calls: float) -> list:
-        return [EvalMetrics(step=0, success=before, solved_seconds=2.0, solved_tool_calls=2.0),
-                *[StepMetrics(step=s, time_s=6.0 * s, trajectories=32) for s in range(1, 11)],
-                EvalMetrics(step=10, success=after, solved_seconds=seconds, solved_tool_calls=calls)]
-
-    write("main-s0", rl(0.25, 0.625, 1.2, 1.25))
-    write("time0-s0", rl(0.25, 0.5, 2.0, 2.0))
-    write("loaded-s0", rl(0.25, 0.5, 1.5, 1.5))
-    write("grpo-s0", rl(0.25, 0.375, 1.5, 1.5))
+    write("main-s0", rl_metrics(0.25, 0.625, 1.2, 1.25))
+    write("time0-s0", rl_metrics(0.25, 0.5, 2.0, 2.0))
+    write("loaded-s0", rl_metrics(0.25, 0.5, 1.5, 1.5))
+    write("grpo-s0", rl_metrics(0.25, 0.375, 1.5, 1.5))
     write("control-s0", [WarmstartMetrics(step=s, heldout_success=0.25 + s / 100 if s % 5 == 0 else None,
                                           solved_seconds=1.8 if s % 5 == 0 else None) for s in range(1, 21)])
-    write("speed-s0", rl(0.25, 0.5, 1.0, 1.0))  # the completion-time task: RL from the habit policy ...
-    write("speed0-s0", rl(0.25, 0.375, 2.0, 2.5))  # ... without the completion-time reward ...
+    write("speed-s0", rl_metrics(0.25, 0.5, 1.0, 1.0))  # the completion-time task: RL from the habit policy ...
+    write("speed0-s0", rl_metrics(0.25, 0.375, 2.0, 2.5))  # ... without the completion-time reward ...
     # what each sampled for training, four groups a quarter: (solved, completions, seconds) per trajectory
     quarters = {"speed-s0": [[(True, 3, 2.0), (False, 2, 1.0)], [(True, 3, 2.5)], [(True, 2, 1.0)],
                              [(True, 2, 1.0), (True, 3, 1.5), (False, 1, 0.5)]],
-                "speed0-s0": [[(True, 3, 2.0)], [(False, 3, 2.0)], [(True, 3, 2.0)], [(True, 3, 2.0), (True, 2, 2.5)]]}
+                "speed0-s0": [[(True, 3, 2.0)], [(False, 3, 2.0)], [(True, 3, 2.0)], [(True, 3, 2.0, 1), (True, 2, 2.5)]]}
     for name, groups in quarters.items():
         pool_of(runs / name, [g for g in groups for _ in range(4)])
     write("speedcontrol-s0", [WarmstartMetrics(step=s, heldout_success=0.25 if s == 20 else None,  # ... its SFT control
@@ -255,14 +267,23 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert result["speed_time_reduction"] == pytest.approx(0.5) and result["speed_calls_reduction"] == pytest.approx(0.6)
     assert result["speed_success_change"] == pytest.approx(0.125)
     assert result["speed_time_reduction_vs_control"] == pytest.approx(1 - 1.0 / 2.5)
-    assert row["speed_train_first"] == {"solved": 4, "completions": 3.0, "seconds": pytest.approx(2.0)}
-    assert row["speed_train_last"] == {"solved": 8, "completions": 2.5, "seconds": pytest.approx(1.25)}
-    assert row["speed0_train_last"] == {"solved": 8, "completions": 2.5, "seconds": pytest.approx(2.25)}
+    assert row["speed_train_first"] == {"solved": 4, "completions": 3.0, "seconds": pytest.approx(2.0), "warmups": 0.0,
+                                        "seconds_without_warmups": pytest.approx(2.0)}
+    assert row["speed_train_last"] == {"solved": 8, "completions": 2.5, "seconds": pytest.approx(1.25), "warmups": 0.0,
+                                       "seconds_without_warmups": pytest.approx(1.25)}
+    # weight 0's last quarter: a 3-turn trajectory of 2 s whose first turn (2/3 s) is a warm-up, and one of 2.5 s
+    without = (2.0 - 2.0 / 3 + 2.5) / 2
+    assert row["speed0_train_last"] == {"solved": 8, "completions": 2.5, "seconds": pytest.approx(2.25), "warmups": 0.5,
+                                        "seconds_without_warmups": pytest.approx(without)}
     assert result["speed_train_time_reduction"] == pytest.approx(1 - 1.25 / 2.25)
     assert result["speed_train_completions_reduction"] == pytest.approx(0.0)
+    assert result["speed_train_time_headroom"] == pytest.approx(1 - without / 2.25)
+    assert result["speed_train_warmups_reduction"] == pytest.approx(1.0)  # none left with the reward
+    # at each run's own pace: weight 0 spends 2.25 / without of its time for what it would take without warm-ups
+    assert result["speed_train_paced_time_reduction"] == pytest.approx(1 - 1.0 / (2.25 / without))
     # a second sitting measures seed 1 and keeps seed 0: the means are over both
     runs = tmp_path / "later" / "runs"
-    write("main-s1", rl(0.25, 0.375, 1.2, 1.25))
+    write("main-s1", rl_metrics(0.25, 0.375, 1.2, 1.25))
     again = [sys.executable, "benchmarks/learning.py", "--seeds", "1", "--parts", "none", "--work", str(tmp_path / "later"),
              "--out", str(out)]
     done = subprocess.run([*again, "--merge"], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -287,8 +308,8 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert alone.returncode != 0 and "no main run" in alone.stderr
     # the speed part needs no main run; a part that does is refused before anything runs
     runs = tmp_path / "fourth" / "runs"
-    write("speed-s3", rl(0.25, 0.5, 1.5, 1.0))
-    write("speed0-s3", rl(0.25, 0.5, 2.0, 2.0))
+    write("speed-s3", rl_metrics(0.25, 0.5, 1.5, 1.0))
+    write("speed0-s3", rl_metrics(0.25, 0.5, 2.0, 2.0))
     fourth = [sys.executable, "benchmarks/learning.py", "--seeds", "3", "--work", str(tmp_path / "fourth"), "--out", str(out)]
     done = subprocess.run([*fourth, "--parts", "none", "--merge"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -307,8 +328,8 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     weighed = subprocess.run([*fourth, "--parts", "none", "--merge", "--speed-weight", "1.0"], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert weighed.returncode != 0 and "--speed-weight 1.0" in weighed.stderr  # nor another weight's
-    write("speed-s0", rl(0.25, 0.5, 1.2, 1.0))  # ... but measuring every kept speed row again may change the habit
-    write("speed0-s0", rl(0.25, 0.5, 2.0, 2.0))
+    write("speed-s0", rl_metrics(0.25, 0.5, 1.2, 1.0))  # ... but measuring every kept speed row again may change the habit
+    write("speed0-s0", rl_metrics(0.25, 0.5, 2.0, 2.0))
     redone = subprocess.run([*fourth[:3], "0", "3", *fourth[4:], "--parts", "none", "--merge", "--speed-weight", "1.0"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert redone.returncode == 0, redone.stderr[-3000:]
@@ -318,6 +339,48 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     absent = subprocess.run([*fourth, "--parts", "speed", "--habit-model", str(tmp_path / "nothing")], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert absent.returncode != 0 and "not a model directory" in absent.stderr and (runs / "speed-s3" / "metrics.jsonl").is_file()
+
+
+def test_learning_benchmark_measures_the_speed_policies_side_by_side(tmp_path, tiny_model):
+    """`--parts speedeval`: each final policy of a seed's speed part (the RL runs' last checkpoints, the SFT
+    control's saved model) goes through a real `forge rollout` on the held-out tasks, round after round; the
+    row keeps each round's figures, read from the rollouts' pools, and the medians of the per-round ratios.
+    (A scripted policy writes the text here, the same for all three: no completion is saved or lost.)"""
+    from forge_cli.pool.store import DataPool
+    from forge_cli.rewards.components import duration
+
+    work = tmp_path / "work"
+    runs = work / "runs"
+    for name in ("speed-s0", "speed0-s0"):
+        write_metrics(runs, name, rl_metrics(0.25, 0.5, 1.0, 1.0))
+        step = runs / name / "checkpoints" / "step-00000010"
+        step.mkdir(parents=True)
+        (step / "model").symlink_to(tiny_model)
+        (runs / name / "checkpoints" / "latest").write_text("step-00000010")
+    (work / "speedcontrol-model-s0").symlink_to(tiny_model)
+    out = tmp_path / "learning.json"
+    done = subprocess.run([sys.executable, "benchmarks/learning.py", "--seeds", "0", "--parts", "speedeval", "--work", str(work),
+                           "--out", str(out), "--eval-rounds", "2", "--eval-tasks", "2", "--eval-samples", "2",
+                           "--set", "model.engine.type=scripted", "--set", "model.engine.policy=forge_cli.tasks.demo_policies:calc",
+                           "--set", "gateway.port=0"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["seeds"]
+    rounds = row["speedeval_rounds"]
+    assert len(rounds) == 2 and all(set(r) == {"speed", "speed0", "speedcontrol"} for r in rounds)
+    tasks = set()
+    for k, measured in enumerate(rounds):
+        for policy, figures in measured.items():
+            pool = DataPool.sqlite(runs / f"speedeval-{policy}-r{k}-s0" / "pool.sqlite", create=False)
+            trajectories = [t for g in pool.groups() for t in g.trajectories]
+            pool.close()
+            assert len(trajectories) == 4 and figures["trajectories"] == 4
+            tasks.add(frozenset(t.task_id for t in trajectories))
+            assert figures["success"] == 1.0 and figures["completions"] == 2.0  # the calculator, then the answer
+            assert figures["seconds"] == pytest.approx(sum(duration(t) for t in trajectories) / 4)
+    assert len(tasks) == 1 and len(next(iter(tasks))) == 2  # every policy on the same two held-out tasks
+    assert row["speedeval_completions_reduction"] == 0.0 and row["speedeval_success_change"] == 0.0
+    cuts = sorted(1 - r["speed"]["seconds"] / r["speedcontrol"]["seconds"] for r in rounds)
+    assert row["speedeval_time_reduction_vs_control"] == pytest.approx(sum(cuts) / 2)  # the median of two
 
 
 def test_prefix_tree_on_a_pool_recorded_by_the_recipe(tmp_path):

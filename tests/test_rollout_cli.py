@@ -73,3 +73,29 @@ def test_rollout_runs_a_real_black_box_agent_on_files(agent, cli, tiny_model, in
     rows = [json.loads(line) for line in cli("pool", "export", "bb", "--jsonl").stdout.splitlines()]
     assert all(r["rewards"]["outcome"] == 1.0 for r in rows), done.stdout  # the files verifier saw the work
     assert all(len(r["completions"]) == 2 for r in rows)  # the shell command, then the answer
+
+
+def test_rollout_of_a_copy_of_the_embedded_default_samples_the_prompts_it_learned_on(cli, tiny_model, tmp_path):
+    """`forge rollout --model` of the embedded default or a copy made from it (a warm copy, a checkpoint:
+    its marker file) samples with the scaffold options forge train gives it (no system message, 48 tokens
+    a call), so a checkpoint is measured on the prompts it learned; a model without the marker gets the
+    scaffold's own. The model samples here (the hf engine): a scripted policy writes its own text and
+    keeps the scaffold's options (kv-search and swe-mini need more than 5 turns)."""
+    import shutil
+
+    from forge_cli.engine.default_model import MARKER
+
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny_model, plain)
+    (plain / MARKER).unlink()
+    requests = {}
+    # unmarked, the tiny Llama is read as a Llama 3 (its tokenizer has Hermes's tags, not Llama's)
+    for name, model, sets in (("copy", tiny_model, []), ("plain", plain, ["--set", "model.tool_parser=hermes"])):
+        done = cli("--set", "gateway.port=0", "--set", "gateway.record_requests=true", *sets, "rollout", "--scaffold",
+                   "tool-call-unlisted", "--task", "calc-1",
+                   "--groups", "1", "--n", "1", "--max-tokens", "96", "--run", name, "--model", str(model), "--engine", "hf")
+        assert done.exit_code == 0, done.stderr
+        (row,) = [json.loads(line) for line in cli("pool", "export", name, "--jsonl").stdout.splitlines()]
+        requests[name] = row["completions"][0]["request"]
+    assert requests["copy"]["max_tokens"] == 48 and requests["copy"]["messages"][0]["role"] == "user"
+    assert requests["plain"]["max_tokens"] > 48 and requests["plain"]["messages"][0]["role"] == "system"

@@ -14,13 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forge_cli.config import load_config
+from forge_cli.engine.default_model import EMBEDDED_SCAFFOLD_OPTIONS
 from forge_cli.engine.scripted import load_policy
 from forge_cli.errors import ForgeError
 from forge_cli.tasks.calc import generate
 from forge_cli.tasks.calculator import calculate
 from forge_cli.tasks.demo_policies import (MAX_RECHECKS, WARMUP_EXPRESSION, calc, calc_expression, policy_for,
                                           recheck_count, slip)
-from forge_cli.train.run import EMBEDDED_SCAFFOLD_OPTIONS
 
 
 def turns(policy, prompt: str) -> tuple[str, str, str]:

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from forge_cli.commands._common import config_with, engine_flags, scaffold_flags
 from forge_cli.console import console, err_console
+from forge_cli.engine.default_model import with_embedded_options
 from forge_cli.gateway import event_loop
 from forge_cli.rollout.driver import rollout
 from forge_cli.rollout.records import request_from_config
@@ -55,6 +56,8 @@ def register(app: typer.Typer) -> None:
                               ("rollout.sandbox", "--sandbox", sandbox),
                               ("rollout.max_tokens_per_trajectory", "--max-tokens", max_tokens),
                               ("rollout.ray_address", "--ray-address", ray_address), *engine_flags(model, engine, policy)])
+        if config.model.engine.type != "scripted":  # the model samples: a copy of the embedded default gets
+            with_embedded_options(config)           # the prompts it learned on (a script writes its own text)
         request = request_from_config(config, gateway_url=gateway, admin_key=admin_key)
         try:
             summary = event_loop.run(_with_display(config, request, run))

@@ -61,7 +61,7 @@ SIZES = {
 
 
 # what init writes beside the weights (size, seed, dimensions); warm copies and checkpoints carry it
-# along, so a folder made from the embedded default says so (train/run.py applies its scaffold options)
+# along, so a folder made from the embedded default says so (with_embedded_options applies its scaffold options)
 MARKER = "forge_model.json"
 # a model folder's tokenizer and chat template: what a servable copy of the policy takes from its source
 # besides the weights, and what a prompt's length depends on
@@ -72,6 +72,26 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 def is_embedded_default(path: Path | str | None) -> bool:
     """Whether ``path`` holds the embedded default or a copy made from it (a warm copy, a checkpoint)."""
     return path is not None and (Path(path).expanduser() / MARKER).is_file()
+
+
+# scaffold options the embedded default samples with (forge train, forge model warmstart, forge rollout)
+# unless the config sets them: a tiny policy's calls and answers are short, and a rambling sample should
+# cost little (max_turns 5: a call, up to two re-checks of it — the calc teacher's habit, which the completion-time
+# reward trains away — the answer, and one turn to spare)
+_SHORT = {"max_tokens": 48, "max_turns": 5}
+EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {
+    "tool-call": _SHORT,
+    # its prompts are the task alone: no tool listing (the scaffold's) and no system message
+    "tool-call-unlisted": {**_SHORT, "system_prompt": ""}}
+
+
+def with_embedded_options(config: Any) -> None:
+    """Lay :data:`EMBEDDED_SCAFFOLD_OPTIONS` under what ``config`` sets (in place) when its policy is
+    the embedded default (no ``model.path``) or a copy made from it (a warm copy, a checkpoint: they
+    carry its marker), so a checkpoint given as ``--model`` samples the prompts it learned on."""
+    if config.model.path is None or is_embedded_default(config.model.path):
+        for scaffold, options in EMBEDDED_SCAFFOLD_OPTIONS.items():
+            config.scaffolds[scaffold] = {**options, **config.scaffolds.get(scaffold, {})}
 
 
 def default_model_dir() -> Path:

@@ -21,8 +21,8 @@ from forge_cli.engine.default_model import (
     default_model_dir,
     init_default_model,
     shipped_warm_dir,
-    is_embedded_default,
     resolve_model_path,
+    with_embedded_options,
 )
 from forge_cli.errors import ForgeError
 from forge_cli.plugins import get_registry
@@ -39,17 +39,6 @@ from forge_cli.train.loop import train_loop
 from forge_cli.train.warmstart import keep_warm_model, recorded_key, run_warmstart, warm_key, warm_record
 
 DEFAULT_MINUTES = 15.0
-# scaffold options the embedded default trains with unless the config sets them: a tiny policy's
-# calls and answers are short, and a rambling sample should cost little
-# (max_turns 5: a call, up to two re-checks of it — the calc teacher's habit, which the completion-time
-# reward trains away — the answer, and one turn to spare)
-_SHORT = {"max_tokens": 48, "max_turns": 5}
-EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {
-    "tool-call": _SHORT,
-    # its prompts are the task alone: no tool listing (the scaffold's) and no system message
-    "tool-call-unlisted": {**_SHORT, "system_prompt": ""}}
-
-
 @dataclass(frozen=True)
 class StartPlan:
     """What a new run starts from."""
@@ -83,15 +72,6 @@ def plan(config: Any, *, minutes: float | None = None) -> StartPlan:
                 return StartPlan(config, False, None, budget)
     config.model.path = str(init_default_model())  # creates it on first use
     return StartPlan(config, when != "never", warm_model_dir() if when == "auto" else None, budget)
-
-
-def with_embedded_options(config: Any) -> None:
-    """Lay :data:`EMBEDDED_SCAFFOLD_OPTIONS` under what ``config`` sets (in place) when its policy is
-    the embedded default (no ``model.path``) or a copy made from it (a warm copy, a checkpoint: they
-    carry its marker), so a checkpoint given as ``--model`` samples the prompts it learned on."""
-    if config.model.path is None or is_embedded_default(config.model.path):
-        for scaffold, options in EMBEDDED_SCAFFOLD_OPTIONS.items():
-            config.scaffolds[scaffold] = {**options, **config.scaffolds.get(scaffold, {})}
 
 
 @dataclass(frozen=True)
