@@ -360,9 +360,10 @@ def test_the_consumer_submits_under_the_staleness_cap(configure, monkeypatch):
 def test_the_consumer_reads_the_served_version_from_the_pool(configure, monkeypatch):
     """bounded_staleness's admission needs the version the engine serves and the head's submission version:
     the driver reads the one the trainer published into the pool (a gateway, in this process or not, does not
-    hand it the engine). S = 1, P = 2: 4 groups at version 0; once the trainer takes 2 and publishes 1, the
-    head is 1 version old and nothing more is admitted; once it takes the other 2 and publishes 2, 4 more are,
-    recorded at version 2."""
+    hand it the engine). S = 1, P = 2: 4 groups at version 0; once the trainer publishes 1 and takes 2, the
+    head is 1 version old and nothing more is admitted; once it publishes 2 and takes the other 2, 4 more are,
+    recorded at version 2. (Each version is published before its take: between a take and a later publish the
+    driver may rightly admit a group at the old version, a race the test would lose on a loaded machine.)"""
     from forge_cli.gateway.server import serve_gateway
     from forge_cli.pool.scheduler import Scheduler
 
@@ -381,13 +382,13 @@ def test_the_consumer_reads_the_served_version_from_the_pool(configure, monkeypa
             task = asyncio.create_task(rollout(config, request, gateway=gw, consumer=True))
             try:
                 await until(lambda: finished(gw.pool, 4) and refused, what="4 groups at version 0, the 5th refused")
-                assert [g.queue_index for g in (await asyncio.to_thread(scheduler.take, gw.pool, 0)).groups] == [0, 1]
                 gw.pool.publish_version(1)
+                assert [g.queue_index for g in (await asyncio.to_thread(scheduler.take, gw.pool, 0)).groups] == [0, 1]
                 seen = len(refused)
                 await until(lambda: len(refused) > seen + 2, what="submissions refused at version 1")
                 assert len(gw.pool.groups()) == 4  # the head (version 0) is 1 old: (1 + 1 - 1)·2 = 2 in flight, held
+                gw.pool.publish_version(2)  # the head is 2 old: nothing is admitted until the take
                 assert [g.queue_index for g in (await asyncio.to_thread(scheduler.take, gw.pool, 1)).groups] == [2, 3]
-                gw.pool.publish_version(2)
                 await until(lambda: finished(gw.pool, 8), what="4 more groups at version 2")
                 assert len(gw.pool.groups()) == 8
                 with gw.pool._read() as cur:
