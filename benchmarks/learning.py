@@ -392,12 +392,13 @@ def speedeval_row(seed: int, args: argparse.Namespace, parts: set[str], home: Pa
     policies = {name: final_policy(name, seed, args.work) for name in SPEED_POLICIES}
     policies = {name: path for name, path in policies.items() if path is not None}
     name_of = lambda policy, k: f"speedeval-{policy}-r{k}-s{seed}"
-    if "speedeval" in parts:
-        if not {"speed", "speed0"} <= set(policies):
-            raise SystemExit(f"seed {seed}: --parts speedeval needs the speed part's final policies in {args.work} "
-                             f"(found {', '.join(policies) or 'none'}; run --parts speed first)")
-        for old in runs.glob(f"speedeval-*-s{seed}"):  # an earlier call's rounds (of other policies, perhaps)
+    if "speedeval" in parts and not {"speed", "speed0"} <= set(policies):
+        raise SystemExit(f"seed {seed}: --parts speedeval needs the speed part's final policies in {args.work} "
+                         f"(found {', '.join(policies) or 'none'}; run --parts speed first)")
+    if parts & {"speed", "speedeval"}:  # an earlier call's rounds measured other policies
+        for old in runs.glob(f"speedeval-*-s{seed}"):
             shutil.rmtree(old)
+    if "speedeval" in parts:
         order = list(policies)
         for k in range(args.eval_rounds):
             for policy in order[k % len(order):] + order[:k % len(order)]:
@@ -410,7 +411,9 @@ def speedeval_row(seed: int, args: argparse.Namespace, parts: set[str], home: Pa
         if not measured:
             break
         rounds.append(measured)
-    if not rounds or not all({"speed", "speed0"} <= set(r) for r in rounds):
+    # a round some rollout of which is missing or empty (stopped early) is left out
+    rounds = [r for r in rounds if {"speed", "speed0"} <= set(r) and all(f["success"] is not None for f in r.values())]
+    if not rounds:
         return {}
 
     def median_cut(key: str, other: str) -> float | None:
@@ -549,8 +552,9 @@ def main() -> None:
           f"{cut('completion_time_reduction')} % against weight 0")
     speed = [r for r in seeds if r.get("speed_train_last")]
     if speed:
-        print(f"\nspeed part (weight {result['speed_weight']}; solved training trajectories, last quarter: "
-              "completions, warm-ups, seconds with the weight / at 0)")
+        print(f"\nspeed part (weight {result['speed_weight']}; held-out success with the weight / at 0; solved training "
+              "trajectories, last quarter: completions, warm-ups, seconds with the weight / at 0, time cut, at each run's "
+              "pace, at most; the in-run held-out evaluation: calls cut, seconds against the SFT control)")
         print(f"{'seed':>4} {'held-out':>13} {'completions':>11} {'warm-ups':>9} {'seconds':>11} {'time':>6} "
               f"{'paced':>6} {'at most':>7} {'calls':>6} {'vs SFT':>6}")
         for r in speed:

@@ -367,16 +367,25 @@ def test_learning_benchmark_measures_the_speed_policies_side_by_side(tmp_path, t
     (row,) = json.loads(out.read_text())["seeds"]
     rounds = row["speedeval_rounds"]
     assert len(rounds) == 2 and all(set(r) == {"speed", "speed0", "speedcontrol"} for r in rounds)
+    policies = {"speed": runs / "speed-s0" / "checkpoints" / "step-00000010" / "model",
+                "speed0": runs / "speed0-s0" / "checkpoints" / "step-00000010" / "model",
+                "speedcontrol": work / "speedcontrol-model-s0"}
     tasks = set()
     for k, measured in enumerate(rounds):
+        began = {}
         for policy, figures in measured.items():
-            pool = DataPool.sqlite(runs / f"speedeval-{policy}-r{k}-s0" / "pool.sqlite", create=False)
+            run = runs / f"speedeval-{policy}-r{k}-s0"
+            assert json.loads((run / "config.json").read_text())["model"]["path"] == str(policies[policy])
+            pool = DataPool.sqlite(run / "pool.sqlite", create=False)
             trajectories = [t for g in pool.groups() for t in g.trajectories]
             pool.close()
+            began[policy] = min(t.started_at for t in trajectories)
             assert len(trajectories) == 4 and figures["trajectories"] == 4
             tasks.add(frozenset(t.task_id for t in trajectories))
             assert figures["success"] == 1.0 and figures["completions"] == 2.0  # the calculator, then the answer
             assert figures["seconds"] == pytest.approx(sum(duration(t) for t in trajectories) / 4)
+        order = ["speed", "speed0", "speedcontrol"]
+        assert sorted(began, key=began.get) == order[k:] + order[:k]  # the order turns round by round
     assert len(tasks) == 1 and len(next(iter(tasks))) == 2  # every policy on the same two held-out tasks
     assert row["speedeval_completions_reduction"] == 0.0 and row["speedeval_success_change"] == 0.0
     cuts = sorted(1 - r["speed"]["seconds"] / r["speedcontrol"]["seconds"] for r in rounds)

@@ -56,8 +56,10 @@ def register(app: typer.Typer) -> None:
                               ("rollout.sandbox", "--sandbox", sandbox),
                               ("rollout.max_tokens_per_trajectory", "--max-tokens", max_tokens),
                               ("rollout.ray_address", "--ray-address", ray_address), *engine_flags(model, engine, policy)])
-        if config.model.engine.type != "scripted":  # the model samples: a copy of the embedded default gets
-            with_embedded_options(config)           # the prompts it learned on (a script writes its own text)
+        # the model samples here: a copy of the embedded default gets the prompts it learned on (a script
+        # writes its own text; behind --gateway this process does not know what the served engine is)
+        if config.model.engine.type != "scripted" and gateway is None:
+            with_embedded_options(config)
         request = request_from_config(config, gateway_url=gateway, admin_key=admin_key)
         try:
             summary = event_loop.run(_with_display(config, request, run))
