@@ -154,32 +154,42 @@ def paced(trained: dict) -> float | None:
     return seconds / without if seconds is not None and without else None
 
 
-def solved_while_training(run_dir: Path, quarter: int) -> dict:
-    """The solved trajectories a run sampled for training in one quarter of its training groups (in queue
-    order; 0 the first, 3 the last; the held-out evaluations' groups, which the pool keeps below index 0,
-    left out): how many, their mean completions and mean seconds (the completion-time reward's own
-    duration), their mean warm-up calls and their mean seconds without the warm-up turns (what the
-    completion-time reward can at most take). Hundreds of trajectories, where a held-out evaluation
-    solves a score."""
+def pool_groups(run_dir: Path, after_index: int | None = None) -> list:
+    """A run's groups in queue order (``after_index``: only those after it), read once."""
     from forge_cli.pool.store import DataPool
-    from forge_cli.rewards.components import duration
 
-    if not (run_dir / "pool.sqlite").is_file():
-        return {"solved": 0, "completions": None, "seconds": None, "warmups": None, "seconds_without_warmups": None}
     pool = DataPool.sqlite(run_dir / "pool.sqlite", create=False)
     try:
-        groups = pool.groups(after_index=-1)  # in queue order, without the evaluations' groups
+        return pool.groups(after_index=after_index)
     finally:
         pool.close()
-    k = len(groups) // 4
-    chosen = groups[quarter * k:(quarter + 1) * k] if quarter < 3 else groups[3 * k:]
-    solved = [t for g in chosen for t in g.trajectories
-              if t.status == "completed" and t.rewards.get("outcome", 0.0) >= 1.0]
+
+
+def solved_figures(trajectories: list) -> dict:
+    """The solved ones of ``trajectories``: how many, their mean completions and mean seconds (the
+    completion-time reward's own duration), their mean warm-up calls and their mean seconds without the
+    warm-up turns."""
+    from forge_cli.rewards.components import duration
+
+    solved = [t for t in trajectories if t.status == "completed" and t.rewards.get("outcome", 0.0) >= 1.0]
     timed = [(t, d) for t, d in ((t, duration(t)) for t in solved) if d is not None]
     mean = lambda xs: statistics.fmean(xs) if xs else None
     return {"solved": len(solved), "completions": mean([len(t.completions) for t in solved]),
             "seconds": mean([d for _, d in timed]), "warmups": mean([len(warmup_turns(t.completions)) for t in solved]),
             "seconds_without_warmups": mean([without_warmups(t, d) for t, d in timed])}
+
+
+def solved_while_training(run_dir: Path, quarter: int) -> dict:
+    """The solved trajectories a run sampled for training in one quarter of its training groups (in queue
+    order; 0 the first, 3 the last; the held-out evaluations' groups, which the pool keeps below index 0,
+    left out): :func:`solved_figures`, what the completion-time reward can at most take among them.
+    Hundreds of trajectories, where a held-out evaluation solves a score."""
+    if not (run_dir / "pool.sqlite").is_file():
+        return solved_figures([])
+    groups = pool_groups(run_dir, after_index=-1)  # without the evaluations' groups
+    k = len(groups) // 4
+    chosen = groups[quarter * k:(quarter + 1) * k] if quarter < 3 else groups[3 * k:]
+    return solved_figures([t for g in chosen for t in g.trajectories])
 
 
 def control_row(run_dir: Path, before: float | None) -> dict:
@@ -367,21 +377,11 @@ def final_policy(name: str, seed: int, work: Path) -> Path | None:
 
 
 def solved_in(run_dir: Path) -> dict:
-    """A `forge rollout`'s trajectories: its success rate, and its solved ones' mean seconds and completions."""
-    from forge_cli.pool.store import DataPool
-    from forge_cli.rewards.components import duration
-
-    pool = DataPool.sqlite(run_dir / "pool.sqlite", create=False)
-    try:
-        trajectories = [t for g in pool.groups() for t in g.trajectories]
-    finally:
-        pool.close()
-    solved = [t for t in trajectories if t.status == "completed" and t.rewards.get("outcome", 0.0) >= 1.0]
-    seconds = [d for d in (duration(t) for t in solved) if d is not None]
-    return {"trajectories": len(trajectories), "solved": len(solved),
-            "success": len(solved) / len(trajectories) if trajectories else None,
-            "seconds": statistics.fmean(seconds) if seconds else None,
-            "completions": statistics.fmean(len(t.completions) for t in solved) if solved else None}
+    """A `forge rollout`'s trajectories: how many, its success rate and :func:`solved_figures`."""
+    trajectories = [t for g in pool_groups(run_dir) for t in g.trajectories]
+    figures = solved_figures(trajectories)
+    return {"trajectories": len(trajectories),
+            "success": figures["solved"] / len(trajectories) if trajectories else None, **figures}
 
 
 def speedeval_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, runs: Path, sets: dict[str, str]) -> dict:
@@ -574,6 +574,7 @@ def main() -> None:
           f"{cut('speedeval_time_reduction')} %, completions {cut('speedeval_completions_reduction')} % against weight 0, "
           f"time {cut('speedeval_time_reduction_vs_control')} %, completions "
           f"{cut('speedeval_completions_reduction_vs_control')} % against the SFT control -> {args.out}")
+
 
 if __name__ == "__main__":
     main()
