@@ -107,6 +107,31 @@ def test_the_teachers_warm_ups_come_first_are_never_used_and_leave_room_for_the_
     assert policy_for({"calc-1": 1.0}, warmups=0.7, seed=2).endswith(":calc?warmups=0.7&seed=2")
 
 
+def test_a_costlier_warm_up_habit_makes_up_to_three_and_still_answers_within_five_turns():
+    """``max_warmups`` 3: the same draw goes on to a third warm-up (the first two as with the cap of two),
+    re-checks only fill what is left of three extra calls, the real call and the answer still come, a trace
+    fits max_turns 5; the reference names the cap only where it is not the default; 4 is refused."""
+    prompts = [generate(random.Random(i), 1).prompt for i in range(3000)]
+    plain = [episode(lambda c: calc(c, slips=0.3, seed=7), p) for p in prompts]
+    costly = [episode(lambda c: calc(c, slips=0.3, seed=7, warmups=0.8, max_warmups=3), p) for p in prompts]
+    counts = [recheck_count(p, 0.8, seed=7, habit="warmup", most=3) for p in prompts]
+    for (calls, answer), (p_calls, p_answer), n, p in zip(costly, plain, counts, prompts):
+        assert calls == [WARMUP_EXPRESSION] * n + p_calls and answer == p_answer
+        assert min(n, 2) == recheck_count(p, 0.8, seed=7, habit="warmup")  # the cap of two: the same draw, cut
+    share = {k: counts.count(k) / len(counts) for k in range(4)}
+    assert abs(share[0] - 0.2) < 0.03 and abs(share[1] - 0.16) < 0.03 and abs(share[2] - 0.128) < 0.03 \
+        and abs(share[3] - 0.512) < 0.03, share
+    both = [episode(lambda c: calc(c, seed=7, rechecks=0.6, warmups=0.8, max_warmups=3), p) for p in prompts]
+    assert max(len(calls) - 1 for calls, _ in both) == 3 <= EMBEDDED_SCAFFOLD_OPTIONS["tool-call"]["max_turns"] - 2
+    for (calls, _), n, p in zip(both, counts, prompts):
+        assert len(calls) == 1 + n + min(recheck_count(p, 0.6, seed=7), 3 - n) and calls[:n] == [WARMUP_EXPRESSION] * n
+    assert policy_for({"calc-1": 1.0}, warmups=0.8, max_warmups=3, seed=2).endswith(":calc?warmups=0.8&max_warmups=3&seed=2")
+    assert policy_for({"calc-1": 1.0}, warmups=0.8, seed=2).endswith(":calc?warmups=0.8&seed=2")
+    assert policy_for({"calc-1": 1.0}, max_warmups=3, seed=2).endswith(":calc")  # no warm-ups: nothing to cap
+    with pytest.raises(ForgeError, match="0 to 3 warm-up calls"):
+        calc({"messages": [{"role": "user", "content": prompts[0]}]}, warmups=0.8, max_warmups=4)
+
+
 def test_policy_references_carry_keyword_arguments_and_refuse_unknown_ones():
     spec = policy_for({"calc-1": 1.0}, slips=0.25, seed=3)
     assert spec == "forge_cli.tasks.demo_policies:calc?slips=0.25&seed=3"

@@ -132,9 +132,14 @@ class WarmstartConfig(Section):
         "reward teaches RL to drop."))
     teacher_warmups: float = Field(0.0, ge=0, lt=1, description=(
         "How often the calc teacher first tries the calculator on 1+1 before its real call, as an agent checks "
-        "that a tool works (again after a warm-up with the same chance; warm-ups and re-checks at most two in "
-        "all). It never uses that result, so only the completion-time reward argues against the habit "
-        "(benchmarks/learning.py's speed part)."))
+        "that a tool works (again after a warm-up with the same chance, at most `teacher_max_warmups` times; "
+        "warm-ups and re-checks at most two in all, or `teacher_max_warmups` if more). It never uses that "
+        "result, so only the completion-time reward argues against the habit (benchmarks/learning.py's speed "
+        "part)."))
+    teacher_max_warmups: int = Field(2, ge=1, le=3, description=(
+        "The most warm-up calls the calc teacher makes in one trace (`teacher_warmups`): three, the real call "
+        "and the answer fill the embedded scaffold's 5 turns. A costlier habit leaves the completion-time "
+        "reward more to take."))
     batch_size: int = Field(32, ge=1, description="Completions per supervised step.")
     lr: float = Field(3e-3, gt=0, description="Learning rate of the first supervised step (AdamW).")
     final_lr_fraction: float = Field(1.0, gt=0, le=1, description=(

@@ -106,21 +106,26 @@ MAX_RECHECKS = 2
 # what the calc teacher tries the calculator on first (``warmups``), as an agent checks that a tool works
 WARMUP_EXPRESSION = "1+1"
 
+# the most warm-up calls it can be asked to make (``max_warmups``): three, the real call and the answer
+# are the embedded scaffold's ``max_turns`` 5
+MAX_WARMUPS = 3
 
-def recheck_count(prompt: str, rechecks: float, seed: int = 0, habit: str = "recheck") -> int:
+
+def recheck_count(prompt: str, rechecks: float, seed: int = 0, habit: str = "recheck",
+                  most: int = MAX_RECHECKS) -> int:
     """How often the calc teacher re-checks its result on the task ``prompt``: once with probability
-    ``rechecks``, and again after each re-check with the same probability, at most
-    :data:`MAX_RECHECKS` times (from the task's text and ``seed`` alone, like its slips). ``habit``
+    ``rechecks``, and again after each re-check with the same probability, at most ``most``
+    (:data:`MAX_RECHECKS`) times (from the task's text and ``seed`` alone, like its slips). ``habit``
     names the draw: ``"warmup"`` draws how many warm-up calls it makes first, independently."""
     rng = random.Random(f"{seed}\0{habit}\0{prompt}")
     count = 0
-    while count < MAX_RECHECKS and rng.random() < rechecks:
+    while count < most and rng.random() < rechecks:
         count += 1
     return count
 
 
 def calc(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0,
-         warmups: float = 0.0) -> str:
+         warmups: float = 0.0, max_warmups: int = MAX_RECHECKS) -> str:
     """One calculator call with the whole expression, then its result as the answer.
 
     ``slips``: the fraction of tasks on which this teacher miscopies one digit, as an imperfect
@@ -130,8 +135,9 @@ def calc(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: f
     slow — each re-check is another model call and tool call. ``warmups``: how often it first tries
     the calculator on :data:`WARMUP_EXPRESSION` (as an agent checks that a tool works), drawn like the
     re-checks; that result is never used, so nothing but the time it costs argues against it — what
-    the completion-time reward alone teaches RL to drop. Warm-ups and re-checks together are at most
-    :data:`MAX_RECHECKS` (the warm-ups first), so a trace fits ``max_turns`` 5. Which tasks, which
+    the completion-time reward alone teaches RL to drop; at most ``max_warmups`` of them
+    (:data:`MAX_RECHECKS` unless set; :data:`MAX_WARMUPS` at most). Warm-ups and re-checks together are
+    at most the larger of the two (the warm-ups first), so a trace fits ``max_turns`` 5. Which tasks, which
     digit and how many re-checks and warm-ups follow from the task's text and ``seed`` alone, so the
     turns of a task agree and a run is reproducible."""
     messages = context.get("messages") or []
@@ -140,14 +146,16 @@ def calc(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: f
     slipped = rng.random() < slips
     where = "expression" if rng.random() < 2 / 3 else "answer"
     results = [m["content"] for m in messages if m.get("role") == "tool"]
-    first = recheck_count(prompt, warmups, seed, habit="warmup") if warmups else 0
+    if not 0 <= max_warmups <= MAX_WARMUPS:
+        raise ForgeError(f"the calc teacher makes 0 to {MAX_WARMUPS} warm-up calls (max_warmups), not {max_warmups}")
+    first = recheck_count(prompt, warmups, seed, habit="warmup", most=max_warmups) if warmups else 0
     if len(results) < first:
         return _call("calculator", expression=WARMUP_EXPRESSION)
     results = results[first:]
     expression = calc_expression(prompt)
     if slipped and where == "expression":
         expression = slip(expression, rng)
-    if results and len(results) > min(recheck_count(prompt, rechecks, seed), MAX_RECHECKS - first):
+    if results and len(results) > min(recheck_count(prompt, rechecks, seed), max(MAX_RECHECKS, max_warmups) - first):
         answer = str(results[-1]).strip()
         return slip(answer, rng) if slipped and where == "answer" else answer
     return _call("calculator", expression=expression)
@@ -342,12 +350,12 @@ SLIPPING_SUITES = frozenset(name for name, policy in DEMO_POLICIES.items() if po
 
 
 def by_tools(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0,
-             warmups: float = 0.0) -> str:
+             warmups: float = 0.0, max_warmups: int = MAX_RECHECKS) -> str:
     """The demo policy of whichever suite the offered tools belong to (for a mix of suites);
-    ``slips``, ``seed``, ``rechecks`` and ``warmups`` go to :func:`calc`."""
+    ``slips``, ``seed``, ``rechecks``, ``warmups`` and ``max_warmups`` go to :func:`calc`."""
     tools = {t.get("function", t).get("name") for t in context.get("tools") or [] if isinstance(t, dict)}
     if "calculator" in tools:
-        return calc(context, slips=slips, seed=seed, rechecks=rechecks, warmups=warmups)
+        return calc(context, slips=slips, seed=seed, rechecks=rechecks, warmups=warmups, max_warmups=max_warmups)
     if {"search", "open"} <= tools:
         return kv_search(context)
     if "run_tests" in tools:
@@ -356,9 +364,10 @@ def by_tools(context: dict[str, Any], slips: float = 0.0, seed: int = 0, recheck
 
 
 def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0, rechecks: float = 0.0,
-               warmups: float = 0.0) -> str:
+               warmups: float = 0.0, max_warmups: int = MAX_RECHECKS) -> str:
     """The scripted engine's ``policy`` reference that writes traces for the suites of ``weights``
-    (a mix gets :func:`by_tools`), with ``slips``, ``rechecks`` and ``warmups`` for the calc teacher; a
+    (a mix gets :func:`by_tools`), with ``slips``, ``rechecks``, ``warmups`` and ``max_warmups`` (named
+    only where warm-ups are made and it is not the default) for the calc teacher; a
     ForgeError if a suite has no demo policy."""
     missing = [name for name in weights if name not in DEMO_POLICIES]
     if missing:
@@ -368,5 +377,6 @@ def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0, rec
     name = names.pop() if len(names) == 1 else "by_tools"
     if not any(suite in SLIPPING_SUITES for suite in weights):
         return f"{__name__}:{name}"
-    options = {k: v for k, v in (("slips", slips), ("rechecks", rechecks), ("warmups", warmups)) if v}
+    options = {k: v for k, v in (("slips", slips), ("rechecks", rechecks), ("warmups", warmups),
+                                 ("max_warmups", max_warmups if warmups and max_warmups != MAX_RECHECKS else 0)) if v}
     return f"{__name__}:{name}" + ("?" + "&".join(f"{k}={v}" for k, v in options.items()) + f"&seed={seed}" if options else "")

@@ -32,7 +32,7 @@ from forge_cli.pool.types import Sample, TrajectoryStatus
 from forge_cli.records.metrics import WarmstartMetrics
 from forge_cli.rollout.driver import rollout
 from forge_cli.rollout.records import request_from_config
-from forge_cli.tasks.demo_policies import SLIPPING_SUITES, policy_for
+from forge_cli.tasks.demo_policies import MAX_RECHECKS, SLIPPING_SUITES, policy_for
 from forge_cli.train.distributed import on_every_rank
 from forge_cli.train.evaluate import evaluate_heldout
 from forge_cli.train.metrics import suite_of
@@ -59,10 +59,10 @@ class TraceWriter:
     scaffold and tools, so each trace's tokens are exactly what the policy sees and emits in RL."""
 
     def __init__(self, config: Any, run_dir: Path, slips: float = 0.0, rechecks: float = 0.0,
-                 warmups: float = 0.0) -> None:
+                 warmups: float = 0.0, max_warmups: int = MAX_RECHECKS) -> None:
         self.slips, self.next_group, self.written = slips, 0, 0
         self.policy = policy_for(request_from_config(config, groups=1).weights, slips=slips, seed=config.run.seed,
-                                 rechecks=rechecks, warmups=warmups)
+                                 rechecks=rechecks, warmups=warmups, max_warmups=max_warmups)
         self.config = config.model_copy(deep=True)
         self.config.model.engine = ScriptedEngineConfig(policy=self.policy)
         self.config.model.replicas = 1
@@ -126,9 +126,9 @@ class TraceWriter:
 
 
 async def synthetic_samples(config: Any, run_dir: Path, traces: int, slips: float = 0.0, rechecks: float = 0.0,
-                            warmups: float = 0.0) -> list[Any]:
+                            warmups: float = 0.0, max_warmups: int = MAX_RECHECKS) -> list[Any]:
     """The samples of ``traces`` synthetic trajectories (:meth:`TraceWriter.first`)."""
-    async with TraceWriter(config, run_dir, slips, rechecks, warmups) as writer:
+    async with TraceWriter(config, run_dir, slips, rechecks, warmups, max_warmups) as writer:
         return await writer.first(traces)
 
 
@@ -159,7 +159,8 @@ async def run_warmstart(config: Any, run: Any, gateway: Any, trainer: Any, *, lo
     ws, tell = config.train.warmstart, on_event or (lambda kind, fields: None)
     started = time.monotonic()
     tell("status", {"status": "warm start: writing synthetic traces", "step": 0})
-    async with TraceWriter(config, run.dir / "warmstart", ws.teacher_slips, ws.teacher_rechecks, ws.teacher_warmups) as writer:
+    async with TraceWriter(config, run.dir / "warmstart", ws.teacher_slips, ws.teacher_rechecks, ws.teacher_warmups,
+                           ws.teacher_max_warmups) as writer:
         data = FreshFirst(await writer.first(ws.traces), random.Random(config.run.seed))
         more = asyncio.create_task(_keep_writing(writer, data, ws.fresh_traces)) if ws.fresh_traces else None
         if more is None:
@@ -301,7 +302,7 @@ def warm_recipe(config: Any) -> dict[str, Any]:
 
 # what a record written before a key existed says of it
 WARM_KEY_DEFAULTS: dict[str, Any] = {"mix": {}, "scaffold_mix": {}, "teacher_slips": 0.0, "teacher_rechecks": 0.0,
-                                     "teacher_warmups": 0.0, "scaffold_options": {}}
+                                     "teacher_warmups": 0.0, "teacher_max_warmups": MAX_RECHECKS, "scaffold_options": {}}
 
 
 def recorded_key(record: dict[str, Any], config: Any) -> dict[str, Any]:
@@ -315,4 +316,5 @@ def warm_key(config: Any) -> dict[str, Any]:
             "scaffold_mix": dict(config.rollout.scaffold_mix),
             "scaffold_options": dict(config.scaffolds.get(config.rollout.scaffold) or {}),  # its prompts
             "teacher_slips": config.train.warmstart.teacher_slips, "teacher_rechecks": config.train.warmstart.teacher_rechecks,
-            "teacher_warmups": config.train.warmstart.teacher_warmups}
+            "teacher_warmups": config.train.warmstart.teacher_warmups,
+            "teacher_max_warmups": config.train.warmstart.teacher_max_warmups}
