@@ -173,7 +173,7 @@ def main() -> None:
     parser.add_argument("--habit-minutes", type=float, default=4.0, help=(
         "speed: how long the habit policy is warm-started on the teacher with warm-up calls"))
     parser.add_argument("--warmups", type=float, default=0.7, help="speed: the habit teacher's teacher_warmups")
-    parser.add_argument("--max-warmups", type=int, default=2, help=(
+    parser.add_argument("--max-warmups", type=int, default=2, choices=(1, 2, 3), help=(
         "speed: the habit teacher's teacher_max_warmups (the most warm-up calls in a trace)"))
     parser.add_argument("--speed-weight", type=float, default=None, help=(
         "speed: the completion-time weight of the speed run (default: the repository's)"))

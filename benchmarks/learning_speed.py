@@ -106,7 +106,8 @@ def solved_while_training(run_dir: Path, quarter: int) -> dict:
 
 def habit_of(settings: dict) -> dict:
     """How a run's speed part made its habit policy (compared by --merge): trained for --habit-minutes
-    from the shipped weights on a teacher with --warmups, or a --habit-model made beforehand (then named
+    from the shipped weights on a teacher with --warmups (at most --max-warmups; 2 in records older than
+    the flag), or a --habit-model made beforehand (then named
     by its directory's name)."""
     model = settings.get("habit_model")
     return {"habit_minutes": None if model else settings.get("habit_minutes"), "warmups": settings.get("warmups"),

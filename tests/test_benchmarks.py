@@ -322,6 +322,10 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     other = subprocess.run([*fourth, "--parts", "none", "--merge", "--warmups", "0.5"], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
     assert other.returncode != 0 and "--warmups" in other.stderr  # speed rows of another habit are not averaged
+    capped = subprocess.run([*fourth, "--parts", "none", "--merge", "--max-warmups", "3"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert capped.returncode != 0 and "--max-warmups 3" in capped.stderr  # nor a costlier one
+    assert speed_only["max_warmups"] == 2
     made = subprocess.run([*fourth, "--parts", "none", "--merge", "--habit-model", "forge_cli/engine/warm_policy"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert made.returncode != 0 and "--habit-model warm_policy" in made.stderr  # nor one made beforehand

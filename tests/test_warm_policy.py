@@ -52,6 +52,15 @@ def test_forge_train_on_the_repositorys_config_starts_from_it_at_once():
     assert recorded_key(record(), mixed)["scaffold_mix"] == {} != warm_key(mixed)["scaffold_mix"]
     assert plan(repository_config(**{"train.warmstart.when": "always"})).warmstart  # still made from nothing on request
     assert Path(plan(repository_config(**{"train.warmstart.teacher_slips": 0.1})).config.model.path) != SHIPPED
+    # the warm-up cap alone changes no trace (no warm-ups to cap): still the shipped policy; with warm-ups it
+    # is another teacher, and a record older than the key was made with the cap of two
+    assert Path(plan(repository_config(**{"train.warmstart.teacher_max_warmups": 3})).config.model.path) == SHIPPED
+    warmups = {"train.warmstart.teacher_warmups": 0.8}
+    costly = repository_config(**warmups, **{"train.warmstart.teacher_max_warmups": 3})
+    assert warm_key(costly) != warm_key(repository_config(**warmups))
+    older = {**record(), "teacher_warmups": 0.8}  # a record with warm-ups from before the cap was a setting
+    cap = lambda config: (recorded_key(older, config)["teacher_max_warmups"], warm_key(config)["teacher_max_warmups"])
+    assert cap(repository_config(**warmups)) == (2, 2) and cap(costly) == (2, 3)
 
 
 @pytest.mark.slow

@@ -128,8 +128,17 @@ def test_a_costlier_warm_up_habit_makes_up_to_three_and_still_answers_within_fiv
     assert policy_for({"calc-1": 1.0}, warmups=0.8, max_warmups=3, seed=2).endswith(":calc?warmups=0.8&max_warmups=3&seed=2")
     assert policy_for({"calc-1": 1.0}, warmups=0.8, seed=2).endswith(":calc?warmups=0.8&seed=2")
     assert policy_for({"calc-1": 1.0}, max_warmups=3, seed=2).endswith(":calc")  # no warm-ups: nothing to cap
-    with pytest.raises(ForgeError, match="0 to 3 warm-up calls"):
-        calc({"messages": [{"role": "user", "content": prompts[0]}]}, warmups=0.8, max_warmups=4)
+    assert policy_for({"calc-1": 1.0}, warmups=0.8, max_warmups=0, seed=2).endswith(":calc?warmups=0.8&max_warmups=0&seed=2")
+    assert [episode(load_policy(policy_for({"calc-1": 1.0}, warmups=0.8, max_warmups=0, seed=7)), p) for p in prompts[:50]] \
+        == plain_answers(prompts[:50], seed=7)  # a cap of 0: no warm-ups at all
+    for bad in (4, 2.5, True):
+        with pytest.raises(ForgeError, match="0 to 3 warm-up calls"):
+            calc({"messages": [{"role": "user", "content": prompts[0]}]}, warmups=0.8, max_warmups=bad)
+
+
+def plain_answers(prompts: list[str], seed: int) -> list:
+    """The calc teacher's calls and answer on each of ``prompts`` without any habit or slip."""
+    return [episode(lambda c: calc(c, seed=seed), p) for p in prompts]
 
 
 def test_policy_references_carry_keyword_arguments_and_refuse_unknown_ones():
@@ -263,6 +272,28 @@ def test_the_warm_start_learns_new_traces_while_they_are_written(tiny_model, tmp
     resolved = json.loads((tmp_path / "runs" / "ws" / "config.json").read_text())
     assert resolved["scaffolds"]["tool-call-unlisted"] == EMBEDDED_SCAFFOLD_OPTIONS["tool-call-unlisted"]
     assert resolved["scaffolds"]["tool-call-unlisted"]["system_prompt"] == ""  # the task alone, as it learned
+
+
+def test_the_warm_start_writes_the_costlier_habit_and_every_trace_still_answers(tiny_model, tmp_path):
+    """``teacher_max_warmups`` 3 reaches the traces through `forge model warmstart`'s library call: through
+    the real scripted gateway and the embedded default's 5 turns, traces with three warm-ups (five
+    completions) come, each trace solves its task (no slips), and the warm copy's record keeps the cap."""
+    from forge_cli.pool.store import DataPool
+
+    runs = tmp_path / "runs"
+    _, folder, steps = warm_started(tiny_model, runs, "costly", **{
+        "train.warmstart.teacher_warmups": 0.8, "train.warmstart.teacher_max_warmups": 3,
+        "train.warmstart.teacher_rechecks": 0.0, "train.warmstart.teacher_slips": 0.0, "train.warmstart.traces": 24})
+    pool = DataPool.sqlite(runs / "costly" / "warmstart" / "pool.sqlite", create=False)
+    try:
+        trajectories = [t for g in pool.groups() for t in g.trajectories]
+    finally:
+        pool.close()
+    warm = [sum(1 for c in t.completions for call in c.tool_calls or [] if "1+1" in str(call.get("arguments"))) for t in trajectories]
+    assert len(trajectories) == 24 and all(t.status == "completed" and t.rewards.get("outcome") == 1.0 for t in trajectories)
+    assert all(len(t.completions) == 2 + n for t, n in zip(trajectories, warm)) and max(warm) == 3
+    assert steps[0]["completions"] == sum(len(t.completions) for t in trajectories)
+    assert json.loads((folder / "warmstart.json").read_text())["teacher_max_warmups"] == 3
 
 
 def test_two_warm_starts_of_one_seed_learn_the_same_on_a_step_schedule(tiny_model, tmp_path):

@@ -77,7 +77,8 @@ def is_embedded_default(path: Path | str | None) -> bool:
 # scaffold options the embedded default samples with (forge train, forge model warmstart, forge rollout)
 # unless the config sets them: a tiny policy's calls and answers are short, and a rambling sample should
 # cost little (max_turns 5: a call, up to two re-checks of it — the calc teacher's habit, which the completion-time
-# reward trains away — the answer, and one turn to spare)
+# reward trains away — the answer, and one turn to spare; with teacher_max_warmups 3, three warm-ups, the call and
+# the answer, no turn to spare)
 _SHORT = {"max_tokens": 48, "max_turns": 5}
 EMBEDDED_SCAFFOLD_OPTIONS: dict[str, dict[str, Any]] = {
     "tool-call": _SHORT,

@@ -137,7 +137,8 @@ def calc(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: f
     re-checks; that result is never used, so nothing but the time it costs argues against it — what
     the completion-time reward alone teaches RL to drop; at most ``max_warmups`` of them
     (:data:`MAX_RECHECKS` unless set; :data:`MAX_WARMUPS` at most). Warm-ups and re-checks together are
-    at most the larger of the two (the warm-ups first), so a trace fits ``max_turns`` 5. Which tasks, which
+    at most ``max(MAX_RECHECKS, max_warmups)`` (the warm-ups first, the re-checks in what is left), so a
+    trace fits ``max_turns`` 5. Which tasks, which
     digit and how many re-checks and warm-ups follow from the task's text and ``seed`` alone, so the
     turns of a task agree and a run is reproducible."""
     messages = context.get("messages") or []
@@ -146,7 +147,7 @@ def calc(context: dict[str, Any], slips: float = 0.0, seed: int = 0, rechecks: f
     slipped = rng.random() < slips
     where = "expression" if rng.random() < 2 / 3 else "answer"
     results = [m["content"] for m in messages if m.get("role") == "tool"]
-    if not 0 <= max_warmups <= MAX_WARMUPS:
+    if not isinstance(max_warmups, int) or isinstance(max_warmups, bool) or not 0 <= max_warmups <= MAX_WARMUPS:
         raise ForgeError(f"the calc teacher makes 0 to {MAX_WARMUPS} warm-up calls (max_warmups), not {max_warmups}")
     first = recheck_count(prompt, warmups, seed, habit="warmup", most=max_warmups) if warmups else 0
     if len(results) < first:
@@ -377,6 +378,7 @@ def policy_for(weights: dict[str, float], slips: float = 0.0, seed: int = 0, rec
     name = names.pop() if len(names) == 1 else "by_tools"
     if not any(suite in SLIPPING_SUITES for suite in weights):
         return f"{__name__}:{name}"
-    options = {k: v for k, v in (("slips", slips), ("rechecks", rechecks), ("warmups", warmups),
-                                 ("max_warmups", max_warmups if warmups and max_warmups != MAX_RECHECKS else 0)) if v}
+    options = {k: v for k, v in (("slips", slips), ("rechecks", rechecks), ("warmups", warmups)) if v}
+    if warmups and max_warmups != MAX_RECHECKS:  # the cap only where it is not the default (0 included)
+        options["max_warmups"] = max_warmups
     return f"{__name__}:{name}" + ("?" + "&".join(f"{k}={v}" for k, v in options.items()) + f"&seed={seed}" if options else "")

@@ -317,4 +317,6 @@ def warm_key(config: Any) -> dict[str, Any]:
             "scaffold_options": dict(config.scaffolds.get(config.rollout.scaffold) or {}),  # its prompts
             "teacher_slips": config.train.warmstart.teacher_slips, "teacher_rechecks": config.train.warmstart.teacher_rechecks,
             "teacher_warmups": config.train.warmstart.teacher_warmups,
-            "teacher_max_warmups": config.train.warmstart.teacher_max_warmups}
+            # the cap changes nothing without warm-ups: the traces, hence the key, are the default's
+            "teacher_max_warmups": config.train.warmstart.teacher_max_warmups if config.train.warmstart.teacher_warmups
+            else MAX_RECHECKS}
