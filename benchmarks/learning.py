@@ -37,6 +37,9 @@ each, sampled at the training temperature). The parts, each from the same shippe
   ``speed_train_paced_time_reduction`` the time reduction at each run's own pace (the machine's speed
   drifts between runs): 1 − r / r₀, r a run's last-quarter seconds over the same trajectories' seconds
   without their warm-up turns;
+- ``speedmore``: ``speed`` and ``speed0`` go on for ``--minutes`` more each (`forge train --resume`, from
+  their last checkpoints with their optimizer, schedule, pool and RNG states): a longer run made of two
+  sittings, the SFT control unchanged. ``speed_rl_s`` is then the whole run's;
 - ``speedeval``: the speed part's three final policies (the RL runs' last checkpoints, the SFT control's
   model) side by side, as the brief measures speed: ``--eval-rounds`` rounds, each a `forge rollout` of
   every policy in turn on the same held-out tasks (``--eval-tasks`` × ``--eval-samples``), the order
@@ -80,7 +83,7 @@ from learning_speed import (
     speedeval_row,
 )
 
-PARTS = ("main", "control", "grpo", "loaded", "time0", "speed", "speedeval")
+PARTS = ("main", "control", "grpo", "loaded", "time0", "speed", "speedmore", "speedeval")
 
 
 def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: dict[str, str],
@@ -158,8 +161,8 @@ def seed_row(seed: int, args: argparse.Namespace, parts: set[str], overrides: di
 
 
 def needs_main(parts: set[str]) -> bool:
-    """Whether the parts to run are measured against a main run (all but ``speed`` and ``speedeval``)."""
-    return bool(parts - {"speed", "speedeval"})
+    """Whether the parts to run are measured against a main run (all but the speed part's)."""
+    return bool(parts - {"speed", "speedmore", "speedeval"})
 
 
 def main() -> None:

@@ -77,31 +77,53 @@ def pool_groups(run_dir: Path, after_index: int | None = None) -> list:
         pool.close()
 
 
+def is_solved(trajectory: Any) -> bool:
+    return trajectory.status == "completed" and trajectory.rewards.get("outcome", 0.0) >= 1.0
+
+
 def solved_figures(trajectories: list) -> dict:
     """The solved ones of ``trajectories``: how many, their mean completions and mean seconds (the
     completion-time reward's own duration), their mean warm-up calls and their mean seconds without the
-    warm-up turns."""
+    warm-up turns; and over all of them, solved or not, the success rate by number of warm-up calls
+    (``by_warmups``: a habit that costs only time leaves it flat; one the policy solves by does not)."""
     from forge_cli.rewards.components import duration
 
-    solved = [t for t in trajectories if t.status == "completed" and t.rewards.get("outcome", 0.0) >= 1.0]
+    solved = [t for t in trajectories if is_solved(t)]
     timed = [(t, d) for t, d in ((t, duration(t)) for t in solved) if d is not None]
     mean = lambda xs: statistics.fmean(xs) if xs else None
+    by_count: dict[int, list[bool]] = {}
+    for t in trajectories:
+        by_count.setdefault(len(warmup_turns(t.completions)), []).append(is_solved(t))
     return {"solved": len(solved), "completions": mean([len(t.completions) for t in solved]),
             "seconds": mean([d for _, d in timed]), "warmups": mean([len(warmup_turns(t.completions)) for t in solved]),
-            "seconds_without_warmups": mean([without_warmups(t, d) for t, d in timed])}
+            "seconds_without_warmups": mean([without_warmups(t, d) for t, d in timed]),
+            "by_warmups": {str(k): {"trajectories": len(v), "success": sum(v) / len(v)} for k, v in sorted(by_count.items())}}
 
 
 def solved_while_training(run_dir: Path, quarter: int) -> dict:
     """The solved trajectories a run sampled for training in one quarter of its training groups (in queue
     order; 0 the first, 3 the last; the held-out evaluations' groups, which the pool keeps below index 0,
     left out): :func:`solved_figures`, what the completion-time reward can at most take among them.
-    Hundreds of trajectories, where a held-out evaluation solves a score."""
+    Hundreds of trajectories, where a held-out evaluation solves a score. With them, where a group-relative
+    reward can see the habit (:func:`warmup_contrast`)."""
     if not (run_dir / "pool.sqlite").is_file():
         return solved_figures([])
     groups = pool_groups(run_dir, after_index=-1)  # without the evaluations' groups
     k = len(groups) // 4
     chosen = groups[quarter * k:(quarter + 1) * k] if quarter < 3 else groups[3 * k:]
-    return solved_figures([t for g in chosen for t in g.trajectories])
+    return {**solved_figures([t for g in chosen for t in g.trajectories]), **warmup_contrast(chosen)}
+
+
+def warmup_contrast(groups: list) -> dict:
+    """The completion-time reward compares a group's correct runs with each other, and the advantage is
+    relative to the group too, so a warm-up habit is seen only where two correct runs of a group differ in
+    their warm-up calls (``contrast_groups``, a share of the groups); where they all make the same
+    number of them, and some, the habit is out of its sight (``blind_groups``)."""
+    counts = [[len(warmup_turns(t.completions)) for t in g.trajectories if is_solved(t)] for g in groups]
+    share = lambda n: n / len(groups) if groups else None
+    return {"groups": len(groups),
+            "contrast_groups": share(sum(len(c) >= 2 and len(set(c)) > 1 for c in counts)),
+            "blind_groups": share(sum(len(c) >= 2 and len(set(c)) == 1 and c[0] > 0 for c in counts))}
 
 
 def habit_of(settings: dict) -> dict:
@@ -145,6 +167,12 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
             warm("habit", shipped_warm_dir(), habit, args.habit_minutes)
         rl("speed", {} if args.speed_weight is None else {"rewards.weights.completion_time": str(args.speed_weight)})
         rl("speed0", {"rewards.weights.completion_time": "0"})
+    if "speedmore" in parts:  # both runs go on for --minutes more, from their last checkpoints
+        for name in ("speed", "speed0"):
+            if not (runs / f"{name}-s{seed}" / "checkpoints" / "latest").is_file():
+                raise SystemExit(f"seed {seed}: --parts speedmore needs {name}-s{seed} in {runs} (run --parts speed first)")
+            forge(home, runs, "train", "--no-live", "--resume", f"{name}-s{seed}", "--minutes", str(args.minutes),
+                  log=args.work / f"{name}-more-s{seed}.log")
     out: dict = {}
     if (runs / f"speed-s{seed}" / "metrics.jsonl").is_file():
         r = rl_row(runs / f"speed-s{seed}")
@@ -209,7 +237,7 @@ def speedeval_row(seed: int, args: argparse.Namespace, parts: set[str], home: Pa
     if "speedeval" in parts and not {"speed", "speed0"} <= set(policies):
         raise SystemExit(f"seed {seed}: --parts speedeval needs the speed part's final policies in {args.work} "
                          f"(found {', '.join(policies) or 'none'}; run --parts speed first)")
-    if parts & {"speed", "speedeval"}:  # an earlier call's rounds measured other policies
+    if parts & {"speed", "speedmore", "speedeval"}:  # an earlier call's rounds measured other policies
         for old in runs.glob(f"speedeval-*-s{seed}"):
             shutil.rmtree(old)
     if "speedeval" in parts:
@@ -264,6 +292,15 @@ def print_speed_table(result: dict, seeds: list[dict], out: Path) -> None:
                   f"{change(r.get('speed_train_time_reduction')):>6} {change(r.get('speed_train_paced_time_reduction')):>6} "
                   f"{change(r.get('speed_train_time_headroom')):>7} {change(r.get('speed_calls_reduction')):>6} "
                   f"{change(r.get('speed_time_reduction_vs_control')):>6}")
+        for r in speed:  # flat where the habit costs only time
+            by = lambda figures: " ".join(f"{k}: {pct(v['success'])} ({v['trajectories']})"
+                                          for k, v in (figures or {}).get("by_warmups", {}).items()) or "-"
+            seen = lambda figures: (f"groups whose correct runs differ in warm-ups {pct((figures or {}).get('contrast_groups'))} %, "
+                                    f"all with the same warm-ups {pct((figures or {}).get('blind_groups'))} %")
+            print(f"{r['seed']:>4} success by warm-up calls, last quarter (trajectories): weight "
+                  f"{result['speed_weight']}: {by(r['speed_train_last'])}; at 0: {by(r.get('speed0_train_last'))}")
+            print(f"{'':>4} where the reward sees the habit, last quarter: weight {result['speed_weight']}: "
+                  f"{seen(r['speed_train_last'])}; at 0: {seen(r.get('speed0_train_last'))}")
     print(f"speed task, against weight 0: held-out time {cut('speed_time_reduction')} %, calls "
           f"{cut('speed_calls_reduction')} %; time {cut('speed_time_reduction_vs_control')} % against its SFT control; "
           f"while training (last quarter): time {cut('speed_train_time_reduction')} % (at each run's own pace "

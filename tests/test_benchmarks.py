@@ -243,7 +243,8 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     # what each sampled for training, four groups a quarter: (solved, completions, seconds) per trajectory
     quarters = {"speed-s0": [[(True, 3, 2.0), (False, 2, 1.0)], [(True, 3, 2.5)], [(True, 2, 1.0)],
                              [(True, 2, 1.0), (True, 3, 1.5), (False, 1, 0.5)]],
-                "speed0-s0": [[(True, 3, 2.0)], [(False, 3, 2.0)], [(True, 3, 2.0)], [(True, 3, 2.0, 1), (True, 2, 2.5)]]}
+                "speed0-s0": [[(True, 3, 2.0, 1), (True, 3, 2.0, 1)], [(False, 3, 2.0)], [(True, 3, 2.0)],
+                              [(True, 3, 2.0, 1), (True, 2, 2.5), (False, 3, 3.0, 2), (False, 4, 4.0, 1)]]}
     for name, groups in quarters.items():
         pool_of(runs / name, [g for g in groups for _ in range(4)])
     write("speedcontrol-s0", [WarmstartMetrics(step=s, heldout_success=0.25 if s == 20 else None,  # ... its SFT control
@@ -268,13 +269,24 @@ def test_learning_benchmark_reads_each_part_of_a_seed_from_its_runs(tmp_path):
     assert result["speed_success_change"] == pytest.approx(0.125)
     assert result["speed_time_reduction_vs_control"] == pytest.approx(1 - 1.0 / 2.5)
     assert row["speed_train_first"] == {"solved": 4, "completions": 3.0, "seconds": pytest.approx(2.0), "warmups": 0.0,
-                                        "seconds_without_warmups": pytest.approx(2.0)}
+                                        "seconds_without_warmups": pytest.approx(2.0),
+                                        "by_warmups": {"0": {"trajectories": 8, "success": 0.5}},
+                                        "groups": 4, "contrast_groups": 0.0, "blind_groups": 0.0}
     assert row["speed_train_last"] == {"solved": 8, "completions": 2.5, "seconds": pytest.approx(1.25), "warmups": 0.0,
-                                       "seconds_without_warmups": pytest.approx(1.25)}
+                                       "seconds_without_warmups": pytest.approx(1.25),
+                                       "by_warmups": {"0": {"trajectories": 12, "success": pytest.approx(8 / 12)}},
+                                       "groups": 4, "contrast_groups": 0.0, "blind_groups": 0.0}
     # weight 0's last quarter: a 3-turn trajectory of 2 s whose first turn (2/3 s) is a warm-up, and one of 2.5 s
+    # (solved), two failed ones with warm-ups that only the success by warm-up count sees
     without = (2.0 - 2.0 / 3 + 2.5) / 2
     assert row["speed0_train_last"] == {"solved": 8, "completions": 2.5, "seconds": pytest.approx(2.25), "warmups": 0.5,
-                                        "seconds_without_warmups": pytest.approx(without)}
+                                        "seconds_without_warmups": pytest.approx(without),
+                                        "by_warmups": {"0": {"trajectories": 4, "success": 1.0},
+                                                       "1": {"trajectories": 8, "success": 0.5},
+                                                       "2": {"trajectories": 4, "success": 0.0}},
+                                        "groups": 4, "contrast_groups": 1.0, "blind_groups": 0.0}
+    # weight 0's first quarter: both solved runs of each group make one warm-up, which a group-relative reward cannot see
+    assert (row["speed0_train_first"]["contrast_groups"], row["speed0_train_first"]["blind_groups"]) == (0.0, 1.0)
     assert result["speed_train_time_reduction"] == pytest.approx(1 - 1.25 / 2.25)
     assert result["speed_train_completions_reduction"] == pytest.approx(0.0)
     assert result["speed_train_time_headroom"] == pytest.approx(1 - without / 2.25)
@@ -394,6 +406,47 @@ def test_learning_benchmark_measures_the_speed_policies_side_by_side(tmp_path, t
     assert row["speedeval_completions_reduction"] == 0.0 and row["speedeval_success_change"] == 0.0
     cuts = sorted(1 - r["speed"]["seconds"] / r["speedcontrol"]["seconds"] for r in rounds)
     assert row["speedeval_time_reduction_vs_control"] == pytest.approx(sum(cuts) / 2)  # the median of two
+
+
+def test_learning_benchmark_lets_both_speed_runs_go_on(tmp_path, tiny_model):
+    """`--parts speedmore`: the speed part's two RL runs (real `forge train` runs here, a scripted policy
+    writing the text) go on from their last checkpoints for --minutes more each, in the same run folders:
+    later steps, none repeated, the clock going on; the row reads the whole runs."""
+    import os
+
+    from forge_cli.report.metrics import read_metrics
+
+    work = tmp_path / "work"
+    runs = work / "runs"
+    sets = {"model.engine.type": "scripted", "model.engine.policy": "forge_cli.tasks.demo_policies:calc",
+            "gateway.port": 0, "gateway.socket": "", "pool.max_active_groups": 2, "train.groups_per_step": 1,
+            "train.group_size": 2, "train.engine": "torch", "rollout.task": "calc", "rollout.concurrency": 4,
+            "train.eval_tasks": 2, "train.eval_samples": 2, "train.eval_every": 0, "train.checkpoint_every": 1,
+            "model.path": str(tiny_model), "run.dir": str(runs)}
+    cmd = [sys.executable, "-m", "forge_cli", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")]]
+    env = {**os.environ, "FORGE_HOME": str(tmp_path / "home")}
+    first = {}
+    for name in ("speed-s0", "speed0-s0"):
+        done = subprocess.run([*cmd, "train", "--no-live", "--run", name, "--steps", "2"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        first[name] = read_metrics(runs / name).steps
+        assert [s.step for s in first[name]] == [1, 2]
+    out = tmp_path / "learning.json"
+    more = subprocess.run([sys.executable, "benchmarks/learning.py", "--seeds", "0", "--parts", "speedmore", "--work",
+                           str(work), "--out", str(out), "--minutes", "0.5"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
+    for name in ("speed-s0", "speed0-s0"):
+        steps = read_metrics(runs / name).steps
+        assert [s.step for s in steps] == list(range(1, len(steps) + 1)) and len(steps) > 2  # later steps, none again
+        assert steps[:2] == first[name] and steps[2].time_s >= steps[1].time_s  # the first sitting kept, its clock going on
+        assert (work / f"{name.replace('-s0', '')}-more-s0.log").is_file()
+    (row,) = json.loads(out.read_text())["seeds"]
+    assert row["speed_rl_s"] == read_metrics(runs / "speed-s0").steps[-1].time_s
+    empty = subprocess.run([sys.executable, "benchmarks/learning.py", "--seeds", "1", "--parts", "speedmore", "--work",
+                            str(work), "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert empty.returncode != 0 and "needs speed-s1" in empty.stderr  # nothing to go on from
 
 
 def test_prefix_tree_on_a_pool_recorded_by_the_recipe(tmp_path):
