@@ -36,10 +36,14 @@ each, sampled at the training temperature). The parts, each from the same shippe
   most the reward can take: 1 − (weight 0's last-quarter seconds without its warm-up turns) / (with them);
   ``speed_train_paced_time_reduction`` the time reduction at each run's own pace (the machine's speed
   drifts between runs): 1 − r / r₀, r a run's last-quarter seconds over the same trajectories' seconds
-  without their warm-up turns;
+  without their warm-up turns; each quarter's ``by_warmups`` the success rate by warm-up count over all
+  its trajectories (flat where the habit costs only time), ``contrast_groups`` the share of its groups
+  whose correct runs differ in warm-ups (only there can a group-relative reward see the habit) and
+  ``blind_groups`` those whose correct runs all make the same number, and some;
 - ``speedmore``: ``speed`` and ``speed0`` go on for ``--minutes`` more each (`forge train --resume`, from
-  their last checkpoints with their optimizer, schedule, pool and RNG states): a longer run made of two
-  sittings, the SFT control unchanged. ``speed_rl_s`` is then the whole run's;
+  their last checkpoints with their optimizer, pool and RNG states): a longer run made of two sittings;
+  the SFT control is not made again (with ``speed`` in the same call it is made as long as the whole run).
+  ``speed_rl_s`` is then the whole run's; the JSON's ``minutes`` stays a sitting's;
 - ``speedeval``: the speed part's three final policies (the RL runs' last checkpoints, the SFT control's
   model) side by side, as the brief measures speed: ``--eval-rounds`` rounds, each a `forge rollout` of
   every policy in turn on the same held-out tasks (``--eval-tasks`` × ``--eval-samples``), the order
@@ -81,6 +85,7 @@ from learning_speed import (
     print_speed_table,
     speed_row,
     speedeval_row,
+    unresumable,
 )
 
 PARTS = ("main", "control", "grpo", "loaded", "time0", "speed", "speedmore", "speedeval")
@@ -221,6 +226,9 @@ def main() -> None:
     if missing:  # before anything runs
         raise SystemExit(f"seed {', '.join(map(str, missing))}: no main run in {args.work / 'runs'} and none in --out "
                          "to --merge with (run --parts main, or only --parts speed)")
+    stuck = unresumable(args.seeds, args.work / "runs") if "speedmore" in parts and "speed" not in parts else []
+    if stuck:  # nor is one of them resumed while another cannot be
+        raise SystemExit(f"--parts speedmore needs {', '.join(stuck)} in {args.work / 'runs'} (run --parts speed first)")
     seeds = []
     for seed in args.seeds:
         seeds.append(seed_row(seed, args, parts, overrides, kept_rows.get(seed)))

@@ -1,5 +1,5 @@
-"""The speed part of benchmarks/learning.py (``speed`` and ``speedeval``, its docstring says what they
-measure): the habit policy, RL from it with and without the completion-time reward and the SFT control on
+"""The speed part of benchmarks/learning.py (``speed``, ``speedmore`` and ``speedeval``, its docstring says
+what they measure): the habit policy, RL from it with and without the completion-time reward and the SFT control on
 the habit teacher; their solved trajectories read from each run's pool (warm-up turns, time without them);
 the final policies side by side through `forge rollout`; the table."""
 
@@ -107,7 +107,7 @@ def solved_while_training(run_dir: Path, quarter: int) -> dict:
     Hundreds of trajectories, where a held-out evaluation solves a score. With them, where a group-relative
     reward can see the habit (:func:`warmup_contrast`)."""
     if not (run_dir / "pool.sqlite").is_file():
-        return solved_figures([])
+        return {**solved_figures([]), **warmup_contrast([])}
     groups = pool_groups(run_dir, after_index=-1)  # without the evaluations' groups
     k = len(groups) // 4
     chosen = groups[quarter * k:(quarter + 1) * k] if quarter < 3 else groups[3 * k:]
@@ -168,9 +168,9 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
         rl("speed", {} if args.speed_weight is None else {"rewards.weights.completion_time": str(args.speed_weight)})
         rl("speed0", {"rewards.weights.completion_time": "0"})
     if "speedmore" in parts:  # both runs go on for --minutes more, from their last checkpoints
+        for old in runs.glob(f"speedeval-*-s{seed}"):  # rounds of the policies they are about to leave behind
+            shutil.rmtree(old)
         for name in ("speed", "speed0"):
-            if not (runs / f"{name}-s{seed}" / "checkpoints" / "latest").is_file():
-                raise SystemExit(f"seed {seed}: --parts speedmore needs {name}-s{seed} in {runs} (run --parts speed first)")
             forge(home, runs, "train", "--no-live", "--resume", f"{name}-s{seed}", "--minutes", str(args.minutes),
                   log=args.work / f"{name}-more-s{seed}.log")
     out: dict = {}
@@ -207,6 +207,12 @@ def speed_row(seed: int, args: argparse.Namespace, parts: set[str], home: Path, 
 
 
 SPEED_POLICIES = ("speed", "speed0", "speedcontrol")
+
+
+def unresumable(seeds: list[int], runs: Path) -> list[str]:
+    """The speed runs ``--parts speedmore`` would go on with that have no checkpoint to resume from."""
+    return [f"{name}-s{seed}" for seed in seeds for name in ("speed", "speed0")
+            if not (runs / f"{name}-s{seed}" / "checkpoints" / "latest").is_file()]
 
 
 def final_policy(name: str, seed: int, work: Path) -> Path | None:

@@ -411,7 +411,8 @@ def test_learning_benchmark_measures_the_speed_policies_side_by_side(tmp_path, t
 def test_learning_benchmark_lets_both_speed_runs_go_on(tmp_path, tiny_model):
     """`--parts speedmore`: the speed part's two RL runs (real `forge train` runs here, a scripted policy
     writing the text) go on from their last checkpoints for --minutes more each, in the same run folders:
-    later steps, none repeated, the clock going on; the row reads the whole runs."""
+    later steps, none repeated, the clock going on; the row reads the whole runs. (The minute includes the
+    resumed run's start; about a hundred steps fit in half of it here.)"""
     import os
 
     from forge_cli.report.metrics import read_metrics
@@ -434,7 +435,7 @@ def test_learning_benchmark_lets_both_speed_runs_go_on(tmp_path, tiny_model):
         assert [s.step for s in first[name]] == [1, 2]
     out = tmp_path / "learning.json"
     more = subprocess.run([sys.executable, "benchmarks/learning.py", "--seeds", "0", "--parts", "speedmore", "--work",
-                           str(work), "--out", str(out), "--minutes", "0.5"], cwd=ROOT, capture_output=True, text=True,
+                           str(work), "--out", str(out), "--minutes", "1.0"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
     for name in ("speed-s0", "speed0-s0"):
@@ -444,9 +445,11 @@ def test_learning_benchmark_lets_both_speed_runs_go_on(tmp_path, tiny_model):
         assert (work / f"{name.replace('-s0', '')}-more-s0.log").is_file()
     (row,) = json.loads(out.read_text())["seeds"]
     assert row["speed_rl_s"] == read_metrics(runs / "speed-s0").steps[-1].time_s
-    empty = subprocess.run([sys.executable, "benchmarks/learning.py", "--seeds", "1", "--parts", "speedmore", "--work",
+    ran = {name: len(read_metrics(runs / name).steps) for name in ("speed-s0", "speed0-s0")}
+    empty = subprocess.run([sys.executable, "benchmarks/learning.py", "--seeds", "0", "1", "--parts", "speedmore", "--work",
                             str(work), "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert empty.returncode != 0 and "needs speed-s1" in empty.stderr  # nothing to go on from
+    assert empty.returncode != 0 and "needs speed-s1, speed0-s1" in empty.stderr  # seed 1 has nothing to go on from ...
+    assert {name: len(read_metrics(runs / name).steps) for name in ran} == ran  # ... so seed 0's runs did not go on either
 
 
 def test_prefix_tree_on_a_pool_recorded_by_the_recipe(tmp_path):
