@@ -88,14 +88,15 @@ def solved_figures(trajectories: list) -> dict:
     (``by_warmups``: a habit that costs only time leaves it flat; one the policy solves by does not)."""
     from forge_cli.rewards.components import duration
 
-    solved = [t for t in trajectories if is_solved(t)]
+    warm = [(t, len(warmup_turns(t.completions)), is_solved(t)) for t in trajectories]
+    solved = [t for t, _, ok in warm if ok]
     timed = [(t, d) for t, d in ((t, duration(t)) for t in solved) if d is not None]
     mean = lambda xs: statistics.fmean(xs) if xs else None
     by_count: dict[int, list[bool]] = {}
-    for t in trajectories:
-        by_count.setdefault(len(warmup_turns(t.completions)), []).append(is_solved(t))
+    for _, count, ok in warm:
+        by_count.setdefault(count, []).append(ok)
     return {"solved": len(solved), "completions": mean([len(t.completions) for t in solved]),
-            "seconds": mean([d for _, d in timed]), "warmups": mean([len(warmup_turns(t.completions)) for t in solved]),
+            "seconds": mean([d for _, d in timed]), "warmups": mean([count for _, count, ok in warm if ok]),
             "seconds_without_warmups": mean([without_warmups(t, d) for t, d in timed]),
             "by_warmups": {str(k): {"trajectories": len(v), "success": sum(v) / len(v)} for k, v in sorted(by_count.items())}}
 
@@ -243,7 +244,7 @@ def speedeval_row(seed: int, args: argparse.Namespace, parts: set[str], home: Pa
     if "speedeval" in parts and not {"speed", "speed0"} <= set(policies):
         raise SystemExit(f"seed {seed}: --parts speedeval needs the speed part's final policies in {args.work} "
                          f"(found {', '.join(policies) or 'none'}; run --parts speed first)")
-    if parts & {"speed", "speedmore", "speedeval"}:  # an earlier call's rounds measured other policies
+    if parts & {"speed", "speedeval"}:  # an earlier call's rounds measured other policies (speedmore clears them itself)
         for old in runs.glob(f"speedeval-*-s{seed}"):
             shutil.rmtree(old)
     if "speedeval" in parts:
